@@ -1,0 +1,71 @@
+// Each uniform and each normal uses two 32-bit words (53-bit uniforms, so f64 draws are exact
+// enough for gradient checks); dropout uses one word per element.
+#include "core/kernels/random.h"
+
+#include <cmath>
+
+namespace forge::kernels {
+
+template <class T>
+void fill_uniform(T* out, int64_t n, double low, double high, const GeneratorState& g,
+                  uint64_t first_block) {
+  double scale = high - low;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 2));
+    int k = int(i % 2) * 2;
+    out[i] = T(low + scale * uniform_from_bits(w[k], w[k + 1]));
+  }
+}
+
+template <class T>
+void fill_normal(T* out, int64_t n, double mean, double std, const GeneratorState& g,
+                 uint64_t first_block) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 2));
+    double u1 = 1.0 - uniform_from_bits(w[0], w[1]);  // (0, 1]: log never sees 0
+    double u2 = uniform_from_bits(w[2], w[3]);
+    double r = std::sqrt(-2.0 * std::log(u1));
+    double z = (i % 2 == 0) ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2);
+    out[i] = T(mean + std * z);
+  }
+}
+
+template <class T>
+void fill_trunc_normal(T* out, int64_t n, double mean, double std, double low, double high,
+                       const GeneratorState& g, uint64_t first_block) {
+  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  double lo = cdf((low - mean) / std), hi = cdf((high - mean) / std);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 2));
+    int k = int(i % 2) * 2;
+    double u = lo + (hi - lo) * uniform_from_bits(w[k], w[k + 1]);
+    double x = mean + std * std::sqrt(2.0) * erfinv(2.0 * u - 1.0);
+    out[i] = T(std::fmin(std::fmax(x, low), high));
+  }
+}
+
+template <class T>
+void fill_dropout_mask(T* mask, int64_t n, double p, const GeneratorState& g, uint64_t first_block) {
+  T scale = T(1.0 / (1.0 - p));
+  float threshold = float(p);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 4));
+    mask[i] = uniform_from_bits(w[i % 4]) >= threshold ? scale : T(0);
+  }
+}
+
+#define FORGE_INSTANTIATE(T)                                                                     \
+  template void fill_uniform<T>(T*, int64_t, double, double, const GeneratorState&, uint64_t);   \
+  template void fill_normal<T>(T*, int64_t, double, double, const GeneratorState&, uint64_t);    \
+  template void fill_trunc_normal<T>(T*, int64_t, double, double, double, double,                \
+                                     const GeneratorState&, uint64_t);                           \
+  template void fill_dropout_mask<T>(T*, int64_t, double, const GeneratorState&, uint64_t);
+FORGE_INSTANTIATE(float)
+FORGE_INSTANTIATE(double)
+#undef FORGE_INSTANTIATE
+
+}  // namespace forge::kernels

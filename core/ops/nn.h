@@ -1,0 +1,36 @@
+// Fused layers and losses with hand-written backward passes: the hot paths of every model.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace forge {
+
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, int64_t dim = -1);
+
+/// Normalises over the last dimension; weight and bias [C] may be undefined (no affine part).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+/// x / sqrt(mean(x^2) + eps) * weight over the last dimension; weight may be undefined.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+
+/// weight [V, C] rows at i64 `ids` (any shape) -> [..., C]. Rows equal to padding_idx (>= 0)
+/// receive no gradient. An id outside [0, V) is an error naming the id and its position.
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx = -1);
+
+enum class Reduction { mean, sum, none };
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   ///< targets equal to this contribute nothing
+  double label_smoothing = 0.0;  ///< mass spread uniformly over all classes, as in PyTorch
+  Reduction reduction = Reduction::mean;  ///< mean divides by the number of non-ignored targets
+};
+/// Fused log-softmax + negative log-likelihood: logits [N, V], i64 targets [N] -> scalar
+/// (or [N] with Reduction::none). A target outside [0, V) that is not ignore_index is an error.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const CrossEntropyOptions& options = {});
+
+/// Cosine of the angle between a and b along dim (broadcasting), each norm clamped below by eps.
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = -1, double eps = 1e-8);
+
+}  // namespace forge

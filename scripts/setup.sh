@@ -1,0 +1,33 @@
+# Shared by scripts/forge, scripts/test and scripts/bench: install missing Debian packages
+# (first run only), then configure and build with CMake when the build is out of date.
+# Sourced, not executed; sets FORGE_ROOT and FORGE_BUILD.
+
+FORGE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build}"
+
+forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev)
+
+forge_install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "forge: installing Debian packages: ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq >&2 || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2 ||
+    { echo "forge: apt-get install failed for: ${missing[*]}" >&2; exit 1; }
+}
+
+forge_build() {
+  forge_install_missing "${forge_packages[@]}"
+  if [ ! -f "$FORGE_BUILD/CMakeCache.txt" ]; then
+    cmake -S "$FORGE_ROOT" -B "$FORGE_BUILD" -DCMAKE_BUILD_TYPE=Release >&2 ||
+      { echo "forge: cmake configure failed" >&2; exit 1; }
+  fi
+  # make's own dependency tracking decides what is out of date; an up-to-date build costs ~0.2 s.
+  cmake --build "$FORGE_BUILD" -j "$(nproc)" -- --no-print-directory "$@" >&2 ||
+    { echo "forge: build failed" >&2; exit 1; }
+}
