@@ -1,4 +1,4 @@
-// Size classes: multiples of 512 bytes up to 1 MiB, then 1/8 steps of the next power of two, so
+// Size classes: multiples of 512 bytes up to 1 MiB, then 1/16 steps of the next power of two, so
 // waste stays under 12.5% while different shapes of similar size still share blocks.
 #include "core/allocator.h"
 
@@ -30,7 +30,7 @@ size_t round_size(size_t nbytes) {
   constexpr size_t small = 512;
   if (nbytes <= (size_t(1) << 20)) return (nbytes + small - 1) / small * small;
   size_t pow2 = size_t(1) << (64 - __builtin_clzll(nbytes - 1));
-  size_t step = pow2 / 8;
+  size_t step = pow2 / 16;
   return (nbytes + step - 1) / step * step;
 }
 

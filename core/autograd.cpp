@@ -50,6 +50,19 @@ void accumulate_leaf(Node& node, const Tensor& g) {
 
 }  // namespace
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending = std::move(next);
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    // Only the last owner unlinks; the node then dies here with no children left to recurse into.
+    if (n && n.use_count() == 1) {
+      for (auto& child : n->next) pending.push_back(std::move(child));
+      n->next.clear();
+    }
+  }
+}
+
 const char* op_name(Op op) {
   switch (op) {
 #define FORGE_OP_NAME(name) \

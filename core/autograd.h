@@ -31,6 +31,12 @@ const std::vector<Op>& differentiable_ops();
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& dout)>;
 
 struct Node {
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  /// Releases the chain of input nodes iteratively: a 100 000-op chain must not recurse.
+  ~Node();
+
   Op op;
   uint64_t seq;                              // creation order; inputs always have smaller seq
   std::vector<std::shared_ptr<Node>> next;   // per input; null where the input needs no grad

@@ -48,9 +48,10 @@ void with_forward(Unary op, UnaryParams p, Body body) {
     case Unary::relu: return body([](T x) { return x > T(0) ? x : T(0); });
     case Unary::gelu:
       return body([](T x) { return T(0.5) * x * (T(1) + M::erf(x * T(1 / kSqrt2))); });
+    // 0.5 x (1 + tanh u) == x sigmoid(2u): no cancellation where tanh u is near -1.
     case Unary::gelu_tanh:
       return body([](T x) {
-        return T(0.5) * x * (T(1) + M::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x)));
+        return x * M::sigmoid(T(2 * kSqrt2OverPi) * (x + T(kGeluC) * x * x * x));
       });
     case Unary::silu: return body([](T x) { return x * M::sigmoid(x); });
     case Unary::log_sigmoid: return body([](T x) { return -log1pexp(-x); });
@@ -86,12 +87,13 @@ void with_backward(Unary op, UnaryParams p, Body body) {
         T pdf = T(kInvSqrt2Pi) * M::exp(T(-0.5) * x * x);
         return dy * (cdf + x * pdf);
       });
+    // d/dx of x s(2u), s = sigmoid: s + x s (1 - s) 2u'; 1 - tanh^2 never formed.
     case Unary::gelu_tanh:
       return body([](T x, T, T dy) {
         T x2 = x * x;
-        T t = M::tanh(T(kSqrt2OverPi) * (x + T(kGeluC) * x2 * x));
-        T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x2);
-        return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+        T s = M::sigmoid(T(2 * kSqrt2OverPi) * (x + T(kGeluC) * x2 * x));
+        T du = T(2 * kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x2);
+        return dy * (s + x * s * (T(1) - s) * du);
       });
     case Unary::silu:
       return body([](T x, T, T dy) {
