@@ -1,0 +1,147 @@
+// matmul and linear: shape rules and autograd over kernels/matmul. Every transpose here, forward
+// or backward, is a stride view from transpose(), which the kernel consumes without a copy.
+#include "core/ops/linalg.h"
+
+#include "core/autograd.h"
+#include "core/kernels/matmul.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/layout.h"
+#include "core/ops/reduce.h"
+
+namespace forge {
+namespace {
+
+void check_float(const Tensor& t, const char* op, const char* what) {
+  FORGE_CHECK(t.defined(), op, ": ", what, " is undefined");
+  FORGE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what,
+              " must be f32 or f64, got ", dtype_name(t.dtype()));
+}
+
+// Strides of t's batch dims (all but the last two) seen through broadcasting to `batch`, followed
+// by t's two matrix strides.
+std::vector<int64_t> operand_strides(const Tensor& t, const Shape& batch) {
+  std::vector<int64_t> s(batch.size() + 2, 0);
+  const size_t own = size_t(t.dim()) - 2, lead = batch.size() - own;
+  for (size_t d = 0; d < own; ++d) s[lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+  s[batch.size()] = t.strides()[own];
+  s[batch.size() + 1] = t.strides()[own + 1];
+  return s;
+}
+
+// out [batch..., M, N] = a [..., M, K] @ b [..., K, N] (+ bias [N], dense); a, b have rank >= 2.
+// No autograd: callers pass detached tensors.
+Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
+  FORGE_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", dtype_name(a.dtype()), " vs ",
+              dtype_name(b.dtype()), ")");
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  FORGE_CHECK(b.size(-2) == k, "matmul: inner dimensions differ: ", shape_str(a.shape()), " @ ",
+              shape_str(b.shape()));
+  kernels::MatmulGeometry g;
+  g.batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                             Shape(b.shape().begin(), b.shape().end() - 2));
+  g.m = m, g.n = n, g.k = k;
+  g.a_strides = operand_strides(a, g.batch);
+  g.b_strides = operand_strides(b, g.batch);
+  Shape out_shape = g.batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = empty(out_shape, a.dtype());
+  FORGE_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
+    kernels::matmul<scalar_t>(g, a.data<scalar_t>(), b.data<scalar_t>(),
+                              bias.defined() ? bias.data<scalar_t>() : nullptr,
+                              out.data<scalar_t>());
+  });
+  return out;
+}
+
+// A dense tensor's storage seen with another shape of the same size (no copy, no history).
+Tensor dense_view(const Tensor& t, const Shape& shape) {
+  if (shape == t.shape()) return t;
+  return make_view(t, shape, contiguous_strides(shape), t.offset());
+}
+
+}  // namespace
+
+// a [..., M, K] @ b [..., K, N] -> [..., M, N]; a 1-D [K] acts as [1, K], b 1-D [K] as [K, 1].
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_float(a, "matmul", "a");
+  check_float(b, "matmul", "b");
+  FORGE_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must be at least 1-D, got ",
+              shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  Tensor a2 = a.dim() == 1 ? unsqueeze(a.detach(), 0) : a.detach();
+  Tensor b2 = b.dim() == 1 ? unsqueeze(b.detach(), 1) : b.detach();
+  Tensor out2 = matmul_raw(a2, b2);
+  Shape shape = out2.shape();
+  if (b.dim() == 1) shape.erase(shape.end() - 1);
+  if (a.dim() == 1) shape.erase(shape.end() - (b.dim() == 1 ? 1 : 2));
+  Tensor out = dense_view(out2, shape);
+  if (needs_grad(a, b)) {
+    // dA needs B and dB needs A: save each only when the other side wants its gradient.
+    Tensor sa = b.requires_grad() ? a2 : Tensor(), sb = a.requires_grad() ? b2 : Tensor();
+    Shape a2_shape = a2.shape(), b2_shape = b2.shape(), out2_shape = out2.shape();
+    Shape a_shape = a.shape(), b_shape = b.shape();
+    record(Op::matmul, out, {a, b},
+           [sa, sb, a2_shape, b2_shape, out2_shape, a_shape, b_shape](const Tensor& dout) {
+             Tensor dc = reshape(dout, out2_shape);  // restores dims dropped for 1-D operands
+             Tensor da, db;
+             // C = A·B  =>  dA = dC·Bᵀ, summed over the batch dims A was broadcast along.
+             if (sb.defined())
+               da = reshape(sum_to(matmul_raw(dc, transpose(sb, -1, -2)), a2_shape), a_shape);
+             // dB = Aᵀ·dC. A 2-D B is shared by every batch, so the batch sum is part of one
+             // GEMM: [K, batch·M]·[batch·M, N].
+             if (sa.defined() && b2_shape.size() == 2) {
+               const int64_t k = a2_shape.back(), n = b2_shape.back();
+               db = matmul_raw(transpose(reshape(sa, {-1, k}), 0, 1), reshape(dc, {-1, n}));
+               db = reshape(db, b_shape);
+             } else if (sa.defined()) {
+               db = reshape(sum_to(matmul_raw(transpose(sa, -1, -2), dc), b2_shape), b_shape);
+             }
+             return std::vector<Tensor>{da, db};
+           });
+  }
+  return out;
+}
+
+// x [..., K] · w [N, K]ᵀ + bias [N] -> [..., N]: one GEMM over M = x.numel() / K rows, with w read
+// transposed through its strides and the bias added inside the GEMM.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_float(x, "linear", "x");
+  check_float(weight, "linear", "weight");
+  FORGE_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
+              "linear: x ", shape_str(x.shape()), " does not match weight ",
+              shape_str(weight.shape()), " (expected x [..., K] and weight [N, K])");
+  FORGE_CHECK(x.dtype() == weight.dtype(), "linear: x is ", dtype_name(x.dtype()), ", weight is ",
+              dtype_name(weight.dtype()));
+  const int64_t k = weight.size(1), n = weight.size(0);
+  if (bias.defined()) {
+    FORGE_CHECK(bias.shape() == Shape{n}, "linear: bias ", shape_str(bias.shape()),
+                " does not match weight ", shape_str(weight.shape()), " (expected [", n, "])");
+    FORGE_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()),
+                ", x is ", dtype_name(x.dtype()));
+  }
+  Tensor x2 = reshape(x.detach(), {-1, k});  // [M, K], a view unless x's layout forbids it
+  Tensor w = weight.detach();
+  Tensor out2 = matmul_raw(x2, transpose(w, 0, 1),
+                           bias.defined() ? bias.detach().contiguous() : Tensor());
+  Shape shape = x.shape();
+  shape.back() = n;
+  Tensor out = dense_view(out2, shape);
+  if (needs_grad(x, weight, bias)) {
+    Tensor sx = weight.requires_grad() ? x2 : Tensor(), sw = x.requires_grad() ? w : Tensor();
+    bool want_bias = bias.defined() && bias.requires_grad();
+    Shape x_shape = x.shape();
+    record(Op::linear, out, {x, weight, bias},
+           [sx, sw, want_bias, x_shape, n](const Tensor& dout) {
+             Tensor dy = reshape(dout, {-1, n});  // [M, N]
+             Tensor dx, dw, db;
+             // y = x·wᵀ + b  =>  dx = dy·w [M, N]·[N, K], dw = dyᵀ·x [N, M]·[M, K], db = Σ_rows dy.
+             if (sw.defined()) dx = dense_view(matmul_raw(dy, sw), x_shape);
+             if (sx.defined()) dw = matmul_raw(transpose(dy, 0, 1), sx);
+             if (want_bias) db = sum(dy, {0});
+             return std::vector<Tensor>{dx, dw, db};
+           });
+  }
+  return out;
+}
+
+}  // namespace forge

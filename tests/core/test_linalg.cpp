@@ -1,0 +1,301 @@
+// matmul and linear: finite-difference gradient checks (f64) over broadcasting, 1-D operands and
+// transposed views; parity of the f32 oneDNN kernel and the f64 loop against kernels::ref::matmul
+// on odd sizes and strided layouts; the primitive cache; and that transposed operands are not
+// copied (counted through the caching allocator).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/kernels/matmul.h"
+#include "tests/core/gradcheck.h"
+
+namespace forge {
+namespace {
+
+using testing::randn;
+using testing::randn_strided;
+
+Tensor mm(const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }
+Tensor lin(const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); }
+Tensor lin_nobias(const std::vector<Tensor>& in) { return linear(in[0], in[1]); }
+
+// ---- gradient checks ----
+
+FORGE_GRADCHECK(matmul, two_d) { EXPECT_GRADCHECK(mm, {randn({3, 4}, 1), randn({4, 5}, 2)}); }
+FORGE_GRADCHECK(matmul, batched) {
+  EXPECT_GRADCHECK(mm, {randn({2, 3, 4}, 1), randn({2, 4, 5}, 2)});
+}
+FORGE_GRADCHECK(matmul, broadcast_batch) {
+  EXPECT_GRADCHECK(mm, {randn({2, 1, 3, 4}, 1), randn({3, 4, 5}, 2)});
+}
+FORGE_GRADCHECK(matmul, batched_by_2d) {
+  EXPECT_GRADCHECK(mm, {randn({2, 3, 4}, 1), randn({4, 5}, 2)});
+}
+FORGE_GRADCHECK(matmul, 2d_by_batched) {
+  EXPECT_GRADCHECK(mm, {randn({3, 4}, 1), randn({2, 4, 5}, 2)});
+}
+FORGE_GRADCHECK(matmul, size_one_dims) {
+  EXPECT_GRADCHECK(mm, {randn({1, 1, 4}, 1), randn({3, 4, 1}, 2)});
+}
+FORGE_GRADCHECK(matmul, vector_operands) {
+  EXPECT_GRADCHECK(mm, {randn({4}, 1), randn({4, 5}, 2)});
+  EXPECT_GRADCHECK(mm, {randn({2, 3, 4}, 1), randn({4}, 2)});
+  EXPECT_GRADCHECK(mm, {randn({4}, 1), randn({2, 4, 3}, 2)});
+  EXPECT_GRADCHECK(mm, {randn({4}, 1), randn({4}, 2)});
+}
+FORGE_GRADCHECK(matmul, transposed_inputs) {
+  EXPECT_GRADCHECK(mm, {randn_strided({2, 3, 4}, 1), randn_strided({4, 5}, 2)});
+  EXPECT_GRADCHECK(mm, {randn_strided({3, 4}, 1), randn_strided({2, 4, 5}, 2)});
+}
+FORGE_GRADCHECK(matmul, one_side_constant) {
+  Tensor b = randn({4, 5}, 2).detach();
+  EXPECT_GRADCHECK(mm, {randn({2, 3, 4}, 1), b});
+  Tensor a = randn({2, 3, 4}, 1).detach();
+  EXPECT_GRADCHECK(mm, {a, randn({4, 5}, 2)});
+}
+
+FORGE_GRADCHECK(linear, with_bias) {
+  EXPECT_GRADCHECK(lin, {randn({5, 4}, 1), randn({3, 4}, 2), randn({3}, 3)});
+}
+FORGE_GRADCHECK(linear, without_bias) {
+  EXPECT_GRADCHECK(lin_nobias, {randn({5, 4}, 1), randn({3, 4}, 2)});
+}
+FORGE_GRADCHECK(linear, three_d_input) {
+  EXPECT_GRADCHECK(lin, {randn({2, 3, 4}, 1), randn({5, 4}, 2), randn({5}, 3)});
+}
+FORGE_GRADCHECK(linear, vector_input) {
+  EXPECT_GRADCHECK(lin, {randn({4}, 1), randn({3, 4}, 2), randn({3}, 3)});
+}
+FORGE_GRADCHECK(linear, strided_operands) {
+  EXPECT_GRADCHECK(lin, {randn_strided({2, 5, 4}, 1), randn_strided({3, 4}, 2), randn({3}, 3)});
+}
+
+// ---- kernel parity ----
+
+// One operand [batch..., rows, cols] laid out in a buffer: `trans` stores each matrix
+// column-major, `pad` widens the leading dimension, `step` spaces elements (2 gives a layout with
+// no unit stride, which the kernel must copy), `bcast[d]` gives batch dim d stride 0.
+struct Layout {
+  bool trans = false;
+  int64_t pad = 0;
+  int64_t step = 1;
+  std::vector<bool> bcast = {};
+};
+
+template <class T>
+struct Operand {
+  std::vector<T> data;
+  std::vector<int64_t> strides;
+};
+
+template <class T>
+Operand<T> make_operand(const Shape& batch, int64_t rows, int64_t cols, const Layout& l,
+                        std::mt19937& rng) {
+  Operand<T> op;
+  const size_t nb = batch.size();
+  op.strides.assign(nb + 2, 0);
+  int64_t rs = l.trans ? l.step : cols * l.step + l.pad;
+  int64_t cs = l.trans ? rows * l.step + l.pad : l.step;
+  op.strides[nb] = rs, op.strides[nb + 1] = cs;
+  int64_t extent = std::max(rows * rs, cols * cs);
+  for (size_t d = nb; d-- > 0;) {
+    bool b = d < l.bcast.size() && l.bcast[d];
+    op.strides[d] = b ? 0 : extent;
+    if (!b) extent *= batch[d];
+  }
+  std::normal_distribution<double> normal;
+  op.data.resize(size_t(extent));
+  for (T& v : op.data) v = T(normal(rng));
+  return op;
+}
+
+struct ParityCase {
+  Shape batch;
+  int64_t m, n, k;
+  Layout a, b;
+  bool bias = false;
+  float beta = 0.f;
+};
+
+std::string describe(const ParityCase& c) {
+  std::ostringstream s;
+  s << "batch " << shape_str(c.batch) << " m " << c.m << " n " << c.n << " k " << c.k
+    << " a.trans " << c.a.trans << " a.step " << c.a.step << " b.trans " << c.b.trans
+    << " b.step " << c.b.step << " bias " << c.bias << " beta " << c.beta;
+  return s.str();
+}
+
+// Runs kernels::matmul<T> and ref::matmul<T> on the same inputs; each element must be within
+// `rtol` of the bound sum_q |a||b| (+|bias| + |beta c|), which scales with the rounding budget.
+template <class T>
+void expect_parity(const ParityCase& c, double rtol, uint32_t seed) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(seed);
+  auto a = make_operand<T>(c.batch, c.m, c.k, c.a, rng);
+  auto b = make_operand<T>(c.batch, c.k, c.n, c.b, rng);
+  kernels::MatmulGeometry g{c.batch, c.m, c.n, c.k, a.strides, b.strides};
+  std::vector<T> bias(size_t(c.n));
+  std::normal_distribution<double> normal;
+  for (T& v : bias) v = T(normal(rng));
+  const size_t numel = size_t(shape_numel(c.batch) * c.m * c.n);
+  std::vector<T> c0(numel);
+  for (T& v : c0) v = T(normal(rng));
+  if (c.beta == 0.f) c0.assign(numel, T(NAN));  // beta 0 must not read C
+
+  std::vector<T> fast = c0, ref = c0;
+  kernels::matmul<T>(g, a.data.data(), b.data.data(), c.bias ? bias.data() : nullptr, fast.data(),
+                     c.beta);
+  kernels::ref::matmul<T>(g, a.data.data(), b.data.data(), c.bias ? bias.data() : nullptr,
+                          ref.data(), c.beta);
+  // The error bound: the same product over absolute values.
+  for (T& v : a.data) v = std::abs(v);
+  for (T& v : b.data) v = std::abs(v);
+  for (T& v : bias) v = std::abs(v);
+  std::vector<T> bound = c0;
+  for (T& v : bound) v = std::abs(v);
+  kernels::ref::matmul<T>(g, a.data.data(), b.data.data(), c.bias ? bias.data() : nullptr,
+                          bound.data(), std::abs(c.beta));
+  for (size_t i = 0; i < numel; ++i) {
+    ASSERT_FALSE(std::isnan(double(fast[i]))) << "element " << i;
+    ASSERT_LE(std::abs(double(fast[i]) - double(ref[i])), rtol * (double(bound[i]) + 1e-30))
+        << "element " << i << ": kernel " << fast[i] << ", reference " << ref[i];
+  }
+}
+
+std::vector<ParityCase> parity_cases() {
+  std::vector<ParityCase> cases;
+  const int64_t sizes[] = {1, 7, 33, 129};
+  // Every (m, n, k) from the odd sizes, 2-D, cycling through the four transpose combinations.
+  int i = 0;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) {
+        ParityCase c{{}, m, n, k, {}, {}};
+        c.a.trans = i & 1, c.b.trans = (i >> 1) & 1;
+        c.bias = i % 3 == 0;
+        ++i;
+        cases.push_back(c);
+      }
+  auto add = [&](ParityCase c) { cases.push_back(c); };
+  Layout dense, trans{true}, bcast{false, 0, 1, {true}}, trans_bcast{true, 0, 1, {true}};
+  add({{3}, 7, 33, 129, dense, dense});                    // batched dense
+  add({{3}, 33, 7, 33, trans, trans});                     // batched, both transposed
+  add({{4}, 33, 129, 7, dense, bcast});                    // 2-D weight broadcast (folds into M)
+  add({{4}, 33, 129, 7, trans, bcast});                    // ... with A transposed (cannot fold)
+  add({{4}, 33, 129, 7, dense, trans_bcast, true});        // ... B transposed, bias
+  add({{2, 3}, 7, 33, 7, {false, 0, 1, {true, false}}, {false, 0, 1, {false, true}}});
+  add({{2, 3}, 7, 7, 33, {false, 0, 1, {false, true}}, {true, 0, 1, {true, false}}});
+  add({{3}, 7, 33, 7, bcast, dense});                      // A broadcast
+  add({{3}, 7, 33, 7, bcast, trans_bcast});                // both broadcast: A gets expanded
+  add({{2, 3, 4}, 7, 7, 7, trans, dense});                 // batch dims merge into one
+  add({{2}, 33, 33, 33, {false, 5}, {true, 3}});           // padded leading dims
+  add({{2}, 7, 33, 129, {false, 0, 2}, {true, 0, 2}});     // no unit stride: copied
+  add({{2}, 7, 33, 129, {true, 0, 2, {true}}, {false, 0, 2}});
+  add({{3}, 1, 33, 7, {false, 0, 2}, bcast});              // strided row vector
+  add({{3}, 7, 1, 33, dense, {true, 0, 2}});               // strided column vector
+  add({{}, 129, 33, 7, dense, dense, true, 1.f});          // accumulate
+  add({{3}, 33, 7, 129, trans, bcast, true, 0.5f});        // accumulate, scaled
+  add({{}, 7, 1, 33, dense, dense, false, 1.f});           // N = 1 accumulate
+  return cases;
+}
+
+TEST(MatmulKernel, F32MatchesReference) {
+  uint32_t seed = 1;
+  for (const ParityCase& c : parity_cases()) expect_parity<float>(c, 1e-5, seed++);
+}
+
+TEST(MatmulKernel, F64MatchesReference) {
+  uint32_t seed = 1;
+  for (const ParityCase& c : parity_cases()) expect_parity<double>(c, 1e-13, seed++);
+}
+
+TEST(MatmulKernel, EmptyInnerDimensionGivesBias) {
+  kernels::MatmulGeometry g{{}, 2, 3, 0, {0, 1}, {3, 1}};
+  std::vector<float> bias = {1, 2, 3}, c(6, NAN);
+  kernels::matmul<float>(g, nullptr, nullptr, bias.data(), c.data());
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 1, 2, 3}));
+}
+
+TEST(MatmulKernel, PrimitiveCacheHitOnRepeatedShape) {
+  Tensor a = normal({37, 41}, 0, 1), b = normal({41, 43}, 0, 1);
+  auto before = kernels::matmul_cache_stats();
+  matmul(a, b);
+  auto first = kernels::matmul_cache_stats();
+  EXPECT_EQ(first.misses, before.misses + 1);
+  EXPECT_EQ(first.entries, before.entries + 1);
+  matmul(a, b);
+  matmul(normal({37, 41}, 0, 1), normal({41, 43}, 0, 1));  // new buffers, same geometry
+  auto second = kernels::matmul_cache_stats();
+  EXPECT_EQ(second.misses, first.misses);
+  EXPECT_EQ(second.hits, first.hits + 2);
+  EXPECT_EQ(second.entries, first.entries);
+}
+
+// ---- no copies of transposed operands ----
+
+// Allocation requests made by fn (after one warm-up call, so caches are filled).
+template <class Fn>
+uint64_t allocations(Fn fn) {
+  fn();
+  uint64_t before = allocator::stats().allocs;
+  fn();
+  return allocator::stats().allocs - before;
+}
+
+TEST(Matmul, TransposedViewsAreNotCopied) {
+  Tensor a = normal({48, 32}, 0, 1), b = normal({40, 48}, 0, 1);
+  Tensor at = transpose(a, 0, 1), bt = transpose(b, 0, 1);  // [32, 48], [48, 40]
+  Tensor x = normal({4, 16, 32}, 0, 1), w = normal({32, 24}, 0, 1);
+  // Only the output is allocated.
+  EXPECT_EQ(allocations([&] { matmul(at, bt); }), 1u);
+  EXPECT_EQ(allocations([&] { matmul(transpose(x, -1, -2), x); }), 1u);
+  EXPECT_EQ(allocations([&] { matmul(x, transpose(transpose(w, 0, 1), 0, 1)); }), 1u);
+  EXPECT_EQ(allocations([&] { linear(x, transpose(w, 0, 1)); }), 1u);
+  EXPECT_EQ(allocations([&] { linear(x, normal({24, 32}, 0, 1), zeros({24})); }), 3u);  // + w, b
+  // A layout without a unit stride is copied, so the count above can tell.
+  Tensor strided = slice(slice(normal({64, 96}, 0, 1), 0, 0, 64, 2), 1, 0, 96, 2);  // [32, 48]
+  EXPECT_GT(allocations([&] { matmul(strided, bt); }), 1u);
+}
+
+TEST(Matmul, StridedF32MatchesDenseF64) {
+  Tensor at = transpose(normal({48, 32}, 0, 1), 0, 1);
+  Tensor strided = slice(normal({40, 96}, 0, 1), 1, 0, 96, 2);  // [40, 48], column stride 2
+  Tensor bt = transpose(strided, 0, 1);                          // [48, 40]
+  Tensor got = matmul(at, bt);
+  Tensor want = matmul(at.to(DType::f64).contiguous(), bt.to(DType::f64).contiguous());
+  ASSERT_EQ(got.shape(), (Shape{32, 40}));
+  for (int64_t i = 0; i < 32; i += 5)
+    for (int64_t j = 0; j < 40; j += 3) EXPECT_NEAR(got.at({i, j}), want.at({i, j}), 1e-4);
+}
+
+TEST(Matmul, ShapesAndErrors) {
+  EXPECT_EQ(matmul(zeros({2, 1, 3, 4}), zeros({5, 4, 6})).shape(), (Shape{2, 5, 3, 6}));
+  EXPECT_EQ(matmul(zeros({4}), zeros({3, 4, 6})).shape(), (Shape{3, 6}));
+  EXPECT_EQ(matmul(zeros({3, 4, 6}), zeros({6})).shape(), (Shape{3, 4}));
+  EXPECT_EQ(matmul(zeros({4}), zeros({4})).shape(), (Shape{}));
+  EXPECT_EQ(linear(zeros({2, 3, 4}), zeros({5, 4})).shape(), (Shape{2, 3, 5}));
+  try {
+    matmul(zeros({2, 3}), zeros({4, 5}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3] @ [4, 5]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(linear(zeros({2, 4}), zeros({5, 3})), Error);
+  EXPECT_THROW(linear(zeros({2, 4}), zeros({5, 4}), zeros({4})), Error);
+  EXPECT_THROW(matmul(zeros({2, 2}), zeros({2, 2}, DType::f64)), Error);
+}
+
+TEST(Linear, F32MatchesF64WithBias) {
+  Tensor x = normal({3, 5, 33}, 0, 1), w = normal({7, 33}, 0, 1), b = normal({7}, 0, 1);
+  Tensor got = linear(x, w, b);
+  Tensor want = linear(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64));
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t n = 0; n < 7; ++n) EXPECT_NEAR(got.at({i, t, n}), want.at({i, t, n}), 1e-4);
+}
+
+}  // namespace
+}  // namespace forge
