@@ -36,13 +36,23 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   return acc;
 }
 
-void accumulate_leaf(Node& node, const Tensor& g) {
+// True when `g` is the only handle to a dense buffer of its own, so a leaf can adopt it.
+bool sole_owner(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.offset() == 0 &&
+         g.is_contiguous();
+}
+
+void accumulate_leaf(Node& node, Tensor g) {
   std::shared_ptr<TensorImpl> leaf = node.leaf.lock();
   if (!leaf) return;  // the tensor is gone; nobody can read its gradient
   Tensor t(leaf);
   if (!leaf->grad.defined()) {
-    // Own the buffer: `g` may alias a tensor another node still reads.
-    leaf->grad = g.dtype() == t.dtype() ? g.clone() : g.to(t.dtype());
+    // Adopt the buffer when nothing else can see it; otherwise copy, since `g` may alias a
+    // tensor another node still reads (add passes one dout to both inputs).
+    if (g.dtype() != t.dtype())
+      leaf->grad = g.to(t.dtype());
+    else
+      leaf->grad = sole_owner(g) ? std::move(g) : g.clone();
   } else {
     leaf->grad = add(leaf->grad, g);
   }
@@ -152,7 +162,7 @@ void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     Tensor dout = std::move(it->second);
     grads.erase(it);
     if (node->op == Op::accumulate_grad) {
-      accumulate_leaf(*node, dout);
+      accumulate_leaf(*node, std::move(dout));
       continue;
     }
     FORGE_CHECK(node->backward, "backward: the graph through ", op_name(node->op),

@@ -43,6 +43,24 @@ TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1.0, 1.0}));
 }
 
+TEST(Engine, LeafAdoptsAnUnsharedGradientButCopiesAnAliasedOne) {
+  Tensor x = vec({1.0, 2.0});
+  exp(x).backward(ones({2}, DType::f64));  // exp's gradient buffer is fresh: adopted, no copy
+  EXPECT_EQ(x.grad().to_vector<double>()[0], std::exp(1.0));
+  // add hands the same dout to both inputs; each leaf must end up with a buffer of its own.
+  Tensor a = vec({1.0}), b = vec({2.0});
+  Tensor seed = from_vector(std::vector<double>{3.0}, {1}, DType::f64);
+  add(a, b).backward(seed);
+  EXPECT_FALSE(a.grad().shares_storage(b.grad()));
+  EXPECT_FALSE(a.grad().shares_storage(seed));
+  {
+    NoGradGuard g;
+    a.grad().fill_(0.0);
+  }
+  EXPECT_EQ(b.grad().item(), 3.0);
+  EXPECT_EQ(seed.item(), 3.0);
+}
+
 TEST(Engine, RequiresGradPropagates) {
   Tensor a = from_vector(std::vector<double>{1.0}, {1}, DType::f64);
   Tensor b = vec({2.0});
