@@ -1,0 +1,107 @@
+// Checkpoints: one HDF5 file per save under <run dir>/checkpoints/, plus LATEST naming the newest
+// complete one (DESIGN.md §4; the layout is documented in docs/checkpoint-format.md). Files are
+// written to a temp name, fsynced and renamed, so a crash at any instant leaves the previous
+// checkpoint loadable; loading checks names, shapes and dtypes before reading any tensor data, and
+// every dataset carries a CRC32 that is verified on load.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/named_tensor.h"
+
+namespace forge {
+
+/// Version of the checkpoint layout this build writes and reads.
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+/// Stored in every checkpoint as `forge_version`, for humans reading a file later.
+inline constexpr const char* kForgeVersion = "0.1.0";
+
+/// What a checkpoint holds. Counters carry the integer state a resume needs besides tensors
+/// (generator seed/stream/offset, data cursor, ...); unsigned values are stored by bit pattern.
+struct CheckpointData {
+  int64_t step = 0;
+  std::string config_yaml;
+  NamedTensors model;
+  NamedTensors optim;
+  std::map<std::string, int64_t> counters;
+};
+
+/// A tensor's name, shape and dtype: what a caller expects a checkpoint to contain.
+struct TensorSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+/// The specs of a list of named tensors (e.g. a model's parameters), in the same order.
+std::vector<TensorSpec> specs_of(const NamedTensors& tensors);
+
+/// Everything in a checkpoint except tensor data (for `forge inspect` and for building a model
+/// from the stored config before loading it).
+struct CheckpointInfo {
+  int64_t format_version = 0;
+  int64_t step = 0;
+  std::string config_yaml;
+  std::string forge_version;
+  std::map<std::string, int64_t> counters;
+  std::vector<TensorSpec> model;  // in the order they were saved
+  std::vector<TensorSpec> optim;
+  int64_t model_numel() const;
+  int64_t optim_numel() const;
+};
+
+/// What load_checkpoint checks and reads besides the model.
+struct LoadOptions {
+  /// Read `/optim` (needed to resume training; generate and eval set this false).
+  bool load_optim = true;
+  /// When given, `/optim` must hold exactly these tensors (same checks as the model).
+  std::optional<std::vector<TensorSpec>> expected_optim;
+};
+
+/// `<run_dir>/checkpoints/step-000200.h5` for step 200.
+std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int64_t step);
+
+/// Writes `<run_dir>/checkpoints/step-%06d.h5` atomically and durably, points LATEST at it, then
+/// deletes the oldest step files beyond `keep_last` (never the one LATEST names; keep_last <= 0
+/// keeps all). Returns the file written. Throws Error(checkpoint) if the disk refuses.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir,
+                                      const CheckpointData& data, int keep_last);
+
+/// The newest complete, intact checkpoint of a run: the one LATEST names, or when LATEST is
+/// missing or names a missing/corrupt file, the newest step file that verifies. Temp files of an
+/// interrupted save are ignored. nullopt when the run has none. When a fallback was needed and
+/// `warning` is given, it receives one line saying why.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir,
+                                                       std::string* warning = nullptr);
+
+/// Reads a checkpoint. Names, shapes and dtypes of `/model` must match `expected_model` exactly
+/// (checked before any data is read); the returned model tensors follow `expected_model`'s order.
+/// Any problem (not HDF5, truncated, checksum mismatch, missing attribute, missing/unexpected
+/// parameter, shape or dtype mismatch, newer format) throws Error(checkpoint, "<file>: ...").
+CheckpointData load_checkpoint(const std::filesystem::path& file,
+                               const std::vector<TensorSpec>& expected_model,
+                               const LoadOptions& options = {});
+
+/// Step, config, counters and tensor specs, without reading tensor data.
+CheckpointInfo read_checkpoint_info(const std::filesystem::path& file);
+
+/// Reads every dataset and checks its checksum (and the metadata checksum); throws
+/// Error(checkpoint, "<file>: ...") on the first problem.
+void verify_checkpoint(const std::filesystem::path& file);
+
+/// Replaces `file` with `content` atomically and durably: a temp file in the same directory,
+/// fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.
+/// Used for LATEST, config.yaml and report.html; failures throw Error(code).
+void write_file_atomic(const std::filesystem::path& file, const std::string& content,
+                       ExitCode code = ExitCode::checkpoint);
+
+/// CRC-32 (the zlib/PNG polynomial, as Python's zlib.crc32) of a byte range, continuing `crc`.
+uint32_t crc32(const void* data, size_t nbytes, uint32_t crc = 0);
+
+}  // namespace forge

@@ -1,0 +1,24 @@
+// report.html: a self-contained page summarising a run (DESIGN.md §1) — summary numbers, loss and
+// learning-rate curves and a small chart for every other numeric metric, drawn as hand-written
+// inline SVG, and the resolved config. No scripts, stylesheets or images are linked, so the file
+// opens anywhere, offline, from a copied run directory.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "recipes/metrics.h"
+
+namespace forge {
+
+/// The page for these metrics and config text (pure; write_report and the tests use it).
+/// `skipped_lines` is how many metrics lines could not be read, mentioned when non-zero.
+std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
+                          const std::string& config_yaml, int64_t skipped_lines = 0);
+
+/// Reads <run_dir>/metrics.jsonl and <run_dir>/config.yaml and atomically (re)writes
+/// <run_dir>/report.html; returns its path. Missing inputs give an emptier page, not an error.
+std::filesystem::path write_report(const std::filesystem::path& run_dir);
+
+}  // namespace forge
