@@ -1,0 +1,82 @@
+// Causal multi-head self-attention with a fused qkv projection, optional rotary position embedding
+// (the GPT-NeoX / LLaMA "rotate half" convention) and a preallocated KV cache for incremental
+// decoding. The attention itself is core's fused scaled_dot_product_attention, whose causal mask is
+// aligned bottom-right, so new queries attend to every cached key.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace forge::nn {
+
+/// Keys and values of every layer for generation: k[l] and v[l] are [B, H, capacity, D] and
+/// positions [0, length) hold the prefix decoded so far.
+struct KVCache {
+  std::vector<Tensor> k;
+  std::vector<Tensor> v;
+  int64_t length = 0;
+
+  int64_t batch() const { return k.empty() ? 0 : k[0].size(0); }
+  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
+  /// Starts a new sequence; the storage is kept.
+  void reset() { length = 0; }
+};
+
+/// Zero-filled cache for `n_layers` layers of [batch, n_heads, capacity, head_dim].
+KVCache make_kv_cache(int64_t n_layers, int64_t batch, int64_t n_heads, int64_t capacity,
+                      int64_t head_dim);
+
+/// cos and sin of position p times theta^(-2i/D), as [positions, D/2] f32 tables (computed in f64).
+struct RotaryTables {
+  Tensor cos;
+  Tensor sin;
+};
+RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta);
+/// Rotates x [B, H, T, D] for absolute positions pos0 .. pos0+T-1: with x = [x1, x2] split in
+/// halves, returns [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half convention).
+Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0);
+
+struct AttentionConfig {
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t context = 0;        ///< longest sequence (rotary tables are built for it)
+  double dropout = 0.0;       ///< on the output projection (the residual branch)
+  bool bias = true;           ///< qkv and proj biases
+  bool rotary = false;        ///< rotate q and k by their absolute positions
+  double rope_theta = 10000.0;
+  double init_std = 0.0;       ///< qkv weight ~ N(0, init_std); 0 = Linear's default
+  double proj_init_std = 0.0;  ///< proj weight likewise (GPT-2 scales residual projections down)
+};
+
+/// x [B, T, C] -> [B, T, C]. Children "qkv" (Linear C -> 3C, output laid out [q | k | v], heads
+/// contiguous within each) and "proj" (Linear C -> C); non-persistent buffers "rope_cos",
+/// "rope_sin" with rotary.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
+
+  /// Without a cache, positions start at 0. With one, x holds the positions after the cache's
+  /// `length`; their keys and values are written to layer `layer` of the cache and the queries
+  /// attend to the whole prefix. The caller advances cache->length once every layer has run.
+  /// Cached attention is for inference: it refuses to run while recording a graph.
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+
+  int64_t n_heads() const { return config_.n_heads; }
+  int64_t head_dim() const { return config_.d_model / config_.n_heads; }
+
+  std::shared_ptr<Linear> qkv;
+  std::shared_ptr<Linear> proj;
+  std::shared_ptr<Dropout> resid_drop;
+
+ private:
+  AttentionConfig config_;
+  RotaryTables rope_;
+};
+
+}  // namespace forge::nn

@@ -1,0 +1,179 @@
+// GPT: embeddings, pre-norm blocks, final norm and LM head, each layer initialised GPT-2 style as
+// it is built; full-sequence forward (optionally checkpointing each block) and KV-cached
+// incremental forward for generation.
+#include "nn/gpt.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace forge::nn {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(ExitCode::usage, "model config: " + message);
+}
+
+std::shared_ptr<UnaryModule> make_norm(const GPTConfig& c) {
+  if (c.norm == NormType::rmsnorm) return std::make_shared<RMSNorm>(c.d_model, c.norm_eps);
+  return std::make_shared<LayerNorm>(c.d_model, c.norm_eps, c.bias);
+}
+
+}  // namespace
+
+void check_config(const GPTConfig& c) {
+  auto str = [](auto v) { return std::to_string(v); };
+  require(c.vocab_size > 0, "vocab_size must be positive, got " + str(c.vocab_size));
+  require(c.context > 0, "context must be positive, got " + str(c.context));
+  require(c.n_layers > 0, "n_layers must be positive, got " + str(c.n_layers));
+  require(c.n_heads > 0, "n_heads must be positive, got " + str(c.n_heads));
+  require(c.d_model > 0 && c.d_model % c.n_heads == 0,
+          "d_model " + str(c.d_model) + " must be a positive multiple of n_heads " + str(c.n_heads));
+  require(c.dropout >= 0.0 && c.dropout < 1.0, "dropout must be in [0, 1), got " + str(c.dropout));
+  require(c.ffn_mult > 0, "ffn_mult must be positive, got " + str(c.ffn_mult));
+  require(c.position != PositionType::rotary || (c.d_model / c.n_heads) % 2 == 0,
+          "rotary positions need an even head dimension, got d_model / n_heads = " +
+              str(c.d_model / c.n_heads));
+  require(c.rope_theta > 0.0, "rope_theta must be positive, got " + str(c.rope_theta));
+  require(c.norm_eps > 0.0, "norm_eps must be positive, got " + str(c.norm_eps));
+}
+
+int64_t mlp_hidden_size(const GPTConfig& c) {
+  const int64_t hidden = c.ffn_mult * c.d_model;
+  if (c.mlp == MLPType::gelu) return hidden;
+  const int64_t multiple = 8;
+  return (2 * hidden / 3 + multiple - 1) / multiple * multiple;
+}
+
+int64_t gpt_num_parameters(const GPTConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c), b = c.bias ? 1 : 0;
+  const int64_t norm = c.norm == NormType::layernorm ? C * (1 + b) : C;
+  const int64_t attn = (3 * C * C + 3 * C * b) + (C * C + C * b);
+  const int64_t mlp = c.mlp == MLPType::gelu ? (C * h + h * b) + (h * C + C * b)
+                                             : 2 * (C * h + h * b) + (h * C + C * b);
+  const int64_t emb = V * C + (c.position == PositionType::learned ? c.context * C : 0);
+  return emb + c.n_layers * (2 * norm + attn + mlp) + norm + (c.tie_embeddings ? 0 : V * C);
+}
+
+double gpt_residual_init_std(const GPTConfig& c) {
+  return kGPTInitStd / std::sqrt(2.0 * double(c.n_layers));
+}
+
+MLP::MLP(const GPTConfig& c, Generator& gen) : type_(c.mlp) {
+  const int64_t C = c.d_model, hidden = mlp_hidden_size(c);
+  auto make_linear = [&](int64_t in, int64_t out, double init_std) {
+    return std::make_shared<Linear>(in, out, c.bias, gen, init_std);
+  };
+  if (type_ == MLPType::gelu) {
+    fc = register_module("fc", make_linear(C, hidden, kGPTInitStd));
+  } else {
+    gate = register_module("gate", make_linear(C, hidden, kGPTInitStd));
+    up = register_module("up", make_linear(C, hidden, kGPTInitStd));
+  }
+  proj = register_module("proj", make_linear(hidden, C, gpt_residual_init_std(c)));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
+}
+
+// x [B, T, C] -> [B, T, C]
+Tensor MLP::forward(const Tensor& x) const {
+  Tensor h = type_ == MLPType::gelu ? gelu(fc->forward(x), GeluApprox::tanh)
+                                    : silu(gate->forward(x)) * up->forward(x);
+  return drop->forward(proj->forward(h));
+}
+
+Block::Block(const GPTConfig& c, Generator& gen) {
+  AttentionConfig a;
+  a.d_model = c.d_model;
+  a.n_heads = c.n_heads;
+  a.context = c.context;
+  a.dropout = c.dropout;
+  a.bias = c.bias;
+  a.rotary = c.position == PositionType::rotary;
+  a.rope_theta = c.rope_theta;
+  a.init_std = kGPTInitStd;
+  a.proj_init_std = gpt_residual_init_std(c);
+  ln1 = register_module("ln1", make_norm(c));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(a, gen));
+  ln2 = register_module("ln2", make_norm(c));
+  mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
+}
+
+Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
+  Tensor h = x + attn->forward(ln1->forward(x), cache, layer);
+  return h + mlp->forward(ln2->forward(h));
+}
+
+GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
+  check_config(c);
+  tok_emb = register_module(
+      "tok_emb", std::make_shared<Embedding>(c.vocab_size, c.d_model, gen, kGPTInitStd));
+  if (c.position == PositionType::learned)
+    pos_emb = register_module(
+        "pos_emb", std::make_shared<Embedding>(c.context, c.d_model, gen, kGPTInitStd));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
+  blocks = register_module("blocks", std::make_shared<ModuleList<Block>>());
+  for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<Block>(c, gen));
+  ln_f = register_module("ln_f", make_norm(c));
+  if (!c.tie_embeddings)
+    lm_head = register_module(
+        "lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, gen, kGPTInitStd));
+}
+
+// ids [B, T] -> hidden [B, T, C] after ln_f; positions start at the cache's length.
+Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
+  FORGE_CHECK(ids.dim() == 2 && ids.dtype() == DType::i64 && ids.size(1) > 0,
+              "GPT: ids must be a non-empty [B, T] i64 tensor, got ", shape_str(ids.shape()), " ",
+              dtype_name(ids.dtype()));
+  const int64_t T = ids.size(1), pos0 = cache ? cache->length : 0;
+  if (pos0 + T > config_.context)
+    throw Error(ExitCode::usage, detail::concat("GPT: positions up to ", pos0 + T,
+                                                " exceed the model context ", config_.context));
+  Tensor x = tok_emb->forward(ids);  // [B, T, C]
+  if (pos_emb) x = x + slice(pos_emb->weight, 0, pos0, pos0 + T);  // [T, C] broadcasts over B
+  x = drop->forward(x);
+  for (size_t l = 0; l < blocks->size(); ++l) {
+    const std::shared_ptr<Block>& block = (*blocks)[l];
+    if (checkpointing_ && !cache && grad_enabled()) {
+      x = checkpoint([block](const std::vector<Tensor>& in) { return block->forward(in[0]); }, {x});
+    } else {
+      x = block->forward(x, cache, l);
+    }
+  }
+  return ln_f->forward(x);
+}
+
+Tensor GPT::head(const Tensor& hidden) const {
+  return linear(hidden, lm_head ? lm_head->weight : tok_emb->weight);
+}
+
+Tensor GPT::output(const Tensor& hidden, GPTOutput what) const {
+  switch (what) {
+    case GPTOutput::hidden: return hidden;
+    case GPTOutput::last_logits: return head(slice(hidden, 1, hidden.size(1) - 1, hidden.size(1)));
+    case GPTOutput::logits: break;
+  }
+  return head(hidden);
+}
+
+Tensor GPT::forward(const Tensor& ids, GPTOutput what) const {
+  return output(hidden_states(ids, nullptr), what);
+}
+
+KVCache GPT::make_cache(int64_t batch) const {
+  return make_kv_cache(config_.n_layers, batch, config_.n_heads, config_.context,
+                       config_.d_model / config_.n_heads);
+}
+
+Tensor GPT::forward_incremental(const Tensor& ids_new, KVCache& cache, GPTOutput what) const {
+  FORGE_CHECK(int64_t(cache.k.size()) == config_.n_layers, "GPT: cache has ", cache.k.size(),
+              " layers, the model ", config_.n_layers, " (build it with make_cache)");
+  NoGradGuard no_grad;
+  Tensor out = output(hidden_states(ids_new, &cache), what);
+  cache.length += ids_new.size(1);
+  return out;
+}
+
+}  // namespace forge::nn

@@ -1,0 +1,135 @@
+// The GPT family: a decoder-only transformer of pre-norm blocks, configured as GPT-2 (LayerNorm,
+// learned positions, GELU-tanh MLP, biases, tied LM head) or LLaMA-style (RMSNorm, rotary
+// positions, SwiGLU MLP, no biases) from one plain config struct. Also incremental decoding with a
+// KV cache for generation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace forge::nn {
+
+enum class NormType { layernorm, rmsnorm };
+enum class PositionType { learned, rotary };
+enum class MLPType { gelu, swiglu };
+
+/// model.* of a gpt recipe (the config schema owns parsing and range checks; check_config repeats
+/// the structural ones so a model is never built inconsistent).
+struct GPTConfig {
+  int64_t vocab_size = 256;
+  int64_t context = 64;        ///< longest sequence; learned positions and KV caches have this size
+  int64_t d_model = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  double dropout = 0.0;        ///< after embeddings and on each residual branch
+  bool bias = true;            ///< biases in Linear layers and LayerNorm
+  NormType norm = NormType::layernorm;
+  PositionType position = PositionType::learned;
+  MLPType mlp = MLPType::gelu;
+  int64_t ffn_mult = 4;        ///< MLP hidden size is ffn_mult * d_model (see mlp_hidden_size)
+  bool tie_embeddings = true;  ///< LM head reuses tok_emb.weight
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+};
+
+/// Throws Error(usage) naming the first inconsistent field (sizes, divisibility, odd rotary dim).
+void check_config(const GPTConfig& config);
+/// GELU: ffn_mult * d_model. SwiGLU (LLaMA convention, so parameters match the GELU MLP):
+/// 2/3 of that, truncated, rounded up to a multiple of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
+int64_t mlp_hidden_size(const GPTConfig& config);
+/// Parameter count of GPT(config) without building it (for `forge validate` estimates).
+int64_t gpt_num_parameters(const GPTConfig& config);
+
+/// GPT-2 initialisation: Linear and Embedding weights ~ N(0, 0.02), residual projections
+/// (attn.proj, mlp.proj) ~ N(0, 0.02 / sqrt(2 n_layers)) so the residual stream's variance does not
+/// grow with depth; biases 0, norm weights 1.
+constexpr double kGPTInitStd = 0.02;
+double gpt_residual_init_std(const GPTConfig& config);
+
+/// Position-wise feed-forward, [B, T, C] -> [B, T, C]. GELU: "fc" C -> hidden, gelu(tanh), "proj"
+/// hidden -> C. SwiGLU: proj(silu(gate(x)) * up(x)) with "gate", "up" C -> hidden. GPT-2 init.
+class MLP : public UnaryModule {
+ public:
+  MLP(const GPTConfig& config, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) const override;
+
+  std::shared_ptr<Linear> fc;    ///< GELU only
+  std::shared_ptr<Linear> gate;  ///< SwiGLU only
+  std::shared_ptr<Linear> up;    ///< SwiGLU only
+  std::shared_ptr<Linear> proj;
+  std::shared_ptr<Dropout> drop;
+
+ private:
+  MLPType type_;
+};
+
+/// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init.
+class Block : public Module {
+ public:
+  Block(const GPTConfig& config, Generator& gen = default_generator());
+  /// x [B, T, C] -> [B, T, C]; cache and layer as in CausalSelfAttention::forward.
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+
+  std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<UnaryModule> ln2;
+  std::shared_ptr<MLP> mlp;
+};
+
+/// What GPT::forward returns.
+enum class GPTOutput {
+  logits,       ///< [B, T, V]
+  last_logits,  ///< [B, 1, V]: the last position only (generation)
+  hidden,       ///< [B, T, C]: after ln_f, before the LM head
+};
+
+/// Parameter names, in order: tok_emb.weight, pos_emb.weight (learned positions),
+/// blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, mlp.fc | mlp.gate, mlp.up, mlp.proj}.{weight, bias},
+/// ln_f.{weight, bias}, lm_head.weight (untied only). Biases exist only with config.bias.
+class GPT : public Module {
+ public:
+  /// Builds and initialises as GPT-2 does (kGPTInitStd), drawing from `gen` in parameter order:
+  /// the same generator state gives the same weights.
+  GPT(const GPTConfig& config, Generator& gen);
+
+  /// ids [B, T] i64 with T <= context -> see GPTOutput.
+  Tensor forward(const Tensor& ids, GPTOutput what = GPTOutput::logits) const;
+  /// Final hidden state [B, T, C] -> logits [B, T, V] through the (possibly tied) LM head.
+  Tensor head(const Tensor& hidden) const;
+
+  /// A cache for `batch` sequences of up to `context` positions.
+  KVCache make_cache(int64_t batch) const;
+  /// ids_new [B, t] continue the sequences in `cache` at absolute positions length .. length+t-1;
+  /// returns their logits [B, t, V] (or as `what` says: last_logits suits a prompt's prefill)
+  /// and advances cache.length. Runs without recording a graph.
+  Tensor forward_incremental(const Tensor& ids_new, KVCache& cache,
+                             GPTOutput what = GPTOutput::logits) const;
+
+  /// Recompute each block's activations in backward instead of storing them.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
+
+  const GPTConfig& config() const { return config_; }
+
+  std::shared_ptr<Embedding> tok_emb;
+  std::shared_ptr<Embedding> pos_emb;  ///< null with rotary positions
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<ModuleList<Block>> blocks;
+  std::shared_ptr<UnaryModule> ln_f;
+  std::shared_ptr<Linear> lm_head;     ///< null when tied to tok_emb
+
+ private:
+  Tensor hidden_states(const Tensor& ids, KVCache* cache) const;
+  Tensor output(const Tensor& hidden, GPTOutput what) const;
+
+  GPTConfig config_;
+  bool checkpointing_ = false;
+};
+
+}  // namespace forge::nn
