@@ -1,0 +1,173 @@
+// The run config: YAML recipes and `key.path=value` overrides loaded into typed structs. One schema
+// table (config.cpp) knows every key with its type, default, range and doc; loading, overrides,
+// printing the resolved config and docs/config.md all follow it, so a key exists in one place.
+// Errors come back all at once as forge::Error(usage) with one `forge: config error:` line each.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace forge {
+
+// The structs hold values only: a default-constructed struct is zeroed. The defaults live in the
+// schema; default_config() and load_config() apply them. Choice-valued keys stay strings, checked
+// against the schema's choices at load time.
+
+struct ModelConfig {
+  std::string arch;
+  int64_t vocab_size{};
+  int64_t context{};
+  int64_t d_model{};
+  int64_t n_layers{};
+  int64_t n_heads{};
+  double dropout{};
+  bool bias{};
+  std::string norm;      // layernorm | rmsnorm
+  std::string position;  // learned | rotary
+  std::string mlp;       // gelu | swiglu
+  double ffn_mult{};
+  bool tie_embeddings{};
+  double rope_theta{};
+  double norm_eps{};
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string tokenizer;
+  std::string train;  // path, required
+  std::string val;    // path, empty = split val_fraction off train
+  double val_fraction{};
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  std::string name;  // adamw | sgd
+  double lr{};
+  std::array<double, 2> betas{};
+  double eps{};
+  double weight_decay{};
+  double momentum{};
+  bool nesterov{};
+  double layer_lr_decay{};
+  std::vector<std::string> freeze;  // glob patterns over parameter names
+  int64_t unfreeze_every{};
+  bool decay_1d{};
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  std::string name;  // constant | warmup_cosine | warmup_linear | noam | stlr
+  int64_t warmup_steps{};
+  double min_lr{};
+  double cut_frac{};
+  double ratio{};
+  int64_t noam_d_model{};  // resolved: model.d_model when the file leaves it 0
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t batch_size{};
+  int64_t grad_accum{};
+  int64_t max_steps{};
+  double clip_grad_norm{};
+  int64_t eval_every{};
+  int64_t eval_batches{};
+  int64_t save_every{};
+  int64_t keep_last{};
+  int64_t log_every{};
+  bool activation_checkpointing{};
+  std::string resume;      // auto | never
+  std::string nan_policy;  // abort | skip
+  int64_t sample_every{};
+  int64_t sample_tokens{};
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct RunConfig {
+  std::string recipe;
+  int64_t seed{};
+  std::string output_dir;  // resolved: runs/<config file stem> when not given
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  bool operator==(const RunConfig&) const = default;
+};
+
+// ---- the schema ------------------------------------------------------------------------------
+
+/// A value of any config key (std::array<double, 2> fields travel as a 2-element vector).
+using ConfigValue =
+    std::variant<int64_t, double, bool, std::string, std::vector<double>, std::vector<std::string>>;
+
+/// What a key accepts. `path` is a string naming a file that must exist when non-empty.
+enum class ConfigType { integer, number, boolean, string, path, choice, number_list, string_list };
+
+/// A numeric interval written as in the docs: ">= 0", "> 0", "[0, 1)", "(0, 1]"; "" = any.
+struct ConfigRange {
+  double lo, hi;
+  bool lo_open, hi_open;
+  std::string text;
+  static ConfigRange parse(const std::string& text);
+  bool contains(double x) const;
+};
+
+/// One key of the schema. The table in config.cpp is the only place defaults are written.
+struct ConfigKey {
+  std::string path;  ///< dotted, e.g. "optimizer.lr"
+  ConfigType type;
+  ConfigValue default_value;
+  bool required;
+  ConfigRange range;                 ///< numbers and the elements of number lists
+  std::vector<std::string> choices;  ///< choice keys
+  size_t list_size;                  ///< number lists: exact length
+  std::string shown_default;         ///< docs text when the default is derived ("" = the value)
+  std::vector<std::string> aliases;  ///< names other tools use; only feed "did you mean"
+  std::string doc;                   ///< one line
+  std::function<void(RunConfig&, const ConfigValue&)> set;
+  std::function<ConfigValue(const RunConfig&)> get;
+};
+
+/// Every key, in the order to_yaml() prints them (top-level keys, then one section after another).
+const std::vector<ConfigKey>& config_schema();
+
+/// The schema key with this dotted path, or nullptr.
+const ConfigKey* find_config_key(const std::string& path);
+
+/// The schema defaults (required keys empty, derived keys unresolved).
+RunConfig default_config();
+
+/// Whether load checks that data.train / data.val exist (skip for a config read from a checkpoint).
+enum class ConfigFiles { check, skip };
+
+/// Loads a YAML recipe, applies `key.path=value` overrides in order, fills defaults and derived
+/// keys, and validates everything. Throws forge::Error(usage) listing every problem, one line each.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// As load_config on YAML text; `name` stands in for the file in error lines and output_dir.
+RunConfig load_config_string(const std::string& text, const std::string& name,
+                             const std::vector<std::string>& overrides = {},
+                             ConfigFiles files = ConfigFiles::check);
+
+/// The fully resolved config as YAML: every key, schema order, grouped by section. Round-trips
+/// through load_config_string.
+std::string to_yaml(const RunConfig& config);
+
+/// A value as YAML text ("0.001", "[0.9, 0.99]", "true", "\"*.bias\"").
+std::string format_config_value(const ConfigValue& value);
+
+/// The type as the docs name it ("integer", "list of 2 numbers").
+std::string config_type_name(const ConfigKey& key);
+
+/// The allowed values as the docs name them ("[0, 1)", "layernorm, rmsnorm"; "" = any).
+std::string config_allowed_text(const ConfigKey& key);
+
+/// The default as the docs show it ("required", "runs/<config file stem>", "0.001").
+std::string config_default_text(const ConfigKey& key);
+
+}  // namespace forge
