@@ -1,0 +1,69 @@
+// Config -> components. Kept apart from the recipes so every recipe builds its optimizer the same
+// way and every command restores models the same way.
+#include "recipes/components.h"
+
+#include "optim/groups.h"
+#include "recipes/checkpoint.h"
+
+namespace forge {
+
+nn::GPTConfig gpt_config(const ModelConfig& m) {
+  nn::GPTConfig g;
+  g.vocab_size = m.vocab_size;
+  g.context = m.context;
+  g.d_model = m.d_model;
+  g.n_layers = m.n_layers;
+  g.n_heads = m.n_heads;
+  g.dropout = m.dropout;
+  g.bias = m.bias;
+  g.norm = m.norm == "rmsnorm" ? nn::NormType::rmsnorm : nn::NormType::layernorm;
+  g.position = m.position == "rotary" ? nn::PositionType::rotary : nn::PositionType::learned;
+  g.mlp = m.mlp == "swiglu" ? nn::MLPType::swiglu : nn::MLPType::gelu;
+  g.ffn_mult = int64_t(m.ffn_mult);
+  g.tie_embeddings = m.tie_embeddings;
+  g.rope_theta = m.rope_theta;
+  g.norm_eps = m.norm_eps;
+  return g;
+}
+
+std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params) {
+  const OptimizerConfig& o = config.optimizer;
+  optim::GroupSpec groups;
+  groups.weight_decay = o.weight_decay;
+  groups.decay_1d = o.decay_1d;
+  groups.layer_lr_decay = o.layer_lr_decay;
+  groups.freeze = o.freeze;
+  groups.unfreeze_every = o.unfreeze_every;
+  optim::OptimizerSpec spec;
+  spec.name = o.name;
+  spec.beta1 = o.betas[0];
+  spec.beta2 = o.betas[1];
+  spec.eps = o.eps;
+  spec.momentum = o.momentum;
+  spec.nesterov = o.nesterov;
+  return optim::make_optimizer(spec, optim::build_param_groups(params, groups));
+}
+
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
+  if (std::filesystem::is_regular_file(path)) return path;
+  if (std::filesystem::is_directory(path)) {
+    if (auto latest = latest_checkpoint(path)) return *latest;
+    throw Error(ExitCode::checkpoint, path.string() + ": no checkpoint in this run directory");
+  }
+  throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");
+}
+
+LoadedGPT load_gpt(const std::filesystem::path& file) {
+  CheckpointInfo info = read_checkpoint_info(file);
+  RunConfig config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+  Generator gen(uint64_t(config.seed));
+  auto model = std::make_unique<nn::GPT>(gpt_config(config.model), gen);
+  LoadOptions options;
+  options.load_optim = false;
+  CheckpointData data = load_checkpoint(file, specs_of(model->named_state()), options);
+  model->load_named(data.model);
+  model->eval();
+  return {config, std::move(model), data.step};
+}
+
+}  // namespace forge

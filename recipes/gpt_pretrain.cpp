@@ -1,0 +1,124 @@
+// gpt_pretrain, top to bottom: data (bytes, split by position), model, optimizer, then the two
+// functions that make it a language-model objective: summed next-token cross-entropy per
+// micro-batch, and validation loss over evenly spread (periodic) or all (final) windows.
+#include "recipes/gpt_pretrain.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "data/lm_data.h"
+#include "nn/generate.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "recipes/trainer.h"
+
+namespace forge {
+namespace {
+
+struct LMSplits {
+  std::unique_ptr<LMWindows> train, val;
+};
+
+LMSplits load_data(const RunConfig& config) {
+  const DataConfig& d = config.data;
+  if (d.tokenizer != "bytes")
+    throw Error(ExitCode::usage, "data.tokenizer: only 'bytes' is available in this build");
+  if (config.model.vocab_size < 256)
+    throw Error(ExitCode::usage, detail::concat("model.vocab_size is ", config.model.vocab_size,
+                                                ", but the bytes tokenizer produces ids up to 255"));
+  std::vector<int32_t> train = read_byte_tokens(d.train);
+  TokenSplit split;
+  if (!d.val.empty())
+    split = {std::make_shared<const std::vector<int32_t>>(std::move(train)),
+             std::make_shared<const std::vector<int32_t>>(read_byte_tokens(d.val))};
+  else
+    split = split_by_position(std::move(train), d.val_fraction);
+  int64_t T = config.model.context;
+  return {std::make_unique<LMWindows>(split.train, T), std::make_unique<LMWindows>(split.val, T)};
+}
+
+// Summed cross-entropy of a batch and its number of scored targets.
+MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch) {
+  Tensor logits = model.forward(batch.ids);
+  int64_t V = logits.size(-1);
+  CrossEntropyOptions ce;
+  ce.reduction = Reduction::sum;
+  ce.ignore_index = LMWindows::kIgnoreTarget;
+  Tensor flat_targets = reshape(batch.targets, {-1});
+  Tensor loss = cross_entropy(reshape(logits, {-1, V}), flat_targets, ce);
+  int64_t scored = 0;
+  const int64_t* t = flat_targets.contiguous().data<int64_t>();
+  for (int64_t i = 0; i < flat_targets.numel(); ++i) scored += t[i] != LMWindows::kIgnoreTarget;
+  return {loss, scored};
+}
+
+Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
+                bool full) {
+  int64_t windows = val.num_eval_windows();
+  double total = 0;
+  int64_t targets = 0;
+  auto run = [&](int64_t first) {
+    MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
+    total += r.loss_sum.item();
+    targets += r.num_targets;
+  };
+  if (full || batches == 0 || batches * batch_size >= windows) {
+    for (int64_t first = 0; first < windows; first += batch_size) run(first);
+  } else {
+    // Evenly spread blocks, so a partial evaluation samples the whole split, not its beginning.
+    for (int64_t j = 0; j < batches; ++j)
+      run(batches == 1 ? 0 : j * (windows - batch_size) / (batches - 1));
+  }
+  double loss = total / double(targets);
+  return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
+}
+
+std::string decode_bytes(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (int64_t id : ids) s.push_back(char(uint8_t(id)));
+  return s;
+}
+
+}  // namespace
+
+int train_gpt(const RunConfig& config) {
+  LMSplits data = load_data(config);
+  Generator init(uint64_t(config.seed), rng_stream("init"));
+  nn::GPT model(gpt_config(config.model), init);
+  model.set_activation_checkpointing(config.train.activation_checkpointing);
+  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, model.named_parameters());
+
+  const int64_t B = config.train.batch_size;
+  Recipe recipe;
+  recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
+  recipe.micro_batch = [&](int64_t step, int64_t micro) {
+    return lm_loss(model, data.train->sample(B, uint64_t(config.seed), step, micro));
+  };
+  recipe.evaluate = [&](bool full) {
+    return lm_eval(model, *data.val, B, config.train.eval_batches, full);
+  };
+  recipe.sample = [&] {
+    nn::SamplingOptions options;
+    options.max_new_tokens = config.train.sample_tokens;
+    options.temperature = 0.8;
+    options.top_k = 200;
+    options.seed = uint64_t(config.seed);
+    model.eval();
+    std::string text = decode_bytes(nn::generate(model, {'\n'}, options));
+    model.train();
+    return "--- sample (" + std::to_string(options.max_new_tokens) + " bytes) ---\n" + text;
+  };
+  return run_training(config, model, *optimizer, recipe);
+}
+
+int eval_gpt(const RunConfig& config, const std::string& checkpoint_file) {
+  LoadedGPT loaded = load_gpt(checkpoint_file);
+  LMSplits data = load_data(config);
+  NoGradGuard no_grad;
+  Metrics m = lm_eval(*loaded.model, *data.val, config.train.batch_size, 0, true);
+  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)loaded.step);
+  for (const Metric& metric : m) std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
+  return 0;
+}
+
+}  // namespace forge

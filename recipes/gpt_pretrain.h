@@ -1,0 +1,14 @@
+// Recipe gpt_pretrain: a GPT trained with next-token cross-entropy on a byte corpus.
+#pragma once
+
+#include "recipes/config.h"
+
+namespace forge {
+
+/// Trains per `config` (DESIGN.md §1 run directory); returns the process exit code.
+int train_gpt(const RunConfig& config);
+
+/// `forge eval` for a GPT run: loss and perplexity over the whole validation split.
+int eval_gpt(const RunConfig& config, const std::string& checkpoint_file);
+
+}  // namespace forge
