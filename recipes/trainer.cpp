@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/allocator.h"
 #include "core/ops.h"
 #include "optim/clip.h"
 #include "optim/groups.h"
@@ -238,7 +239,8 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     if (step % tc.log_every == 0 || step == tc.max_steps) {
       metrics.write(step, "train",
                     {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                     {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now}});
+                     {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
+                     {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}});
       progress.log(stats);
       window_start = now;
       window_tokens = 0;
