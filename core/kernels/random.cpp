@@ -18,17 +18,20 @@ void fill_uniform(T* out, int64_t n, double low, double high, const GeneratorSta
   }
 }
 
+// Block b gives elements 2b (cosine branch) and 2b + 1 (sine branch) of one Box-Muller pair.
 template <class T>
 void fill_normal(T* out, int64_t n, double mean, double std, const GeneratorState& g,
                  uint64_t first_block) {
+  const int64_t pairs = (n + 1) / 2;
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 2));
+  for (int64_t b = 0; b < pairs; ++b) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(b));
     double u1 = 1.0 - uniform_from_bits(w[0], w[1]);  // (0, 1]: log never sees 0
     double u2 = uniform_from_bits(w[2], w[3]);
-    double r = std::sqrt(-2.0 * std::log(u1));
-    double z = (i % 2 == 0) ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2);
-    out[i] = T(mean + std * z);
+    double r = std::sqrt(-2.0 * std::log(u1)), s, c;
+    sincos(2.0 * M_PI * u2, &s, &c);
+    out[2 * b] = T(mean + std * r * c);
+    if (2 * b + 1 < n) out[2 * b + 1] = T(mean + std * r * s);
   }
 }
 
