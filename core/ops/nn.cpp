@@ -1,0 +1,347 @@
+// Fused layers and losses: thin autograd wrappers over kernels/{softmax,norm,embedding,loss}.
+// Each op checks its inputs (naming the offender), runs one forward kernel, saves only what its
+// backward kernel reads and records its own node. cosine_similarity is not a hot path: its
+// forward and backward are written with tensor ops inside its own node.
+#include "core/ops/nn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/autograd.h"
+#include "core/kernels/embedding.h"
+#include "core/kernels/loss.h"
+#include "core/kernels/norm.h"
+#include "core/kernels/softmax.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/layout.h"
+#include "core/ops/reduce.h"
+
+namespace forge {
+namespace {
+
+void check_float(const Tensor& t, const char* op, const char* what) {
+  FORGE_CHECK(t.defined(), op, ": ", what, " is undefined");
+  FORGE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what,
+              " must be f32 or f64, got ", dtype_name(t.dtype()));
+}
+
+// An optional per-channel parameter ([C], x's dtype) of a norm layer.
+void check_param(const Tensor& p, int64_t C, DType dtype, const char* op, const char* what) {
+  if (!p.defined()) return;
+  FORGE_CHECK(p.dtype() == dtype, op, ": ", what, " is ", dtype_name(p.dtype()), " but x is ",
+              dtype_name(dtype));
+  FORGE_CHECK(p.shape() == Shape{C}, op, ": ", what, " must have shape [", C, "], got ",
+              shape_str(p.shape()));
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor acts as one element along dim 0
+  FORGE_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a ", ndim,
+              "-d tensor");
+  return dim < 0 ? dim + n : dim;
+}
+
+// Kernel input: no autograd history, dense (copied only when the layout demands it).
+Tensor dense(const Tensor& t) { return t.defined() ? t.detach().contiguous() : Tensor(); }
+
+template <class T>
+const T* ptr(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <class T>
+T* mut_ptr(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+// Dense [outer, C, inner] view of `shape` around dimension d.
+struct Axis {
+  int64_t outer = 1, C = 1, inner = 1;
+};
+Axis split_at(const Shape& shape, int64_t d) {
+  Axis a;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t n = shape[i];
+    if (int64_t(i) < d)
+      a.outer *= n;
+    else if (int64_t(i) == d)
+      a.C = n;
+    else
+      a.inner *= n;
+  }
+  return a;
+}
+
+// ---- softmax, log_softmax ----
+
+// y = softmax(x) along dim, or log_softmax(x) = x - logsumexp(x); x [..., C, ...] -> x's shape.
+Tensor softmax_op(Op op, const Tensor& x, int64_t dim, bool log) {
+  const char* name = op_name(op);
+  check_float(x, name, "x");
+  Axis ax = split_at(x.shape(), wrap_dim(dim, x.dim(), name));
+  Tensor xc = dense(x), y = empty(x.shape(), x.dtype());
+  FORGE_DISPATCH_FLOAT(x.dtype(), name, [&] {
+    kernels::softmax_forward(xc.data<scalar_t>(), y.data<scalar_t>(), ax.outer, ax.C, ax.inner,
+                             log);
+  });
+  if (needs_grad(x)) {
+    // Differentiates the kernel's y = f(x) from y alone: softmax dx = y (dy - sum(dy y)),
+    // log_softmax dx = dy - exp(y) sum(dy); x itself is not kept.
+    Tensor saved_y = y.detach();
+    record(op, y, {x}, [saved_y, ax, log, name](const Tensor& dy) {
+      Tensor dyc = dense(dy), dx = empty(saved_y.shape(), saved_y.dtype());
+      FORGE_DISPATCH_FLOAT(saved_y.dtype(), name, [&] {
+        kernels::softmax_backward(saved_y.data<scalar_t>(), dyc.data<scalar_t>(),
+                                  dx.data<scalar_t>(), ax.outer, ax.C, ax.inner, log);
+      });
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(Op::softmax, x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_op(Op::log_softmax, x, dim, true);
+}
+
+// ---- layer_norm, rms_norm ----
+
+// y = (x - mean) * rstd * weight + bias over the last dim; x [..., C], weight, bias [C] or
+// undefined; rstd = 1 / sqrt(biased var + eps).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_float(x, "layer_norm", "x");
+  FORGE_CHECK(x.dim() >= 1, "layer_norm: x must have at least one dimension, got a 0-d tensor");
+  FORGE_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+  int64_t C = x.size(-1), N = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  check_param(weight, C, x.dtype(), "layer_norm", "weight");
+  check_param(bias, C, x.dtype(), "layer_norm", "bias");
+  Tensor xc = dense(x), wc = dense(weight), bc = dense(bias);
+  Tensor y = empty(x.shape(), x.dtype()), mean = empty({N}, x.dtype()),
+         rstd = empty({N}, x.dtype());
+  FORGE_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    kernels::layer_norm_forward(xc.data<scalar_t>(), ptr<scalar_t>(wc), ptr<scalar_t>(bc),
+                                y.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), N,
+                                C, eps);
+  });
+  if (needs_grad(x, weight, bias)) {
+    bool want_x = x.requires_grad(), want_w = weight.defined() && weight.requires_grad(),
+         want_b = bias.defined() && bias.requires_grad();
+    // dbias alone is sum(dy) and reads nothing saved; dx and dweight read x, mean, rstd (and w).
+    bool keep = want_x || want_w;
+    Tensor sx = keep ? xc : Tensor(), sw = keep ? wc : Tensor(), sm = keep ? mean : Tensor(),
+           sr = keep ? rstd : Tensor();
+    Shape shape = x.shape();
+    record(Op::layer_norm, y, {x, weight, bias},
+           [sx, sw, sm, sr, shape, N, C, want_x, want_w, want_b](const Tensor& dy) {
+             Tensor dyc = dense(dy);
+             Tensor dx = want_x ? empty(shape, dyc.dtype()) : Tensor();
+             Tensor dw = want_w ? empty({C}, dyc.dtype()) : Tensor();
+             Tensor db = want_b ? empty({C}, dyc.dtype()) : Tensor();
+             if (!want_x && !want_w) {
+               db = sum(reshape(dyc, {N, C}), {0});
+             } else {
+               FORGE_DISPATCH_FLOAT(dyc.dtype(), "layer_norm backward", [&] {
+                 kernels::layer_norm_backward(sx.data<scalar_t>(), ptr<scalar_t>(sw),
+                                              sm.data<scalar_t>(), sr.data<scalar_t>(),
+                                              dyc.data<scalar_t>(), mut_ptr<scalar_t>(dx),
+                                              mut_ptr<scalar_t>(dw), mut_ptr<scalar_t>(db), N, C);
+               });
+             }
+             return std::vector<Tensor>{dx, dw, db};
+           });
+  }
+  return y;
+}
+
+// y = x * rstd * weight over the last dim, rstd = 1 / sqrt(mean(x^2) + eps); x [..., C],
+// weight [C] or undefined.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_float(x, "rms_norm", "x");
+  FORGE_CHECK(x.dim() >= 1, "rms_norm: x must have at least one dimension, got a 0-d tensor");
+  FORGE_CHECK(eps >= 0, "rms_norm: eps must be >= 0, got ", eps);
+  int64_t C = x.size(-1), N = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  check_param(weight, C, x.dtype(), "rms_norm", "weight");
+  Tensor xc = dense(x), wc = dense(weight);
+  Tensor y = empty(x.shape(), x.dtype()), rstd = empty({N}, x.dtype());
+  FORGE_DISPATCH_FLOAT(x.dtype(), "rms_norm", [&] {
+    kernels::rms_norm_forward(xc.data<scalar_t>(), ptr<scalar_t>(wc), y.data<scalar_t>(),
+                              rstd.data<scalar_t>(), N, C, eps);
+  });
+  if (needs_grad(x, weight)) {
+    bool want_x = x.requires_grad(), want_w = weight.defined() && weight.requires_grad();
+    Shape shape = x.shape();
+    // Differentiates y = x * rstd * w: dx = rstd (g - xhat mean(g xhat)) with g = dy w,
+    // dweight = sum over rows of dy xhat.
+    record(Op::rms_norm, y, {x, weight},
+           [xc, wc, rstd, shape, N, C, want_x, want_w](const Tensor& dy) {
+             Tensor dyc = dense(dy);
+             Tensor dx = want_x ? empty(shape, dyc.dtype()) : Tensor();
+             Tensor dw = want_w ? empty({C}, dyc.dtype()) : Tensor();
+             FORGE_DISPATCH_FLOAT(dyc.dtype(), "rms_norm backward", [&] {
+               kernels::rms_norm_backward(xc.data<scalar_t>(), ptr<scalar_t>(wc),
+                                          rstd.data<scalar_t>(), dyc.data<scalar_t>(),
+                                          mut_ptr<scalar_t>(dx), mut_ptr<scalar_t>(dw), N, C);
+             });
+             return std::vector<Tensor>{dx, dw};
+           });
+  }
+  return y;
+}
+
+// ---- embedding ----
+
+// out[..., :] = weight[ids[...], :]; weight [V, C], ids i64 of any shape -> ids.shape + [C].
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
+  check_float(weight, "embedding", "weight");
+  FORGE_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ",
+              shape_str(weight.shape()));
+  FORGE_CHECK(ids.defined() && ids.dtype() == DType::i64, "embedding: ids must be i64, got ",
+              ids.defined() ? dtype_name(ids.dtype()) : "undefined");
+  int64_t V = weight.size(0), C = weight.size(1);
+  FORGE_CHECK(padding_idx < V, "embedding: padding_idx ", padding_idx, " is outside [0, ", V, ")");
+  Tensor idc = ids.clone();  // owned: a loader refilling its id buffer must not change backward
+  const int64_t* id = idc.data<int64_t>();
+  for (int64_t i = 0; i < idc.numel(); ++i)
+    if (id[i] < 0 || id[i] >= V)
+      throw Error(ExitCode::data,
+                  detail::concat("embedding: id ", id[i], " at flat position ", i, " of ids ",
+                                 shape_str(ids.shape()), " is outside [0, V) with V = ", V));
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);
+  Tensor wc = dense(weight), out = empty(out_shape, weight.dtype());
+  FORGE_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
+    kernels::embedding_forward(wc.data<scalar_t>(), id, out.data<scalar_t>(), idc.numel(), C);
+  });
+  if (needs_grad(weight)) {
+    // Differentiates the gather: dweight[v] = sum of dout rows whose id is v (padding rows: 0).
+    record(Op::embedding, out, {weight}, [idc, V, C, padding_idx](const Tensor& dout) {
+      Tensor dc = dense(dout), dw = empty({V, C}, dc.dtype());
+      FORGE_DISPATCH_FLOAT(dc.dtype(), "embedding backward", [&] {
+        kernels::embedding_backward(dc.data<scalar_t>(), idc.data<int64_t>(), dw.data<scalar_t>(),
+                                    idc.numel(), V, C, padding_idx);
+      });
+      return std::vector<Tensor>{dw};
+    });
+  }
+  return out;
+}
+
+// ---- cross_entropy ----
+
+// loss_n = (1 - eps) (lse_n - x[n, t_n]) + eps (lse_n - mean_c x[n, c]); logits [N, V], targets
+// i64 [N] -> mean over non-ignored rows (0 when all are ignored), sum, or [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const CrossEntropyOptions& options) {
+  check_float(logits, "cross_entropy", "logits");
+  FORGE_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ",
+              shape_str(logits.shape()));
+  int64_t N = logits.size(0), V = logits.size(1);
+  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
+              "cross_entropy: targets must be i64, got ",
+              targets.defined() ? dtype_name(targets.dtype()) : "undefined");
+  FORGE_CHECK(targets.shape() == Shape{N}, "cross_entropy: targets must have shape [", N,
+              "] to match logits ", shape_str(logits.shape()), ", got ",
+              shape_str(targets.shape()));
+  double eps = options.label_smoothing;
+  FORGE_CHECK(eps >= 0.0 && eps <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
+              eps);
+  Tensor tc = targets.clone();  // owned, like embedding ids
+  const int64_t* t = tc.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (t[n] == options.ignore_index) continue;
+    if (t[n] < 0 || t[n] >= V)
+      throw Error(ExitCode::data,
+                  detail::concat("cross_entropy: target ", t[n], " at position ", n,
+                                 " is outside [0, V) with V = ", V, " and is not ignore_index (",
+                                 options.ignore_index, ")"));
+    ++count;
+  }
+  Tensor xc = dense(logits), rows = empty({N}, logits.dtype()), lse = empty({N}, logits.dtype());
+  FORGE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    kernels::cross_entropy_forward(xc.data<scalar_t>(), t, rows.data<scalar_t>(),
+                                   lse.data<scalar_t>(), N, V, options.ignore_index, eps);
+  });
+  Reduction reduction = options.reduction;
+  Tensor out = rows;
+  if (reduction != Reduction::none) {
+    double total = 0;
+    FORGE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+      const scalar_t* r = rows.data<scalar_t>();
+      for (int64_t n = 0; n < N; ++n) total += double(r[n]);
+    });
+    if (reduction == Reduction::mean) total = count > 0 ? total / double(count) : 0.0;
+    out = scalar(total, logits.dtype());
+  }
+  if (needs_grad(logits)) {
+    // Differentiates the fused loss: dlogits = w_n (softmax - (1 - eps) onehot - eps / V), the
+    // softmax rebuilt from the saved per-row lse; w_n is dout_n, dout, or dout / count.
+    int64_t ignore = options.ignore_index;
+    record(Op::cross_entropy, out, {logits},
+           [xc, tc, lse, N, V, ignore, eps, reduction, count](const Tensor& dout) {
+             Tensor weights = empty({N}, xc.dtype());
+             if (reduction == Reduction::none)
+               weights.copy_(dout);
+             else
+               weights.fill_(reduction == Reduction::sum || count == 0
+                                 ? dout.item()
+                                 : dout.item() / double(count));
+             Tensor dlogits = empty({N, V}, xc.dtype());
+             FORGE_DISPATCH_FLOAT(xc.dtype(), "cross_entropy backward", [&] {
+               kernels::cross_entropy_backward(xc.data<scalar_t>(), tc.data<int64_t>(),
+                                               lse.data<scalar_t>(), weights.data<scalar_t>(),
+                                               dlogits.data<scalar_t>(), N, V, ignore, eps);
+             });
+             return std::vector<Tensor>{dlogits};
+           });
+  }
+  return out;
+}
+
+// ---- cosine_similarity ----
+
+// out = sum(a b, dim) / sqrt(max(|a|^2, eps^2) max(|b|^2, eps^2)), a and b broadcast together;
+// the result drops dim. As in PyTorch 1.13 the clamp is invisible to the gradient (it acts on
+// the value of the squared norms only).
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
+  check_float(a, "cosine_similarity", "a");
+  check_float(b, "cosine_similarity", "b");
+  FORGE_CHECK(a.dtype() == b.dtype(), "cosine_similarity: a is ", dtype_name(a.dtype()), ", b is ",
+              dtype_name(b.dtype()));
+  Shape shape = broadcast_shapes(a.shape(), b.shape());
+  FORGE_CHECK(!shape.empty(), "cosine_similarity: inputs must have at least one dimension");
+  int64_t d = wrap_dim(dim, int64_t(shape.size()), "cosine_similarity");
+  Tensor ea, eb, s1, s2, denom, cosine, out;
+  {
+    NoGradGuard no_grad;
+    ea = expand(a.detach(), shape);
+    eb = expand(b.detach(), shape);
+    double floor = eps * eps, inf = std::numeric_limits<double>::infinity();
+    s1 = clamp(sum(mul(ea, ea), {d}, true), floor, inf);
+    s2 = clamp(sum(mul(eb, eb), {d}, true), floor, inf);
+    denom = sqrt(mul(s1, s2));
+    cosine = div(sum(mul(ea, eb), {d}, true), denom);
+    out = squeeze(cosine, d).contiguous();
+  }
+  if (needs_grad(a, b)) {
+    bool want_a = a.requires_grad(), want_b = b.requires_grad();
+    Shape shape_a = a.shape(), shape_b = b.shape();
+    // d cos / d a = b / denom - cos a / |a|^2 (and symmetrically for b), reduced to each input's
+    // shape where it was broadcast.
+    record(
+        Op::cosine_similarity, out, {a, b},
+        [ea, eb, s1, s2, denom, cosine, d, shape_a, shape_b, want_a, want_b](const Tensor& dout) {
+          Tensor g = unsqueeze(dout, d);
+          Tensor da, db;
+          if (want_a) da = sum_to(mul(g, sub(div(eb, denom), div(mul(cosine, ea), s1))), shape_a);
+          if (want_b) db = sum_to(mul(g, sub(div(ea, denom), div(mul(cosine, eb), s2))), shape_b);
+          return std::vector<Tensor>{da, db};
+        });
+  }
+  return out;
+}
+
+}  // namespace forge
