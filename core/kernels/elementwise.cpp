@@ -57,7 +57,7 @@ void with_forward(Unary op, UnaryParams p, Body body) {
     case Unary::log_sigmoid: return body([](T x) { return -log1pexp(-x); });
     case Unary::softplus:
       return body([a, b](T x) { return a * x > b ? x : log1pexp(a * x) / a; });
-    case Unary::clamp: return body([a, b](T x) { return std::fmin(std::fmax(x, a), b); });
+    case Unary::clamp: return body([a, b](T x) { return x < a ? a : (x > b ? b : x); });
     case Unary::add_scalar: return body([a](T x) { return x + a; });
     case Unary::mul_scalar: return body([a](T x) { return x * a; });
     case Unary::pow_scalar:

@@ -17,7 +17,9 @@ inline float bits_to_float(int32_t i) {
 
 /// e^x for f32: range reduction x = n ln2 + r, degree-6 polynomial on r, exponent by bit shift.
 inline float exp(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.7f);
+  // Comparisons, not fminf/fmaxf (library calls that stop vectorisation); NaN passes through.
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.7f ? 88.7f : x;
   float n = std::nearbyint(x * 1.44269504088896341f);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.3981999507e-3f;
