@@ -1,0 +1,114 @@
+"""PyTorch half of scripts/bench: forward+backward timings of the hot ops with the same shapes and
+math as scripts/bench_core.cpp. Prints one line per op, "op=NAME ms=MEDIAN fwd_ms=MEDIAN
+bwd_ms=MEDIAN", for the script to join. Run with Debian's /usr/bin/python3 (torch 1.13, which has
+no scaled_dot_product_attention, so attention is written out as PyTorch 1.13 models did).
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+# GPT-2 small shapes: N = B*T = 2048 tokens, C = 768, hidden 4C = 3072, V = 50257, H = 12, D = 64.
+N, C, FF, V, B, H, T, D = 2048, 768, 3072, 50257, 8, 12, 256, 64
+
+
+def randn(*shape, std=1.0, grad=False):
+    return (torch.randn(*shape) * std).requires_grad_(grad)
+
+
+# Each maker returns (warmup, iters, leaves, forward, dy); dy None means a scalar output.
+def linear():
+    x = randn(N, C, grad=True)
+    w, b = randn(FF, C, std=0.02, grad=True), randn(FF, std=0.02, grad=True)
+    return 3, 20, [x, w, b], lambda: F.linear(x, w, b), randn(N, FF)
+
+
+def attention():
+    q, k, v = (randn(B, H, T, D, grad=True) for _ in range(3))
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    scale = 1.0 / D ** 0.5
+
+    def forward():
+        att = (q @ k.transpose(-2, -1)) * scale
+        att = att.masked_fill(mask, float("-inf"))
+        att = att.softmax(-1)
+        return att @ v
+
+    return 3, 20, [q, k, v], forward, randn(B, H, T, D)
+
+
+def layernorm():
+    x = randn(N, C, grad=True)
+    w = (randn(C, std=0.1) + 1.0).requires_grad_(True)
+    b = randn(C, std=0.1, grad=True)
+    return 3, 20, [x, w, b], lambda: F.layer_norm(x, (C,), w, b), randn(N, C)
+
+
+def cross_entropy():
+    # 2048 x 50257 logits are 412 MB: fewer iterations keep the suite short.
+    logits = randn(N, V, grad=True)
+    targets = torch.randint(0, V, (N,))
+    return 1, 6, [logits], lambda: F.cross_entropy(logits, targets), None
+
+
+def gelu():
+    x = randn(N, FF, grad=True)
+    return 3, 20, [x], lambda: F.gelu(x), randn(N, FF)
+
+
+def embedding():
+    w = randn(V, C, std=0.02, grad=True)
+    ids = torch.randint(0, V, (N,))
+    return 3, 20, [w], lambda: F.embedding(ids, w), randn(N, C)
+
+
+SUITES = {"core": [linear, attention, layernorm, cross_entropy, gelu, embedding]}
+
+
+def run(name, make, repeat):
+    warmup, iters, leaves, forward, dy = make()
+    total, fwd, bwd = [], [], []
+    for i in range(warmup + iters * repeat):
+        for leaf in leaves:
+            leaf.grad = None
+        t0 = time.perf_counter()
+        y = forward()
+        t1 = time.perf_counter()
+        y.backward(dy)
+        t2 = time.perf_counter()
+        del y
+        if i < warmup:
+            continue
+        total.append((t2 - t0) * 1e3)
+        fwd.append((t1 - t0) * 1e3)
+        bwd.append((t2 - t1) * 1e3)
+    print(f"op={name} ms={statistics.median(total):.3f} fwd_ms={statistics.median(fwd):.3f} "
+          f"bwd_ms={statistics.median(bwd):.3f}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--only", default="", help="comma-separated ops of the suite")
+    parser.add_argument("--repeat", type=int, default=1, help="N times the default iterations")
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat wants N >= 1, got {args.repeat}")
+    makers = SUITES[args.suite]
+    only = [o for o in args.only.split(",") if o]
+    unknown = set(only) - {m.__name__ for m in makers}
+    if unknown:
+        parser.error(f"suite {args.suite} has no op {', '.join(sorted(unknown))}")
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    for make in makers:
+        if not only or make.__name__ in only:
+            run(make.__name__, make, args.repeat)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
