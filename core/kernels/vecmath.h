@@ -39,23 +39,20 @@ inline float tanh(float x) {
 }
 inline double tanh(double x) { return std::tanh(x); }
 
-/// erf for f32 (Abramowitz-Stegun 7.1.26 is too coarse; this is a rational fit with |err| < 2e-7).
-inline float erf(float x) {
+/// erf for f32 from e^{-x^2}: Abramowitz & Stegun 7.1.26, |error| < 1.5e-7. Callers that also
+/// need e^{-x^2} (GELU's backward) use erf_with_exp to share it.
+inline float erf_with_exp(float x, float exp_neg_x2) {
   float a = std::fabs(x);
-  float t = 1.0f / (1.0f + 0.5f * a);
-  // Numerical Recipes erfc Chebyshev form, accurate to 1.2e-7 relative.
-  float y = t * exp(-a * a - 1.26551223f +
-                    t * (1.00002368f +
-                         t * (0.37409196f +
-                              t * (0.09678418f +
-                                   t * (-0.18628806f +
-                                        t * (0.27886807f +
-                                             t * (-1.13520398f +
-                                                  t * (1.48851587f +
-                                                       t * (-0.82215223f + t * 0.17087277f)))))))));
-  float r = 1.0f - y;
-  return std::copysign(r, x);
+  float t = 1.0f / (1.0f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  float r = 1.0f - p * t * exp_neg_x2;
+  return x < 0.0f ? -r : r;
 }
+inline float erf(float x) { return erf_with_exp(x, exp(-x * x)); }
 inline double erf(double x) { return std::erf(x); }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
