@@ -175,6 +175,11 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
   else
     clear_checkpoints(dir, progress);
   write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
+  if (start >= tc.max_steps) {
+    progress.message(detail::concat("the run in ", dir.string(), " is complete at step ", start,
+                                    "; raise train.max_steps to train further"));
+    return 0;
+  }
   const fs::path metrics_path = dir / "metrics.jsonl";
   if (start > 0 && fs::exists(metrics_path)) truncate_after_step(metrics_path, start);
   MetricsWriter metrics(metrics_path, /*append=*/start > 0);
@@ -262,9 +267,9 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     if (step == crash_at) std::raise(SIGKILL);
   }
 
-  const int64_t final_step = std::max(start, tc.max_steps);
+  const int64_t final_step = tc.max_steps;
   run_eval(final_step, /*full=*/true);  // the whole validation split, always
-  if (last_save != final_step || start == tc.max_steps) save(config, final_step, model, optimizer, progress);
+  if (last_save != final_step) save(config, final_step, model, optimizer, progress);
   progress.finish();
   write_report(dir);
   if (recipe.sample) std::printf("%s\n", recipe.sample().c_str());
