@@ -8,20 +8,18 @@
 #include "core/kernels/elementwise.h"
 #include "core/kernels/random.h"
 #include "core/ops/layout.h"
+#include "core/ops/op_util.h"
 #include "core/ops/reduce.h"
 
 namespace forge {
 namespace {
 
+using op_util::check_float;
+
 using kernels::Binary;
 using kernels::Unary;
 using kernels::UnaryParams;
 
-void check_float(const Tensor& t, const char* op) {
-  FORGE_CHECK(t.defined(), op, ": undefined tensor");
-  FORGE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": expected f32 or f64, got ",
-              dtype_name(t.dtype()));
-}
 
 // Strides of `t` seen through broadcasting to `shape` (0 on added or stretched dimensions).
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {

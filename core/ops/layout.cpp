@@ -8,16 +8,14 @@
 
 #include "core/autograd.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/op_util.h"
 #include "core/ops/reduce.h"
 
 namespace forge {
 namespace {
 
-int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
-  FORGE_CHECK(d >= -ndim && d < ndim, op, ": dimension ", d, " out of range for a ", ndim,
-              "-d tensor");
-  return d < 0 ? d + ndim : d;
-}
+using op_util::wrap_dim;
+
 
 // Strides for viewing `x` as `shape` without a copy, or empty if the layout does not allow it
 // (PyTorch's computeStride: each run of merged input dims must be contiguous within itself).

@@ -7,25 +7,16 @@
 #include "core/autograd.h"
 #include "core/kernels/index.h"
 #include "core/ops/layout.h"
+#include "core/ops/op_util.h"
 
 namespace forge {
 namespace {
 
-int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
-  FORGE_CHECK(d >= -ndim && d < ndim, op, ": dimension ", d, " out of range for a ", ndim,
-              "-d tensor");
-  return d < 0 ? d + ndim : d;
-}
+using op_util::Fold;
+using op_util::fold_at;
+using op_util::wrap_dim;
 
-struct Fold {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-Fold fold_at(const Shape& shape, int64_t dim) {
-  Fold f;
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d)
-    (d < dim ? f.outer : d == dim ? f.n : f.inner) *= shape[size_t(d)];
-  return f;
-}
+
 
 // Calls f(T{}) with T the element type of `dtype` (copies work for every dtype).
 template <class F>

@@ -6,16 +6,14 @@
 #include "core/kernels/matmul.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
+#include "core/ops/op_util.h"
 #include "core/ops/reduce.h"
 
 namespace forge {
 namespace {
 
-void check_float(const Tensor& t, const char* op, const char* what) {
-  FORGE_CHECK(t.defined(), op, ": ", what, " is undefined");
-  FORGE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what,
-              " must be f32 or f64, got ", dtype_name(t.dtype()));
-}
+using op_util::check_float;
+
 
 // Strides of t's batch dims (all but the last two) seen through broadcasting to `batch`, followed
 // by t's two matrix strides.

@@ -15,16 +15,14 @@
 #include "core/kernels/softmax.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
+#include "core/ops/op_util.h"
 #include "core/ops/reduce.h"
 
 namespace forge {
 namespace {
 
-void check_float(const Tensor& t, const char* op, const char* what) {
-  FORGE_CHECK(t.defined(), op, ": ", what, " is undefined");
-  FORGE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, ": ", what,
-              " must be f32 or f64, got ", dtype_name(t.dtype()));
-}
+using op_util::check_float;
+
 
 // An optional per-channel parameter ([C], x's dtype) of a norm layer.
 void check_param(const Tensor& p, int64_t C, DType dtype, const char* op, const char* what) {

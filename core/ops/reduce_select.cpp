@@ -8,33 +8,19 @@
 #include "core/kernels/reduce.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
+#include "core/ops/op_util.h"
 #include "core/ops/reduce.h"
 
 namespace forge {
 namespace {
 
-void check_float(const Tensor& x, const char* op) {
-  FORGE_CHECK(x.defined(), op, ": undefined tensor");
-  FORGE_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, op,
-              ": expected f32 or f64, got ", dtype_name(x.dtype()));
-}
+using op_util::check_float;
+using op_util::Fold;
+using op_util::fold_at;
+using op_util::wrap_dim;
 
-int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
-  FORGE_CHECK(d >= -ndim && d < ndim, op, ": dimension ", d, " out of range for a ", ndim,
-              "-d tensor");
-  return d < 0 ? d + ndim : d;
-}
 
-// The sizes before, at and after `dim`: x as a dense [outer, n, inner] block.
-struct Fold {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-Fold fold_at(const Shape& shape, int64_t dim) {
-  Fold f;
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d)
-    (d < dim ? f.outer : d == dim ? f.n : f.inner) *= shape[size_t(d)];
-  return f;
-}
+
 
 // `shape` without `dim`, or with it set to 1 when keepdim.
 Shape drop_dim(const Shape& shape, int64_t dim, bool keepdim) {
