@@ -20,7 +20,6 @@ using kernels::Binary;
 using kernels::Unary;
 using kernels::UnaryParams;
 
-
 // Strides of `t` seen through broadcasting to `shape` (0 on added or stretched dimensions).
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape s(shape.size(), 0);

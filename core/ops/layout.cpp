@@ -16,7 +16,6 @@ namespace {
 
 using op_util::wrap_dim;
 
-
 // Strides for viewing `x` as `shape` without a copy, or empty if the layout does not allow it
 // (PyTorch's computeStride: each run of merged input dims must be contiguous within itself).
 Shape view_strides(const Tensor& x, const Shape& shape) {

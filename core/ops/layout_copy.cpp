@@ -16,8 +16,6 @@ using op_util::Fold;
 using op_util::fold_at;
 using op_util::wrap_dim;
 
-
-
 // Calls f(T{}) with T the element type of `dtype` (copies work for every dtype).
 template <class F>
 void dispatch_any(DType dtype, F f) {

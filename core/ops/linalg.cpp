@@ -14,7 +14,6 @@ namespace {
 
 using op_util::check_float;
 
-
 // Strides of t's batch dims (all but the last two) seen through broadcasting to `batch`, followed
 // by t's two matrix strides.
 std::vector<int64_t> operand_strides(const Tensor& t, const Shape& batch) {

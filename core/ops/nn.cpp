@@ -23,7 +23,6 @@ namespace {
 
 using op_util::check_float;
 
-
 // An optional per-channel parameter ([C], x's dtype) of a norm layer.
 void check_param(const Tensor& p, int64_t C, DType dtype, const char* op, const char* what) {
   if (!p.defined()) return;

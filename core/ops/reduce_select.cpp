@@ -19,9 +19,6 @@ using op_util::Fold;
 using op_util::fold_at;
 using op_util::wrap_dim;
 
-
-
-
 // `shape` without `dim`, or with it set to 1 when keepdim.
 Shape drop_dim(const Shape& shape, int64_t dim, bool keepdim) {
   Shape out = shape;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <sstream>
 
+#include "tests/test_util.h"
 #include "core/ops.h"
 #include "recipes/checkpoint.h"
 
@@ -19,39 +20,12 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("forge_" + std::string(info ? info->name() : "test") + "_" +
-             std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
 
- private:
-  fs::path path_;
-};
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << s;
-}
 
 std::string bytes_of(const Tensor& t) {
   Tensor c = t.contiguous();
@@ -256,9 +230,9 @@ TEST(Checkpoint, CorruptFilesAreOneLineCheckpointErrors) {
   auto specs = specs_of(d.model);
   auto load = [&] { load_checkpoint(file, specs); };
   auto expect_error = [&](const std::string& fragment) {
-    testing::internal::CaptureStderr();
+    ::testing::internal::CaptureStderr();
     std::string msg = checkpoint_error(load);
-    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // HDF5's own stack stays silent
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");  // HDF5's own stack stays silent
     EXPECT_EQ(msg.rfind(file.string() + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;

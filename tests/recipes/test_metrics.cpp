@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/test_util.h"
 #include "core/error.h"
 #include "recipes/metrics.h"
 #include "recipes/report.h"
@@ -17,34 +18,10 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
+using testing::TempDir;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("forge_" + std::string(info ? info->name() : "test") + "_" +
-             std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
 
- private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 size_t count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
