@@ -7,8 +7,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace forge::testing {
 
@@ -46,6 +48,28 @@ inline std::string read_file(const std::filesystem::path& p) {
 inline void write_file(const std::filesystem::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << s;
+}
+
+/// Golden values written by the scripts in tests/golden/: lines "name count v1 v2 ...", '#'
+/// comments. `file` is relative to tests/golden/.
+using Goldens = std::map<std::string, std::vector<double>>;
+inline Goldens load_goldens(const std::string& file) {
+  std::string here = __FILE__;
+  std::string path = here.substr(0, here.rfind('/')) + "/golden/" + file;
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  Goldens table;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name;
+    size_t n = 0;
+    fields >> name >> n;
+    std::vector<double> values(n);
+    for (double& x : values) fields >> x;
+    table[name] = values;
+  }
+  return table;
 }
 
 }  // namespace forge::testing

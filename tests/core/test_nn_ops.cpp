@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "core/kernels/embedding.h"
 #include "core/kernels/loss.h"
 #include "core/kernels/norm.h"
@@ -213,26 +214,8 @@ TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
 
 // ---- values against PyTorch 1.13 ----
 
-const std::map<std::string, std::vector<double>>& goldens() {
-  static const std::map<std::string, std::vector<double>> table = [] {
-    std::string here = __FILE__;
-    std::string path = here.substr(0, here.rfind('/')) + "/../golden/nn_ops.txt";
-    std::ifstream in(path);
-    EXPECT_TRUE(in.good()) << "cannot open " << path;
-    std::map<std::string, std::vector<double>> t;
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream fields(line);
-      std::string name;
-      size_t n = 0;
-      fields >> name >> n;
-      std::vector<double> v(n);
-      for (double& x : v) fields >> x;
-      t[name] = v;
-    }
-    return t;
-  }();
+const testing::Goldens& goldens() {
+  static const testing::Goldens table = testing::load_goldens("nn_ops.txt");
   return table;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -395,26 +396,8 @@ TEST(NnGPT, OverfitsFixedBatchWithSGD) {
 
 // ---- goldens against PyTorch ----
 
-const std::map<std::string, std::vector<double>>& goldens() {
-  static const std::map<std::string, std::vector<double>> table = [] {
-    std::string here = __FILE__;
-    std::string path = here.substr(0, here.rfind('/')) + "/../golden/gpt.txt";
-    std::ifstream in(path);
-    EXPECT_TRUE(in.good()) << "cannot open " << path;
-    std::map<std::string, std::vector<double>> t;
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream fields(line);
-      std::string name;
-      size_t n = 0;
-      fields >> name >> n;
-      std::vector<double> v(n);
-      for (double& x : v) fields >> x;
-      t[name] = v;
-    }
-    return t;
-  }();
+const testing::Goldens& goldens() {
+  static const testing::Goldens table = testing::load_goldens("gpt.txt");
   return table;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "tests/test_util.h"
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "optim/clip.h"
@@ -66,26 +67,8 @@ void set_grads(Model& m, int s, double scale = 1.0) {
                                     kShapes[1], dt));
 }
 
-const std::map<std::string, std::vector<double>>& goldens() {
-  static const std::map<std::string, std::vector<double>> table = [] {
-    std::string here = __FILE__;
-    std::string path = here.substr(0, here.rfind('/')) + "/../golden/optim_goldens.txt";
-    std::ifstream in(path);
-    EXPECT_TRUE(in.good()) << "cannot open " << path;
-    std::map<std::string, std::vector<double>> t;
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream fields(line);
-      std::string name;
-      size_t n = 0;
-      fields >> name >> n;
-      std::vector<double> v(n);
-      for (double& x : v) fields >> x;
-      t[name] = v;
-    }
-    return t;
-  }();
+const testing::Goldens& goldens() {
+  static const testing::Goldens table = testing::load_goldens("optim_goldens.txt");
   return table;
 }
 
