@@ -212,12 +212,13 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
                           return recipe.micro_batch(i, micro);
                         }).loss;
 
-    std::optional<std::string> bad = std::isfinite(loss) ? optim::first_nonfinite_grad(params)
-                                                         : std::optional<std::string>("the loss");
-    if (bad) {
-      std::string what = detail::concat("non-finite ", *bad == "the loss" ? "loss" : "gradient",
-                                        *bad == "the loss" ? "" : " in '" + *bad + "'",
-                                        " at step ", step);
+    std::optional<std::string> bad_grad = optim::first_nonfinite_grad(params);
+    if (!std::isfinite(loss) || bad_grad) {
+      std::string what =
+          std::isfinite(loss)
+              ? detail::concat("non-finite gradient in '", *bad_grad, "' at step ", step)
+              : detail::concat("non-finite loss (", loss, ") at step ", step,
+                               bad_grad ? "; first non-finite gradient in '" + *bad_grad + "'" : "");
       if (tc.nan_policy == "abort") {
         progress.finish();
         std::optional<fs::path> good = latest_checkpoint(dir);

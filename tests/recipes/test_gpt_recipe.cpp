@@ -205,6 +205,7 @@ TEST_F(GPTRecipe, NonFiniteLossStopsWithExit5AndKeepsTheLastCheckpoint) {
   std::ifstream in(err);
   std::string message((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(message.find("forge: numerical error: non-finite"), std::string::npos) << message;
+  EXPECT_NE(message.find("non-finite gradient in '"), std::string::npos) << message;  // names it
   EXPECT_NE(message.find("last good checkpoint"), std::string::npos) << message;
 }
 
