@@ -6,36 +6,14 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/kernels/optim.h"
 
 namespace forge::optim {
 namespace {
 
-#define FORGE_OPTIM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-constexpr int64_t kParallelGrain = 1 << 15;
-
-template <class T>
-FORGE_OPTIM_CLONES double sum_squares(const T* g, int64_t n) {
-  double acc = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
-  return acc;
-}
-
-template <class T>
-FORGE_OPTIM_CLONES void scale(T* g, int64_t n, T factor) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) g[i] *= factor;
-}
-
-// NaN exactly when some element is NaN or infinite (x*0 is NaN for both), in a vectorisable loop.
-template <class T>
-FORGE_OPTIM_CLONES bool all_finite(const T* g, int64_t n) {
-  T acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += g[i] * T(0);
-  return acc == acc;
-}
+using kernels::all_finite;
+using kernels::scale;
+using kernels::sum_squares;
 
 // The gradient of `p` as a contiguous f32/f64 tensor owned by p (made contiguous in place once, so
 // in-place scaling reaches the real gradient); undefined when there is none.

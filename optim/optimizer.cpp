@@ -10,61 +10,10 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/kernels/optim.h"
 
 namespace forge::optim {
 namespace {
-
-// Elements per thread below which one thread is faster than waking a second.
-constexpr int64_t kParallelGrain = 1 << 15;
-
-#define FORGE_OPTIM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-template <class T>
-struct AdamWCoeffs {
-  T decay;          // 1 - lr*wd
-  T beta1, one_minus_beta1, beta2, one_minus_beta2;
-  T bc2_sqrt;       // sqrt(1 - beta2^t)
-  T eps;
-  T neg_step_size;  // -lr / (1 - beta1^t)
-};
-
-// [n] p, m, v updated in place from g. The lines mirror torch 1.13's _single_tensor_adamw:
-// param.mul_(decay); exp_avg.mul_(b1).add_(g, alpha=1-b1); exp_avg_sq.mul_(b2).addcmul_(g, g,
-// value=1-b2); denom = exp_avg_sq.sqrt() / bc2_sqrt + eps; param.addcdiv_(exp_avg, denom, -step).
-template <class T>
-FORGE_OPTIM_CLONES void adamw_loop(T* p, const T* g, T* m, T* v, int64_t n, AdamWCoeffs<T> c) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    T pi = p[i] * c.decay;
-    T mi = m[i] * c.beta1 + c.one_minus_beta1 * g[i];
-    T vi = v[i] * c.beta2 + c.one_minus_beta2 * g[i] * g[i];
-    m[i] = mi;
-    v[i] = vi;
-    T denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi + c.neg_step_size * mi / denom;
-  }
-}
-
-// [n] plain SGD: p -= lr*(g + wd*p).
-template <class T>
-FORGE_OPTIM_CLONES void sgd_loop(T* p, const T* g, int64_t n, T wd, T neg_lr) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_lr * (g[i] + wd * p[i]);
-}
-
-// [n] SGD with momentum, torch.optim.SGD with dampening 0: d = g + wd*p; buf = first ? d :
-// momentum*buf + d; p -= lr * (nesterov ? d + momentum*buf : buf).
-template <class T>
-FORGE_OPTIM_CLONES void sgd_momentum_loop(T* p, const T* g, T* buf, int64_t n, T wd, T neg_lr,
-                                          T momentum, bool first, bool nesterov) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i] + wd * p[i];
-    T b = first ? d : buf[i] * momentum + d;
-    buf[i] = b;
-    p[i] = p[i] + neg_lr * (nesterov ? d + momentum * b : b);
-  }
-}
 
 // Throws Error(usage) "<who>: <what>, got <value>" unless ok.
 template <class V>
@@ -214,10 +163,10 @@ void AdamW::update(size_t index, const Tensor& param, const Tensor& grad, double
   double bc2 = 1.0 - std::pow(options_.beta2, t);
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    AdamWCoeffs<T> c{T(1.0 - lr * weight_decay), T(options_.beta1), T(1.0 - options_.beta1),
+    kernels::AdamWCoeffs<T> c{T(1.0 - lr * weight_decay), T(options_.beta1), T(1.0 - options_.beta1),
                      T(options_.beta2), T(1.0 - options_.beta2), T(std::sqrt(bc2)), T(options_.eps),
                      T(-lr / bc1)};
-    adamw_loop<T>(param.data<T>(), grad.data<T>(), s.m.data<T>(), s.v.data<T>(), param.numel(), c);
+    kernels::adamw_update<T>(param.data<T>(), grad.data<T>(), s.m.data<T>(), s.v.data<T>(), param.numel(), c);
   };
   if (param.dtype() == DType::f32) run(0.0f);
   else run(0.0);
@@ -269,13 +218,13 @@ void SGD::update(size_t index, const Tensor& param, const Tensor& grad, double l
   auto run = [&](auto zero) {
     using T = decltype(zero);
     if (options_.momentum == 0) {
-      sgd_loop<T>(param.data<T>(), grad.data<T>(), param.numel(), T(weight_decay), T(-lr));
+      kernels::sgd_update<T>(param.data<T>(), grad.data<T>(), param.numel(), T(weight_decay), T(-lr));
       return;
     }
     Tensor& buf = momentum_[index];
     bool first = !buf.defined();
     if (first) buf = zeros(param.shape(), param.dtype());
-    sgd_momentum_loop<T>(param.data<T>(), grad.data<T>(), buf.data<T>(), param.numel(),
+    kernels::sgd_momentum_update<T>(param.data<T>(), grad.data<T>(), buf.data<T>(), param.numel(),
                          T(weight_decay), T(-lr), T(options_.momentum), first, options_.nesterov);
   };
   if (param.dtype() == DType::f32) run(0.0f);
