@@ -127,8 +127,12 @@ std::string describe_metrics(const Metrics& metrics) {
   std::string s;
   for (const Metric& m : metrics) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%s%s %.4f", s.empty() ? "" : ", ", m.key.c_str(),
-                  m.value.as_double());
+    if (m.value.kind() == MetricValue::Kind::integer)
+      std::snprintf(buf, sizeof buf, "%s%s %lld", s.empty() ? "" : ", ", m.key.c_str(),
+                    (long long)m.value.as_double());
+    else
+      std::snprintf(buf, sizeof buf, "%s%s %.4f", s.empty() ? "" : ", ", m.key.c_str(),
+                    m.value.as_double());
     s += buf;
   }
   return s;
@@ -200,6 +204,9 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     Metrics val = evaluate_model(model, recipe, full);
     metrics.write(step, "val", val);
     progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
+    // tokens_per_s measures training: the next window starts after the evaluation.
+    window_start = elapsed();
+    window_tokens = 0;
   };
 
   model.train();
