@@ -242,11 +242,14 @@ const char* error_kind(ExitCode code) {
 
 int main(int argc, char** argv) {
   using namespace forge;
-  // libgomp spins in every barrier by default; when the cores are shared (VMs, other jobs) that
-  // made training 12x slower here (152 s vs 12 s for 300 steps). It reads the policy when it loads,
-  // before main, so the process restarts itself once with passive waiting unless the user chose.
+  // How OpenMP threads wait between parallel regions decides small-model speed. libgomp's default
+  // spins ~300k iterations: on shared cores (VMs, other jobs) that made training 12x slower here
+  // (152 s vs 12 s for 300 steps). Sleeping at once (passive) costs a wake-up per region, half the
+  // throughput of a short spin (25k vs 49k tok/s on configs/gpt_shakespeare.yaml). A 10k spin keeps
+  // threads hot between a step's back-to-back kernels and still yields the core soon. libgomp reads
+  // this when it loads, before main, so the process restarts itself once unless the user chose.
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("GOMP_SPINCOUNT", "10000", 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   }
   try {

@@ -1,0 +1,208 @@
+"""PyTorch half of `scripts/bench gpt`: trains the model of a Forge GPT config (a nanoGPT-style
+GPT-2: learned positions, pre-norm LayerNorm, fused qkv, GELU-tanh MLP, tied head) with the same
+batch, context, AdamW groups, schedule and clipping, and prints
+"params=N tok_s=X tok_s_total=Z peak_mb=Y ...": tok_s from the median step time (robust to other
+work on a shared machine), tok_s_total over all timed steps. Run with Debian's /usr/bin/python3
+(torch 1.13).
+"""
+import argparse
+import math
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+
+# Forge's defaults (docs/config.md) for the keys this benchmark reads, so a config that leaves
+# them out trains the same model; scripts/bench_gpt.sh passes the fully resolved config anyway.
+DEFAULTS = {
+    "model": {"vocab_size": 256, "context": 128, "d_model": 128, "n_layers": 4, "n_heads": 4,
+              "dropout": 0.0, "bias": True, "norm": "layernorm", "position": "learned",
+              "mlp": "gelu", "ffn_mult": 4.0, "tie_embeddings": True, "norm_eps": 1e-5},
+    "data": {"tokenizer": "bytes", "val": "", "val_fraction": 0.1},
+    "optimizer": {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
+                  "weight_decay": 0.0, "decay_1d": False, "layer_lr_decay": 1.0},
+    "schedule": {"name": "constant", "warmup_steps": 0, "min_lr": 0.0},
+    "train": {"batch_size": 8, "grad_accum": 1, "max_steps": 1000, "clip_grad_norm": 1.0},
+}
+
+
+def load_config(path):
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    config = {}
+    for section, defaults in DEFAULTS.items():
+        config[section] = dict(defaults, **(raw.get(section) or {}))
+    config["data"]["train"] = raw["data"]["train"]
+    config["seed"] = raw.get("seed", 1337)
+    m, o, s = config["model"], config["optimizer"], config["schedule"]
+    unsupported = [(m["norm"], "layernorm"), (m["position"], "learned"), (m["mlp"], "gelu"),
+                   (o["name"], "adamw"), (config["data"]["tokenizer"], "bytes"),
+                   (o["layer_lr_decay"], 1.0)]
+    if s["name"] not in ("constant", "warmup_cosine"):
+        unsupported.append((s["name"], "warmup_cosine"))
+    for got, want in unsupported:
+        if got != want:
+            sys.exit(f"bench_gpt.py: {path}: only the GPT-2 variant with AdamW and a constant or "
+                     f"warmup_cosine schedule is benchmarked; got {got!r} where {want!r} is needed")
+    return config
+
+
+class Block(nn.Module):
+    """Pre-norm block as nanoGPT writes it for torch < 2.0 (no scaled_dot_product_attention).
+    Dropout on the residual branches only: Forge's fused attention has no attention-weight dropout."""
+
+    def __init__(self, m):
+        super().__init__()
+        C, bias = m["d_model"], m["bias"]
+        hidden = int(m["ffn_mult"]) * C
+        self.n_heads = m["n_heads"]
+        self.ln_1 = nn.LayerNorm(C, eps=m["norm_eps"], elementwise_affine=True)
+        self.c_attn = nn.Linear(C, 3 * C, bias=bias)
+        self.attn_proj = nn.Linear(C, C, bias=bias)
+        self.ln_2 = nn.LayerNorm(C, eps=m["norm_eps"])
+        self.c_fc = nn.Linear(C, hidden, bias=bias)
+        self.mlp_proj = nn.Linear(hidden, C, bias=bias)
+        self.drop = nn.Dropout(m["dropout"])
+        if not bias:  # torch 1.13's LayerNorm always has a bias: freeze it at zero, out of the count
+            for ln in (self.ln_1, self.ln_2):
+                ln.bias = None
+        T = m["context"]
+        self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1),
+                             persistent=False)
+
+    def attention(self, x):
+        B, T, C = x.shape
+        H = self.n_heads
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+        att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.drop(self.attn_proj(y))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.drop(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
+
+
+class GPT(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        V, C = m["vocab_size"], m["d_model"]
+        self.tok_emb = nn.Embedding(V, C)
+        self.pos_emb = nn.Embedding(m["context"], C)
+        self.drop = nn.Dropout(m["dropout"])
+        self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
+        self.ln_f = nn.LayerNorm(C, eps=m["norm_eps"])
+        if not m["bias"]:
+            self.ln_f.bias = None
+        self.lm_head = None if m["tie_embeddings"] else nn.Linear(C, V, bias=False)
+        # GPT-2 init (N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers)): not needed
+        # for speed, but keeps the loss curve comparable with Forge's.
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * m["n_layers"]) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith(".bias") and "ln" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, ids, targets):
+        T = ids.shape[1]
+        x = self.drop(self.tok_emb(ids) + self.pos_emb.weight[:T])
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        logits = F.linear(x, self.lm_head.weight if self.lm_head else self.tok_emb.weight)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def learning_rate(s, o, max_steps, step):
+    """Forge's optim/schedule.cpp: nanoGPT warm-up (step+1)/(warmup+1), then cosine to min_lr."""
+    base = o["lr"]
+    if s["name"] == "constant":
+        return base
+    if step < s["warmup_steps"]:
+        return base * (step + 1) / (s["warmup_steps"] + 1)
+    if step >= max_steps:
+        return s["min_lr"]
+    progress = (step - s["warmup_steps"]) / (max_steps - s["warmup_steps"])
+    return s["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (base - s["min_lr"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("config", help="a Forge GPT config (YAML)")
+    parser.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
+    parser.add_argument("--threads", type=int, default=2)
+    # PyTorch at its best: AdamW's multi-tensor path measured 5-30% faster per step on the small
+    # config than torch 1.13's default per-tensor loop (equal on the medium one).
+    parser.add_argument("--no-foreach", dest="foreach", action="store_false",
+                        help="AdamW's per-tensor loop (torch 1.13's default) instead of foreach")
+    parser.add_argument("--params-only", action="store_true", help="print params=N and exit")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    config = load_config(args.config)
+    m, o, s, tc = config["model"], config["optimizer"], config["schedule"], config["train"]
+    torch.manual_seed(config["seed"])
+    model = GPT(m)
+    params = list(model.parameters())  # tied weight counted once
+    n_params = sum(p.numel() for p in params)
+    if args.params_only:
+        print(f"params={n_params}")
+        return
+
+    # Forge's groups: decoupled decay on >= 2-D weights (all of them, embeddings included), none on
+    # 1-D ones unless decay_1d.
+    decay = [p for p in params if p.dim() >= 2 or o["decay_1d"]]
+    no_decay = [p for p in params if not (p.dim() >= 2 or o["decay_1d"])]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": o["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=args.foreach)
+
+    # Training split as Forge makes it (the head of the file; data.val, if given, is not read) and
+    # random windows of context + 1 bytes, nanoGPT's get_batch.
+    with open(config["data"]["train"], "rb") as f:
+        data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    if not config["data"]["val"]:
+        data = data[: len(data) - int(len(data) * config["data"]["val_fraction"])]
+    B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
+    clip = tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0 else float("inf")
+    offsets = torch.arange(T + 1)
+
+    def batch():
+        windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+    total = args.warmup + args.steps
+    model.train()
+    times = [time.perf_counter()]
+    for step in range(total):
+        for _ in range(accum):
+            ids, targets = batch()
+            loss = model(ids, targets) / accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, clip)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(s, o, tc["max_steps"], step)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = loss.item() * accum  # the sync a training loop does to log its loss
+        times.append(time.perf_counter())
+    step_s = [b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])]
+    tokens = B * T * accum
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"params={n_params} tok_s={tokens / statistics.median(step_s):.1f} "
+          f"tok_s_total={tokens * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
+          f"steps={args.steps} loss={loss_value:.4f}")
+
+
+if __name__ == "__main__":
+    main()
