@@ -151,7 +151,7 @@ std::vector<ConfigKey> build_schema() {
   add("model.n_heads", integer(4, ">= 1").aka({"n_head", "num_heads"}), in(model, &M::n_heads),
       "attention heads per block; must divide d_model");
   add("model.dropout", number(0.0, "[0, 1)"), in(model, &M::dropout),
-      "dropout probability on embeddings, attention weights and residual branches");
+      "dropout probability on the embeddings and on each residual branch");
   add("model.bias", boolean(true), in(model, &M::bias), "linear and norm layers have a bias");
   add("model.norm", choice("layernorm", {"layernorm", "rmsnorm"}), in(model, &M::norm),
       "normalisation layer");

@@ -150,6 +150,21 @@ TEST_F(GPTRecipe, FixedSeedRunLogsTheExpectedLosses) {
   EXPECT_EQ(read_checkpoint_info(*latest_checkpoint(config.output_dir)).step, 30);
 }
 
+// The README's default recipe, in full (about 40 s on 2 cores): nanoGPT reports ~1.88 for it.
+TEST_F(GPTRecipe, ShakespeareConfigReachesTheTargetValidationLoss) {
+  RunConfig config = load_config("configs/gpt_shakespeare.yaml",
+                                 {"output_dir=" + (dir_ / "shakespeare").string(),
+                                  "train.save_every=0", "train.sample_tokens=1"});
+  ASSERT_EQ(train_gpt(config), 0);
+  auto records = read_metrics(dir_ / "shakespeare" / "metrics.jsonl");
+  ASSERT_FALSE(records.empty());
+  const MetricsRecord& last = records.back();
+  EXPECT_EQ(last.split, "val");
+  EXPECT_EQ(last.step, 2000);
+  EXPECT_EQ(*last.number("tokens"), 111538);  // every byte of the held-out 10% after the first
+  EXPECT_LE(*last.number("loss"), 1.89);
+}
+
 TEST_F(GPTRecipe, KilledAndRestartedRunLogsTheSameLosses) {
   fs::path cfg = write_config("straight");
   ASSERT_EQ(forge("train " + cfg.string()), 0);
