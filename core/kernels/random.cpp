@@ -50,14 +50,17 @@ void fill_trunc_normal(T* out, int64_t n, double mean, double std, double low, d
   }
 }
 
+// Block b decides elements 4b .. 4b+3, one word each.
 template <class T>
 void fill_dropout_mask(T* mask, int64_t n, double p, const GeneratorState& g, uint64_t first_block) {
   T scale = T(1.0 / (1.0 - p));
   float threshold = float(p);
+  const int64_t blocks = (n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    auto w = philox(g.seed, g.stream, first_block + uint64_t(i / 4));
-    mask[i] = uniform_from_bits(w[i % 4]) >= threshold ? scale : T(0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    auto w = philox(g.seed, g.stream, first_block + uint64_t(b));
+    for (int64_t k = 0; k < 4 && 4 * b + k < n; ++k)
+      mask[4 * b + k] = uniform_from_bits(w[size_t(k)]) >= threshold ? scale : T(0);
   }
 }
 
