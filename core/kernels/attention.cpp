@@ -288,22 +288,9 @@ Keys classify_keys(const uint8_t* mask, int64_t s0, int64_t sk) {
   for (int64_t c = 0; c < n; ++c) sr[c] = mask[c] ? sr[c] : -kInf;
 }
 
-// e^x for softmax arguments (scores minus their max or log-sum-exp, so x <= ~0). vm::exp's range
-// reduction and polynomial, but clamped with comparisons: std::fmin/fmax are library calls that stop
-// the loop vectorising. x < -87 (including masked -inf) gives exactly 0.
-[[gnu::always_inline]] inline float softmax_exp(float x) {
-  const bool underflow = x < -87.0f;
-  x = underflow ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return underflow ? 0.0f : p * vm::bits_to_float((int32_t(n) + 127) << 23);
-}
+// e^x for softmax arguments (scores minus their max or log-sum-exp, so x <= ~0); x < -87
+// (including masked -inf) gives exactly 0 rather than vm::exp's smallest normal.
+[[gnu::always_inline]] inline float softmax_exp(float x) { return x < -87.0f ? 0.0f : vm::exp(x); }
 
 // p = exp(s - shift) in place over n scores (masked -inf becomes exactly 0); returns the sum.
 [[gnu::always_inline]] inline float exp_scores(float* sr, int64_t n, float shift) {

@@ -14,6 +14,7 @@ namespace {
 
 using op_util::Fold;
 using op_util::fold_at;
+using op_util::scatter_into_zeros;
 using op_util::wrap_dim;
 
 // Calls f(T{}) with T the element type of `dtype` (copies work for every dtype).
@@ -48,15 +49,6 @@ Tensor checked_index(const Tensor& index, int64_t limit, int64_t dim, const Tens
   return ic;
 }
 
-Tensor scatter_into_zeros(const Tensor& dout, const Tensor& index, const kernels::AxisIndex& g,
-                          const Shape& shape) {
-  Tensor dc = dout.contiguous();
-  Tensor dx = zeros(shape, dc.dtype());
-  FORGE_DISPATCH_FLOAT(dc.dtype(), "scatter_add", [&] {
-    kernels::scatter_add_axis(dc.data<scalar_t>(), index.data<int64_t>(), g, dx.data<scalar_t>());
-  });
-  return dx;
-}
 
 // out[o, j, i] = x[o, index(o, j, i), i]; backward: dx[o, index(o, j, i), i] += dout[o, j, i].
 Tensor gather_op(Op op, const Tensor& x, const Tensor& index, const kernels::AxisIndex& g,
@@ -178,6 +170,17 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   int64_t m = index.shape()[size_t(dim)];
   kernels::AxisIndex g{f.outer, f.n, m, f.inner, {m * f.inner, f.inner, 1}};
   return gather_op(Op::gather, src, ic, g, index.shape());
+}
+
+// dx of `shape` holding dout scatter-added at the positions `index` (the backward of a gather).
+Tensor op_util::scatter_into_zeros(const Tensor& dout, const Tensor& index,
+                                   const kernels::AxisIndex& g, const Shape& shape) {
+  Tensor dc = dout.contiguous();
+  Tensor dx = zeros(shape, dc.dtype());
+  FORGE_DISPATCH_FLOAT(dc.dtype(), "scatter_add", [&] {
+    kernels::scatter_add_axis(dc.data<scalar_t>(), index.data<int64_t>(), g, dx.data<scalar_t>());
+  });
+  return dx;
 }
 
 }  // namespace forge

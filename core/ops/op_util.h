@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/kernels/index.h"
 #include "core/tensor.h"
 
 namespace forge::op_util {
@@ -31,5 +32,10 @@ inline Fold fold_at(const Shape& shape, int64_t dim) {
     (d < dim ? f.outer : d == dim ? f.n : f.inner) *= shape[size_t(d)];
   return f;
 }
+
+/// Zeros of `shape` with dout scatter-added at `index` along the axis g describes: the backward of
+/// every gather-like op (index_select, gather, max/min along a dim). Defined in layout_copy.cpp.
+Tensor scatter_into_zeros(const Tensor& dout, const Tensor& index, const kernels::AxisIndex& g,
+                          const Shape& shape);
 
 }  // namespace forge::op_util

@@ -17,6 +17,7 @@ namespace {
 using op_util::check_float;
 using op_util::Fold;
 using op_util::fold_at;
+using op_util::scatter_into_zeros;
 using op_util::wrap_dim;
 
 // `shape` without `dim`, or with it set to 1 when keepdim.
@@ -37,16 +38,6 @@ int64_t nonempty_dim(const Tensor& x, int64_t dim, const char* op) {
   return dim;
 }
 
-// dx of `shape` holding dout scatter-added at the positions `index` (the backward of a gather).
-Tensor scatter_into_zeros(const Tensor& dout, const Tensor& index, const kernels::AxisIndex& g,
-                          const Shape& shape) {
-  Tensor dc = dout.contiguous();
-  Tensor dx = zeros(shape, dc.dtype());
-  FORGE_DISPATCH_FLOAT(dc.dtype(), "scatter_add", [&] {
-    kernels::scatter_add_axis(dc.data<scalar_t>(), index.data<int64_t>(), g, dx.data<scalar_t>());
-  });
-  return dx;
-}
 
 // out = max (largest) or min of x along dim; backward sends dout to the first arg-extreme:
 // dx[.., arg, ..] = dout, zero elsewhere.
