@@ -1,0 +1,551 @@
+// Token datasets on the HDF5 C API (layout: docs/data-format.md), following the conventions of
+// recipes/checkpoint.cpp without depending on it (data/ sits below recipes/): RAII handles, HDF5's
+// error printing silenced so users see one line, a temp file renamed into place, CRC-32 (zlib's)
+// over the stored bytes. Tokens move in blocks of whole chunks, so neither writing nor checking a
+// corpus needs a second copy of it in memory.
+#include "data/token_dataset.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "forge-tokens";
+constexpr hsize_t kTokenChunk = hsize_t(1) << 16;  // elements per HDF5 chunk (128-256 KiB)
+constexpr size_t kTokenBlock = size_t(1) << 20;    // elements per write/read call: 16 chunks
+constexpr hsize_t kOffsetChunk = 4096;
+constexpr size_t kOffsetBlock = 1 << 16;
+
+[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+  throw Error(ExitCode::data, file.string() + ": " + what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CRC-32 (reflected polynomial 0xEDB88320, as zlib.crc32), slice-by-8: about a byte per cycle.
+
+using Crc32Tables = std::array<std::array<uint32_t, 256>, 8>;
+
+const Crc32Tables& crc32_tables() {
+  static const Crc32Tables tables = [] {
+    Crc32Tables t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (int k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
+    return t;
+  }();
+  return tables;
+}
+
+/// Continues `crc` (0 to start) over `nbytes` more bytes, like zlib.crc32(data, crc).
+uint32_t crc32_update(uint32_t crc, const void* data, size_t nbytes) {
+  const Crc32Tables& t = crc32_tables();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (; nbytes >= 8; p += 8, nbytes -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);  // little-endian: the first byte is the low byte
+    w ^= crc;
+    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
+          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
+  }
+  for (; nbytes > 0; ++p, --nbytes) crc = t[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HDF5 plumbing.
+
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  ~Hid() { reset(); }
+  hid_t release() {
+    hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
+  void reset() {
+    if (id_ >= 0) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+Hid check(const fs::path& file, hid_t id, herr_t (*close)(hid_t), const std::string& what) {
+  if (id < 0) fail(file, what);
+  return Hid(id, close);
+}
+
+void check(const fs::path& file, herr_t rc, const std::string& what) {
+  if (rc < 0) fail(file, what);
+}
+
+Hid file_access_plist() {
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // 1.8 object headers carry checksums, so corrupt metadata fails at open; every h5py reads them.
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  H5Pset_file_locking(fapl.get(), false, true);
+  return fapl;
+}
+
+void write_attr_int(const fs::path& file, hid_t obj, const char* name, hid_t file_type,
+                    int64_t value) {
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr = check(file, H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, std::string("cannot create attribute '") + name + "'");
+  check(file, H5Awrite(attr.get(), H5T_NATIVE_INT64, &value),
+        std::string("cannot write attribute '") + name + "'");
+}
+
+// Variable-length UTF-8, which h5py reads back as a Python str.
+void write_attr_str(const fs::path& file, hid_t obj, const char* name, const std::string& value) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr = check(file, H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, std::string("cannot create attribute '") + name + "'");
+  const char* p = value.c_str();
+  check(file, H5Awrite(attr.get(), type.get(), &p),
+        std::string("cannot write attribute '") + name + "'");
+}
+
+Hid open_attr(const fs::path& file, hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) fail(file, std::string("missing attribute '") + name + "'");
+  return check(file, H5Aopen(obj, name, H5P_DEFAULT), H5Aclose,
+               std::string("cannot open attribute '") + name + "'");
+}
+
+int64_t read_attr_int(const fs::path& file, hid_t obj, const char* name) {
+  Hid attr = open_attr(file, obj, name);
+  Hid type(H5Aget_type(attr.get()), H5Tclose);
+  Hid space(H5Aget_space(attr.get()), H5Sclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
+    fail(file, std::string("attribute '") + name + "' is not an integer");
+  int64_t value = 0;
+  check(file, H5Aread(attr.get(), H5T_NATIVE_INT64, &value),
+        std::string("cannot read attribute '") + name + "'");
+  return value;
+}
+
+std::string read_attr_str(const fs::path& file, hid_t obj, const char* name) {
+  Hid attr = open_attr(file, obj, name);
+  Hid type(H5Aget_type(attr.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING)
+    fail(file, std::string("attribute '") + name + "' is not a string");
+  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+  const std::string what = std::string("cannot read attribute '") + name + "'";
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* p = nullptr;
+    check(file, H5Aread(attr.get(), mem.get(), &p), what);
+    std::string value = p ? p : "";
+    H5free_memory(p);
+    return value;
+  }
+  size_t size = H5Tget_size(type.get());  // fixed-length, as numpy's bytes attributes are
+  H5Tset_size(mem.get(), size);
+  std::string value(size, '\0');
+  check(file, H5Aread(attr.get(), mem.get(), value.data()), what);
+  value.resize(std::strlen(value.c_str()));
+  return value;
+}
+
+/// An extendible 1-D chunked dataset.
+Hid create_growing(const fs::path& file, hid_t parent, const char* name, hid_t type,
+                   hsize_t chunk) {
+  hsize_t zero = 0, unlimited = H5S_UNLIMITED;
+  Hid space(H5Screate_simple(1, &zero, &unlimited), H5Sclose);
+  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(dcpl.get(), 1, &chunk);
+  return check(file,
+               H5Dcreate2(parent, name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+               H5Dclose, std::string("cannot create dataset '") + name + "'");
+}
+
+/// Appends `n` elements of memory type `mem_type` at position `at` of a 1-D dataset.
+void append(const fs::path& file, hid_t ds, hid_t mem_type, hsize_t at, const void* data, hsize_t n,
+            const char* name) {
+  if (n == 0) return;
+  const std::string what = std::string("cannot write dataset '") + name + "'";
+  hsize_t size = at + n;
+  check(file, H5Dset_extent(ds, &size), what);
+  Hid fspace(H5Dget_space(ds), H5Sclose);
+  check(file, H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &at, nullptr, &n, nullptr), what);
+  Hid mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  check(file, H5Dwrite(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data), what);
+}
+
+/// Reads elements [at, at + n) of a 1-D dataset as `mem_type`.
+void read_range(const fs::path& file, hid_t ds, hid_t mem_type, hsize_t at, hsize_t n, void* dst,
+                const char* name) {
+  if (n == 0) return;
+  const std::string what = std::string("cannot read dataset '") + name + "' (corrupt file?)";
+  Hid fspace(H5Dget_space(ds), H5Sclose);
+  check(file, H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &at, nullptr, &n, nullptr), what);
+  Hid mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  check(file, H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, dst), what);
+}
+
+void fsync_path(const fs::path& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) fail(path, std::string("cannot open for fsync: ") + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(err));
+}
+
+std::string crc_hex(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", unsigned(crc));
+  return buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Writer.
+
+struct TokenDatasetWriter::Impl {
+  fs::path path, tmp;
+  TokenizerInfo info;
+  bool narrow = true;  // ids stored as uint16
+  Hid file, tokens, offsets;
+  std::vector<int32_t> pending;         // ids not yet written
+  std::vector<uint16_t> narrow_buffer;  // pending as stored, on the uint16 path
+  std::vector<int64_t> pending_offsets;
+  int64_t written_tokens = 0, total_tokens = 0, written_offsets = 0, num_documents = 0;
+  uint32_t tokens_crc = 0, offsets_crc = 0;
+  bool finished = false;
+
+  void flush_tokens() {
+    const void* data = pending.data();
+    hid_t mem_type = H5T_NATIVE_INT32;
+    size_t nbytes = pending.size() * sizeof(int32_t);
+    if (narrow) {
+      narrow_buffer.assign(pending.begin(), pending.end());
+      data = narrow_buffer.data();
+      mem_type = H5T_NATIVE_UINT16;
+      nbytes = narrow_buffer.size() * sizeof(uint16_t);
+    }
+    tokens_crc = crc32_update(tokens_crc, data, nbytes);
+    append(tmp, tokens.get(), mem_type, hsize_t(written_tokens), data, hsize_t(pending.size()),
+           "tokens");
+    written_tokens += int64_t(pending.size());
+    pending.clear();
+  }
+
+  void flush_offsets() {
+    offsets_crc =
+        crc32_update(offsets_crc, pending_offsets.data(), pending_offsets.size() * sizeof(int64_t));
+    append(tmp, offsets.get(), H5T_NATIVE_INT64, hsize_t(written_offsets), pending_offsets.data(),
+           hsize_t(pending_offsets.size()), "doc_offsets");
+    written_offsets += int64_t(pending_offsets.size());
+    pending_offsets.clear();
+  }
+};
+
+TokenDatasetWriter::TokenDatasetWriter(const fs::path& path, TokenizerInfo info)
+    : impl_(std::make_unique<Impl>()) {
+  quiet_hdf5();
+  Impl& w = *impl_;
+  w.path = path;
+  w.tmp = fs::path(path.string() + ".tmp");
+  if (info.vocab_size <= 0 || info.vocab_size > int64_t(INT32_MAX) + 1)
+    fail(path, "vocab_size must be in [1, 2^31], got " + std::to_string(info.vocab_size));
+  w.narrow = info.vocab_size <= 65536;
+  w.info = std::move(info);
+  Hid fapl = file_access_plist();
+  w.file = check(w.tmp, H5Fcreate(w.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
+                 "cannot create (directory missing or not writable?)");
+  w.tokens = create_growing(w.tmp, w.file.get(), "tokens", w.narrow ? H5T_STD_U16LE : H5T_STD_I32LE,
+                            kTokenChunk);
+  w.offsets = create_growing(w.tmp, w.file.get(), "doc_offsets", H5T_STD_I64LE, kOffsetChunk);
+  w.pending.reserve(kTokenBlock);
+  w.pending_offsets.push_back(0);
+}
+
+TokenDatasetWriter::~TokenDatasetWriter() {
+  if (!impl_ || impl_->finished) return;
+  impl_->tokens.reset();
+  impl_->offsets.reset();
+  impl_->file.reset();
+  std::error_code ec;
+  fs::remove(impl_->tmp, ec);
+}
+
+void TokenDatasetWriter::add_document(const std::vector<int32_t>& ids) {
+  Impl& w = *impl_;
+  FORGE_CHECK(!w.finished, "TokenDatasetWriter::add_document after finish() on ", w.path.string());
+  const int64_t vocab = w.info.vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      fail(w.path, detail::concat("document ", w.num_documents, ", position ", i, ": token id ",
+                                  ids[i], " is outside the vocabulary [0, ", vocab,
+                                  ") of tokenizer '", w.info.name, "'"));
+  for (size_t i = 0; i < ids.size();) {
+    size_t n = std::min(ids.size() - i, kTokenBlock - w.pending.size());
+    w.pending.insert(w.pending.end(), ids.begin() + ptrdiff_t(i), ids.begin() + ptrdiff_t(i + n));
+    i += n;
+    if (w.pending.size() == kTokenBlock) w.flush_tokens();
+  }
+  w.total_tokens += int64_t(ids.size());
+  w.num_documents += 1;
+  w.pending_offsets.push_back(w.total_tokens);
+  if (w.pending_offsets.size() >= kOffsetBlock) w.flush_offsets();
+}
+
+void TokenDatasetWriter::finish() {
+  Impl& w = *impl_;
+  FORGE_CHECK(!w.finished, "TokenDatasetWriter::finish called twice on ", w.path.string());
+  w.flush_tokens();
+  w.flush_offsets();
+  hid_t root = w.file.get();
+  write_attr_str(w.tmp, root, "format", kFormat);
+  write_attr_int(w.tmp, root, "format_version", H5T_STD_I64LE, kTokenDatasetFormatVersion);
+  write_attr_str(w.tmp, root, "tokenizer", w.info.name);
+  write_attr_int(w.tmp, root, "vocab_size", H5T_STD_I64LE, w.info.vocab_size);
+  write_attr_str(w.tmp, root, "vocab_hash", w.info.vocab_hash);
+  write_attr_int(w.tmp, root, "num_tokens", H5T_STD_I64LE, w.total_tokens);
+  write_attr_int(w.tmp, root, "num_documents", H5T_STD_I64LE, w.num_documents);
+  write_attr_int(w.tmp, root, "tokens_crc32", H5T_STD_U32LE, w.tokens_crc);
+  write_attr_int(w.tmp, root, "doc_offsets_crc32", H5T_STD_U32LE, w.offsets_crc);
+  w.tokens.reset();
+  w.offsets.reset();
+  hid_t id = w.file.release();
+  check(w.tmp, H5Fclose(id), "cannot close (disk full?)");
+  fsync_path(w.tmp, false);
+  if (::rename(w.tmp.c_str(), w.path.c_str()) != 0)
+    fail(w.path, std::string("cannot rename temp file into place: ") + std::strerror(errno));
+  fsync_path(w.path.parent_path().empty() ? fs::path(".") : w.path.parent_path(), true);
+  w.finished = true;
+}
+
+int64_t TokenDatasetWriter::num_documents() const { return impl_->num_documents; }
+int64_t TokenDatasetWriter::num_tokens() const { return impl_->total_tokens; }
+
+// ---------------------------------------------------------------------------------------------
+// Reader.
+
+TokenDataset::TokenDataset(fs::path path, TokenizerInfo info,
+                           std::shared_ptr<const std::vector<int32_t>> tokens,
+                           std::vector<int64_t> doc_offsets)
+    : path_(std::move(path)),
+      info_(std::move(info)),
+      tokens_(std::move(tokens)),
+      doc_offsets_(std::move(doc_offsets)) {
+  FORGE_CHECK(!doc_offsets_.empty() && doc_offsets_.front() == 0 &&
+                  doc_offsets_.back() == int64_t(tokens_->size()),
+              "TokenDataset: doc_offsets must run from 0 to the token count ", tokens_->size());
+}
+
+TokenSplit TokenDataset::split_by_document(double val_fraction) const {
+  FORGE_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "val_fraction must be in [0, 1), got ",
+              val_fraction);
+  const int64_t D = num_documents(), N = num_tokens();
+  int64_t first_val = D;  // index of the first validation document
+  if (val_fraction > 0.0) {
+    if (D < 2)
+      fail(path_, detail::concat("has ", D, " document(s); splitting off validation by document",
+                                 " needs at least 2"));
+    // The boundary nearest to where the tail of val_fraction * N tokens starts.
+    double target = double(N) * (1.0 - val_fraction);
+    auto it = std::lower_bound(doc_offsets_.begin(), doc_offsets_.end() - 1, int64_t(target));
+    int64_t k = int64_t(it - doc_offsets_.begin());
+    if (k > 0 &&
+        target - double(doc_offsets_[size_t(k - 1)]) <= double(doc_offsets_[size_t(k)]) - target)
+      k -= 1;
+    first_val = std::clamp<int64_t>(k, 1, D - 1);
+  }
+  auto start = tokens_->begin() + ptrdiff_t(doc_offsets_[size_t(first_val)]);
+  return {std::make_shared<const std::vector<int32_t>>(tokens_->begin(), start),
+          std::make_shared<const std::vector<int32_t>>(start, tokens_->end())};
+}
+
+namespace {
+
+/// A 1-D dataset of the given integer kind, with its length checked against the metadata.
+Hid open_vector(const fs::path& file, hid_t root, const char* name, int64_t expected_length,
+                hid_t* stored_type) {
+  if (H5Lexists(root, name, H5P_DEFAULT) <= 0)
+    fail(file, std::string("missing dataset '/") + name + "'");
+  Hid ds = check(file, H5Dopen2(root, name, H5P_DEFAULT), H5Dclose,
+                 std::string("cannot open dataset '/") + name + "' (corrupt, or not a dataset)");
+  Hid space(H5Dget_space(ds.get()), H5Sclose);
+  hsize_t length = 0;
+  if (H5Sget_simple_extent_ndims(space.get()) != 1)
+    fail(file, std::string("dataset '/") + name + "' is not 1-D");
+  H5Sget_simple_extent_dims(space.get(), &length, nullptr);
+  if (int64_t(length) != expected_length)
+    fail(file, detail::concat("dataset '/", name, "' has ", length, " elements, the metadata says ",
+                              expected_length));
+  *stored_type = H5Dget_type(ds.get());
+  return ds;
+}
+
+/// Stored uint16 ids to the in-memory int32.
+template <class T>
+void widen(const T* src, int32_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = int32_t(src[i]);
+}
+
+/// Whether any id is outside [0, limit): a branch-free reduction the compiler vectorises.
+bool any_outside(const int32_t* p, size_t n, int32_t limit) {
+  int32_t lo = 0, hi = 0;
+  for (size_t i = 0; i < n; ++i) {
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  return lo < 0 || hi >= limit;
+}
+
+}  // namespace
+
+TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expected,
+                                int64_t model_vocab_size) {
+  quiet_hdf5();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path, "no such token dataset");
+  if (fs::is_directory(path, ec)) fail(path, "is a directory, not a token dataset");
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, "not an HDF5 file (truncated or overwritten?)");
+  Hid fapl = file_access_plist();
+  Hid file = check(path, H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
+                   "cannot open as HDF5 (truncated or corrupt file)");
+  const hid_t root = file.get();
+
+  std::string format = read_attr_str(path, root, "format");
+  if (format != kFormat)
+    fail(path, "not a forge token dataset (attribute 'format' is '" + format + "', expected '" +
+                   kFormat + "')");
+  int64_t version = read_attr_int(path, root, "format_version");
+  if (version > kTokenDatasetFormatVersion)
+    fail(path,
+         detail::concat("format_version ", version, " is newer than this build of forge reads (",
+                        kTokenDatasetFormatVersion, "); upgrade forge"));
+  if (version < 1) fail(path, detail::concat("unknown format_version ", version));
+  TokenizerInfo info;
+  info.name = read_attr_str(path, root, "tokenizer");
+  info.vocab_size = read_attr_int(path, root, "vocab_size");
+  info.vocab_hash = read_attr_str(path, root, "vocab_hash");
+  const int64_t num_tokens = read_attr_int(path, root, "num_tokens");
+  const int64_t num_documents = read_attr_int(path, root, "num_documents");
+  const auto tokens_crc = uint32_t(read_attr_int(path, root, "tokens_crc32"));
+  const auto offsets_crc = uint32_t(read_attr_int(path, root, "doc_offsets_crc32"));
+  if (info.vocab_size <= 0 || info.vocab_size > int64_t(INT32_MAX) + 1 || num_tokens < 0 ||
+      num_documents < 0)
+    fail(path, detail::concat("implausible metadata: vocab_size ", info.vocab_size, ", num_tokens ",
+                              num_tokens, ", num_documents ", num_documents));
+
+  // The cheap, likely mistake first: a dataset prepared with another tokenizer.
+  if (expected && (expected->name != info.name || expected->vocab_hash != info.vocab_hash ||
+                   expected->vocab_size != info.vocab_size))
+    fail(path, detail::concat("prepared with tokenizer '", info.name, "' (vocabulary size ",
+                              info.vocab_size, ", hash ", info.vocab_hash,
+                              ") but the model uses tokenizer '", expected->name,
+                              "' (vocabulary size ", expected->vocab_size, ", hash ",
+                              expected->vocab_hash, "); prepare it again with that tokenizer"));
+
+  hid_t raw_type = -1;
+  Hid offsets_ds = open_vector(path, root, "doc_offsets", num_documents + 1, &raw_type);
+  Hid offsets_type(raw_type, H5Tclose);
+  if (H5Tget_class(offsets_type.get()) != H5T_INTEGER || H5Tget_size(offsets_type.get()) != 8)
+    fail(path, "dataset '/doc_offsets' is not int64");
+  std::vector<int64_t> offsets(size_t(num_documents + 1));
+  read_range(path, offsets_ds.get(), H5T_NATIVE_INT64, 0, offsets.size(), offsets.data(),
+             "doc_offsets");
+  uint32_t crc = crc32_update(0, offsets.data(), offsets.size() * sizeof(int64_t));
+  if (crc != offsets_crc)
+    fail(path, "checksum mismatch in dataset '/doc_offsets' (stored crc32 " + crc_hex(offsets_crc) +
+                   ", computed " + crc_hex(crc) + "): the file is corrupt");
+  for (size_t d = 0; d + 1 < offsets.size(); ++d)
+    if (offsets[d] > offsets[d + 1])
+      fail(path, detail::concat("doc_offsets decrease at document ", d, " (", offsets[d], " > ",
+                                offsets[d + 1], ")"));
+  if (offsets.front() != 0 || offsets.back() != num_tokens)
+    fail(path, detail::concat("doc_offsets must run from 0 to num_tokens ", num_tokens, ", got ",
+                              offsets.front(), " .. ", offsets.back()));
+
+  Hid tokens_ds = open_vector(path, root, "tokens", num_tokens, &raw_type);
+  Hid tokens_type(raw_type, H5Tclose);
+  const size_t width = H5Tget_size(tokens_type.get());
+  const bool is_u16 = width == 2 && H5Tget_sign(tokens_type.get()) == H5T_SGN_NONE;
+  const bool is_i32 = width == 4 && H5Tget_sign(tokens_type.get()) == H5T_SGN_2;
+  if (H5Tget_class(tokens_type.get()) != H5T_INTEGER || !(is_u16 || is_i32))
+    fail(path, "dataset '/tokens' must be uint16 or int32");
+
+  // One pass over blocks: read as stored, checksum the stored bytes, widen, range-check. An
+  // out-of-range id is reported only after the checksum passed, since corruption explains it too.
+  const int64_t limit =
+      model_vocab_size >= 0 ? std::min(model_vocab_size, info.vocab_size) : info.vocab_size;
+  const auto limit32 = int32_t(std::min<int64_t>(limit, INT32_MAX));
+  auto tokens = std::make_shared<std::vector<int32_t>>(size_t(num_tokens));
+  std::vector<uint16_t> narrow(is_u16 ? std::min<size_t>(kTokenBlock, size_t(num_tokens)) : 0);
+  int64_t first_bad_block = -1;
+  crc = 0;
+  for (size_t at = 0; at < size_t(num_tokens); at += kTokenBlock) {
+    size_t n = std::min(kTokenBlock, size_t(num_tokens) - at);
+    int32_t* dst = tokens->data() + at;
+    if (is_u16) {
+      read_range(path, tokens_ds.get(), H5T_NATIVE_UINT16, at, n, narrow.data(), "tokens");
+      crc = crc32_update(crc, narrow.data(), n * sizeof(uint16_t));
+      widen(narrow.data(), dst, n);
+    } else {
+      read_range(path, tokens_ds.get(), H5T_NATIVE_INT32, at, n, dst, "tokens");
+      crc = crc32_update(crc, dst, n * sizeof(int32_t));
+    }
+    if (first_bad_block < 0 && any_outside(dst, n, limit32)) first_bad_block = int64_t(at);
+  }
+  if (crc != tokens_crc)
+    fail(path, "checksum mismatch in dataset '/tokens' (stored crc32 " + crc_hex(tokens_crc) +
+                   ", computed " + crc_hex(crc) + "): the file is corrupt");
+  if (first_bad_block >= 0) {
+    size_t i = size_t(first_bad_block);
+    while (i < tokens->size() && (*tokens)[i] >= 0 && int64_t((*tokens)[i]) < limit) ++i;
+    int32_t id = (*tokens)[i];
+    if (model_vocab_size >= 0 && (id < 0 || id >= model_vocab_size))
+      fail(path, detail::concat("token id ", id, " at position ", i,
+                                " is out of range for the model's vocabulary size ",
+                                model_vocab_size, " (dataset tokenizer '", info.name,
+                                "', vocabulary size ", info.vocab_size, ")"));
+    fail(path, detail::concat("token id ", id, " at position ", i,
+                              " is outside the dataset's own vocabulary size ", info.vocab_size,
+                              " (tokenizer '", info.name, "')"));
+  }
+  return TokenDataset(path, std::move(info), std::move(tokens), std::move(offsets));
+}
+
+}  // namespace forge

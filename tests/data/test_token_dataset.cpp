@@ -1,0 +1,267 @@
+// HDF5 token datasets: write/read round trips on both storage widths, streaming across block
+// boundaries, the split by document, and every way a file is rejected (corruption, truncation, not
+// HDF5, missing metadata, another tokenizer, ids beyond the model's vocabulary) with exit code 3.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/token_dataset.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+const TokenizerInfo kBytes{"bytes", 256, "00000000000000ff"};
+
+void write_dataset(const fs::path& path, const TokenizerInfo& info,
+                   const std::vector<std::vector<int32_t>>& docs) {
+  TokenDatasetWriter w(path, info);
+  for (const auto& d : docs) w.add_document(d);
+  w.finish();
+}
+
+/// The data-error message of `fn`, failing the test if it does not throw Error(data).
+template <class F>
+std::string data_error(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected Error(data)";
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+size_t stored_token_width(const fs::path& path) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "tokens", H5P_DEFAULT);
+  hid_t t = H5Dget_type(ds);
+  size_t width = H5Tget_size(t);
+  H5Tclose(t);
+  H5Dclose(ds);
+  H5Fclose(f);
+  return width;
+}
+
+TEST(TokenDataset, RoundTripsNarrowIdsWithAnEmptyDocument) {
+  TempDir dir;
+  fs::path path = dir.path() / "corpus.h5";
+  std::vector<std::vector<int32_t>> docs = {{1, 2, 3}, {}, {255, 0}, {7}};
+  write_dataset(path, kBytes, docs);
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(dir.path() / "corpus.h5.tmp"));
+  EXPECT_EQ(stored_token_width(path), 2u);
+
+  TokenDataset ds = open_token_dataset(path, &kBytes, 256);
+  EXPECT_EQ(*ds.tokens(), (std::vector<int32_t>{1, 2, 3, 255, 0, 7}));
+  EXPECT_EQ(ds.doc_offsets(), (std::vector<int64_t>{0, 3, 3, 5, 6}));
+  EXPECT_EQ(ds.num_documents(), 4);
+  EXPECT_EQ(ds.num_tokens(), 6);
+  EXPECT_EQ(ds.info().name, "bytes");
+  EXPECT_EQ(ds.info().vocab_size, 256);
+  EXPECT_EQ(ds.info().vocab_hash, "00000000000000ff");
+  LMWindows windows(ds.tokens(), 4);  // usable as is
+  EXPECT_EQ(windows.num_tokens(), 6);
+}
+
+TEST(TokenDataset, RoundTripsWideIds) {
+  TempDir dir;
+  fs::path path = dir.path() / "wide.h5";
+  TokenizerInfo info{"big", 70000, "abc"};
+  write_dataset(path, info, {{0, 65535, 65536, 69999}, {12345}});
+  EXPECT_EQ(stored_token_width(path), 4u);
+  TokenDataset ds = open_token_dataset(path, &info, 70000);
+  EXPECT_EQ(*ds.tokens(), (std::vector<int32_t>{0, 65535, 65536, 69999, 12345}));
+  EXPECT_EQ(ds.doc_offsets(), (std::vector<int64_t>{0, 4, 5}));
+}
+
+TEST(TokenDataset, RoundTripsAnEmptyCorpus) {
+  TempDir dir;
+  fs::path path = dir.path() / "empty.h5";
+  write_dataset(path, kBytes, {});
+  TokenDataset ds = open_token_dataset(path);
+  EXPECT_EQ(ds.num_tokens(), 0);
+  EXPECT_EQ(ds.doc_offsets(), (std::vector<int64_t>{0}));
+}
+
+// More tokens and documents than one write block holds, so appends, checksums and reads cross
+// block and chunk boundaries.
+TEST(TokenDataset, StreamsManyDocuments) {
+  TempDir dir;
+  fs::path path = dir.path() / "many.h5";
+  const int D = 70000;
+  std::vector<int32_t> all;
+  std::vector<int64_t> offsets = {0};
+  {
+    TokenDatasetWriter w(path, kBytes);
+    for (int d = 0; d < D; ++d) {
+      std::vector<int32_t> doc(size_t((d * 7) % 41));
+      for (size_t i = 0; i < doc.size(); ++i) doc[i] = int32_t((d * 31 + int(i)) % 256);
+      w.add_document(doc);
+      all.insert(all.end(), doc.begin(), doc.end());
+      offsets.push_back(int64_t(all.size()));
+    }
+    EXPECT_EQ(w.num_documents(), D);
+    EXPECT_EQ(w.num_tokens(), int64_t(all.size()));
+    EXPECT_FALSE(fs::exists(path));  // only the temp file exists until finish()
+    w.finish();
+  }
+  ASSERT_GT(all.size(), size_t(1) << 20);
+  TokenDataset ds = open_token_dataset(path, &kBytes, 256);
+  EXPECT_EQ(*ds.tokens(), all);
+  EXPECT_EQ(ds.doc_offsets(), offsets);
+}
+
+TEST(TokenDataset, SplitsByWholeDocuments) {
+  TempDir dir;
+  fs::path path = dir.path() / "split.h5";
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 10; ++d) docs.push_back(std::vector<int32_t>(10, d));
+  write_dataset(path, kBytes, docs);
+  TokenDataset ds = open_token_dataset(path);
+
+  TokenSplit s = ds.split_by_document(0.2);
+  EXPECT_EQ(s.train->size(), 80u);
+  EXPECT_EQ(s.val->size(), 20u);
+  EXPECT_EQ(s.val->front(), 8);
+  EXPECT_EQ(s.train->back(), 7);
+  // 0.23 of 100 tokens: the nearest boundary is still after document 7.
+  EXPECT_EQ(ds.split_by_document(0.23).val->size(), 20u);
+  EXPECT_EQ(ds.split_by_document(0.27).val->size(), 30u);
+  // A tiny fraction still puts one document on the validation side; zero puts none.
+  EXPECT_EQ(ds.split_by_document(0.001).val->size(), 10u);
+  EXPECT_EQ(ds.split_by_document(0.0).val->size(), 0u);
+  EXPECT_EQ(ds.split_by_document(0.0).train->size(), 100u);
+
+  // One long last document: validation never cuts it, and training keeps the rest.
+  fs::path skewed = dir.path() / "skewed.h5";
+  write_dataset(skewed, kBytes, {{1, 1}, {2, 2}, std::vector<int32_t>(50, 3)});
+  TokenSplit k = open_token_dataset(skewed).split_by_document(0.1);
+  EXPECT_EQ(*k.train, (std::vector<int32_t>{1, 1, 2, 2}));
+  EXPECT_EQ(k.val->size(), 50u);
+
+  fs::path single = dir.path() / "single.h5";
+  write_dataset(single, kBytes, {{1, 2, 3}});
+  std::string msg = data_error([&] { open_token_dataset(single).split_by_document(0.1); });
+  EXPECT_HAS(msg, single.string());
+}
+
+TEST(TokenDataset, DetectsCorruptTokens) {
+  TempDir dir;
+  fs::path path = dir.path() / "corrupt.h5";
+  std::vector<int32_t> doc;
+  for (int i = 0; i < 200; ++i) doc.push_back(1000 + i);
+  write_dataset(path, {"t", 2000, "h"}, {doc});
+  std::string bytes = testing::read_file(path);
+  const char pattern[] = {char(0xe8), char(0x03), char(0xe9), char(0x03)};  // 1000, 1001 as u16
+  size_t at = bytes.find(std::string(pattern, 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 40] ^= 0x01;  // still a valid id: only the checksum can tell
+  testing::write_file(path, bytes);
+  std::string msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string());
+  EXPECT_HAS(msg, "checksum mismatch in dataset '/tokens'");
+}
+
+TEST(TokenDataset, RejectsTruncatedAndNonHdf5Files) {
+  TempDir dir;
+  fs::path path = dir.path() / "cut.h5";
+  write_dataset(path, kBytes, {std::vector<int32_t>(5000, 65)});
+  std::string bytes = testing::read_file(path);
+  testing::write_file(path, bytes.substr(0, bytes.size() / 2));
+  std::string msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string() + ": ");
+
+  fs::path text = dir.path() / "notes.h5";
+  testing::write_file(text, "just some text, not a dataset\n");
+  msg = data_error([&] { open_token_dataset(text); });
+  EXPECT_HAS(msg, text.string() + ": not an HDF5 file");
+
+  msg = data_error([&] { open_token_dataset(dir.path() / "missing.h5"); });
+  EXPECT_HAS(msg, "no such token dataset");
+}
+
+TEST(TokenDataset, RejectsMissingMetadataAndOtherFormats) {
+  TempDir dir;
+  fs::path path = dir.path() / "meta.h5";
+  write_dataset(path, kBytes, {{1, 2}});
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Adelete(f, "vocab_hash"), 0);
+  H5Fclose(f);
+  std::string msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string() + ": missing attribute 'vocab_hash'");
+
+  fs::path other = dir.path() / "other.h5";
+  f = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(f);
+  msg = data_error([&] { open_token_dataset(other); });
+  EXPECT_HAS(msg, other.string() + ": missing attribute 'format'");
+}
+
+TEST(TokenDataset, NamesBothTokenizersOnMismatch) {
+  TempDir dir;
+  fs::path path = dir.path() / "gpt2.h5";
+  TokenizerInfo gpt2{"gpt2", 50257, "1234abcd"};
+  write_dataset(path, gpt2, {{50256, 0}});
+  std::string msg = data_error([&] { open_token_dataset(path, &kBytes); });
+  EXPECT_HAS(msg, path.string());
+  EXPECT_HAS(msg, "'gpt2' (vocabulary size 50257");
+  EXPECT_HAS(msg, "'bytes' (vocabulary size 256");
+  // Same name, different vocabulary content.
+  TokenizerInfo retrained{"gpt2", 50257, "99999999"};
+  msg = data_error([&] { open_token_dataset(path, &retrained); });
+  EXPECT_HAS(msg, "hash 1234abcd");
+  EXPECT_HAS(msg, "hash 99999999");
+}
+
+TEST(TokenDataset, NamesTheFirstIdBeyondTheModelVocabulary) {
+  TempDir dir;
+  fs::path path = dir.path() / "ids.h5";
+  TokenizerInfo gpt2{"gpt2", 50257, "h"};
+  write_dataset(path, gpt2, {{1, 2, 3}, {4, 50000, 5, 50001}});
+  std::string msg = data_error([&] { open_token_dataset(path, &gpt2, 1000); });
+  EXPECT_HAS(msg, path.string() + ": token id 50000 at position 4 ");
+  EXPECT_HAS(msg, "vocabulary size 1000");
+  EXPECT_NO_THROW(open_token_dataset(path, &gpt2, 50002));
+}
+
+TEST(TokenDataset, WriterRejectsOutOfRangeIds) {
+  TempDir dir;
+  fs::path path = dir.path() / "bad.h5";
+  TokenDatasetWriter w(path, kBytes);
+  w.add_document({1, 2});
+  std::string msg = data_error([&] { w.add_document({3, 4, 256}); });
+  EXPECT_HAS(msg, "document 1, position 2: token id 256");
+  msg = data_error([&] { w.add_document({-1}); });
+  EXPECT_HAS(msg, "token id -1");
+  w.add_document({5});  // the rejected documents left nothing behind
+  w.finish();
+  TokenDataset ds = open_token_dataset(path);
+  EXPECT_EQ(*ds.tokens(), (std::vector<int32_t>{1, 2, 5}));
+  EXPECT_EQ(ds.num_documents(), 2);
+}
+
+TEST(TokenDataset, AbandonedWriterLeavesNoFile) {
+  TempDir dir;
+  fs::path path = dir.path() / "abandoned.h5";
+  {
+    TokenDatasetWriter w(path, kBytes);
+    w.add_document({1, 2, 3});
+    EXPECT_TRUE(fs::exists(dir.path() / "abandoned.h5.tmp"));
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(dir.path() / "abandoned.h5.tmp"));
+}
+
+}  // namespace
+}  // namespace forge
