@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/checksum.h"
 #include "core/error.h"
 
 namespace forge {
@@ -31,42 +32,6 @@ constexpr size_t kOffsetBlock = 1 << 16;
 
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
   throw Error(ExitCode::data, file.string() + ": " + what);
-}
-
-// ---------------------------------------------------------------------------------------------
-// CRC-32 (reflected polynomial 0xEDB88320, as zlib.crc32), slice-by-8: about a byte per cycle.
-
-using Crc32Tables = std::array<std::array<uint32_t, 256>, 8>;
-
-const Crc32Tables& crc32_tables() {
-  static const Crc32Tables tables = [] {
-    Crc32Tables t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-    return t;
-  }();
-  return tables;
-}
-
-/// Continues `crc` (0 to start) over `nbytes` more bytes, like zlib.crc32(data, crc).
-uint32_t crc32_update(uint32_t crc, const void* data, size_t nbytes) {
-  const Crc32Tables& t = crc32_tables();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (; nbytes >= 8; p += 8, nbytes -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);  // little-endian: the first byte is the low byte
-    w ^= crc;
-    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
-          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
-  }
-  for (; nbytes > 0; ++p, --nbytes) crc = t[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
-  return ~crc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,7 +227,7 @@ struct TokenDatasetWriter::Impl {
       mem_type = H5T_NATIVE_UINT16;
       nbytes = narrow_buffer.size() * sizeof(uint16_t);
     }
-    tokens_crc = crc32_update(tokens_crc, data, nbytes);
+    tokens_crc = crc32(data, nbytes, tokens_crc);
     append(tmp, tokens.get(), mem_type, hsize_t(written_tokens), data, hsize_t(pending.size()),
            "tokens");
     written_tokens += int64_t(pending.size());
@@ -271,7 +236,7 @@ struct TokenDatasetWriter::Impl {
 
   void flush_offsets() {
     offsets_crc =
-        crc32_update(offsets_crc, pending_offsets.data(), pending_offsets.size() * sizeof(int64_t));
+        crc32(pending_offsets.data(), pending_offsets.size() * sizeof(int64_t), offsets_crc);
     append(tmp, offsets.get(), H5T_NATIVE_INT64, hsize_t(written_offsets), pending_offsets.data(),
            hsize_t(pending_offsets.size()), "doc_offsets");
     written_offsets += int64_t(pending_offsets.size());
@@ -487,7 +452,7 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   std::vector<int64_t> offsets(size_t(num_documents + 1));
   read_range(path, offsets_ds.get(), H5T_NATIVE_INT64, 0, offsets.size(), offsets.data(),
              "doc_offsets");
-  uint32_t crc = crc32_update(0, offsets.data(), offsets.size() * sizeof(int64_t));
+  uint32_t crc = crc32(offsets.data(), offsets.size() * sizeof(int64_t), 0);
   if (crc != offsets_crc)
     fail(path, "checksum mismatch in dataset '/doc_offsets' (stored crc32 " + crc_hex(offsets_crc) +
                    ", computed " + crc_hex(crc) + "): the file is corrupt");
@@ -521,11 +486,11 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
     int32_t* dst = tokens->data() + at;
     if (is_u16) {
       read_range(path, tokens_ds.get(), H5T_NATIVE_UINT16, at, n, narrow.data(), "tokens");
-      crc = crc32_update(crc, narrow.data(), n * sizeof(uint16_t));
+      crc = crc32(narrow.data(), n * sizeof(uint16_t), crc);
       widen(narrow.data(), dst, n);
     } else {
       read_range(path, tokens_ds.get(), H5T_NATIVE_INT32, at, n, dst, "tokens");
-      crc = crc32_update(crc, dst, n * sizeof(int32_t));
+      crc = crc32(dst, n * sizeof(int32_t), crc);
     }
     if (first_bad_block < 0 && any_outside(dst, n, limit32)) first_bad_block = int64_t(at);
   }

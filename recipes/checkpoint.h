@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/named_tensor.h"
 
 namespace forge {
@@ -101,7 +102,5 @@ void verify_checkpoint(const std::filesystem::path& file);
 void write_file_atomic(const std::filesystem::path& file, const std::string& content,
                        ExitCode code = ExitCode::checkpoint);
 
-/// CRC-32 (the zlib/PNG polynomial, as Python's zlib.crc32) of a byte range, continuing `crc`.
-uint32_t crc32(const void* data, size_t nbytes, uint32_t crc = 0);
 
 }  // namespace forge
