@@ -1,0 +1,528 @@
+// GPT-2 byte-level BPE. Loading hand-parses encoder.json (a flat object of string -> id whose keys
+// spell bytes through GPT-2's bytes_to_unicode table) and checks vocab.bpe against it. Encoding
+// splits specials, pre-tokenises with a hand-written matcher equivalent to GPT-2's regex, then
+// merges each piece like tiktoken, with a per-piece cache because natural text repeats words.
+#include "data/bpe.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/unicode_tables.h"
+
+namespace forge {
+namespace {
+
+enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
+
+bool in_ranges(uint32_t cp, const unicode::CodeRange* begin, const unicode::CodeRange* end) {
+  const unicode::CodeRange* it = std::upper_bound(
+      begin, end, cp, [](uint32_t c, const unicode::CodeRange& r) { return c < r.lo; });
+  return it != begin && cp <= (it - 1)->hi;
+}
+
+// JavaScript's \s (ECMAScript WhiteSpace + LineTerminator), which the reference regex uses.
+bool is_js_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
+}
+
+CharClass classify(uint32_t cp) {
+  if (is_js_space(cp)) return kSpace;
+  if (in_ranges(cp, std::begin(unicode::kLetterRanges), std::end(unicode::kLetterRanges)))
+    return kLetter;
+  if (in_ranges(cp, std::begin(unicode::kNumberRanges), std::end(unicode::kNumberRanges)))
+    return kNumber;
+  return kOther;
+}
+
+struct AsciiTable {
+  CharClass cls[128];
+  constexpr AsciiTable() : cls() {
+    for (uint32_t c = 0; c < 128; ++c)
+      cls[c] = (c >= 0x09 && c <= 0x0D) || c == ' '               ? kSpace
+               : (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ? kLetter
+               : (c >= '0' && c <= '9')                           ? kNumber
+                                                                  : kOther;
+  }
+};
+constexpr AsciiTable kAscii;
+
+// Decodes one strict UTF-8 character at s[i] (no overlongs, surrogates or code points past
+// U+10FFFF); returns its length, or 0 if the bytes there are not valid UTF-8.
+int utf8_decode(std::string_view s, size_t i, uint32_t& cp) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const size_t left = s.size() - i;
+  auto cont = [&](size_t k) { return k < s.size() && (b(k) & 0xC0) == 0x80; };
+  if (c < 0x80) return cp = c, 1;
+  if (c >= 0xC2 && c <= 0xDF && left >= 2 && cont(i + 1))
+    return cp = ((c & 0x1Fu) << 6) | (b(i + 1) & 0x3Fu), 2;
+  if (c >= 0xE0 && c <= 0xEF && left >= 3 && cont(i + 1) && cont(i + 2)) {
+    cp = ((c & 0x0Fu) << 12) | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
+    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4 && left >= 4 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
+    cp = ((c & 0x07u) << 18) | ((b(i + 1) & 0x3Fu) << 12) | ((b(i + 2) & 0x3Fu) << 6) |
+         (b(i + 3) & 0x3Fu);
+    return cp >= 0x10000 && cp <= 0x10FFFF ? 4 : 0;
+  }
+  return 0;
+}
+
+// Class and byte length of the character at s[i]; invalid UTF-8 is a one-byte kOther.
+inline CharClass char_at(std::string_view s, size_t i, size_t& len) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return len = 1, kAscii.cls[c];
+  uint32_t cp = 0;
+  const int n = utf8_decode(s, i, cp);
+  if (n == 0) return len = 1, kOther;
+  len = static_cast<size_t>(n);
+  return classify(cp);
+}
+
+// Calls f(piece) for each match of GPT-2's pattern, in order; the matches tile the text.
+template <class F>
+void for_each_piece(std::string_view s, F&& f) {
+  const size_t n = s.size();
+  size_t i = 0;
+  auto run_end = [&](size_t j, CharClass k) {  // end of the run of class k starting at j
+    size_t len = 0;
+    while (j < n && char_at(s, j, len) == k) j += len;
+    return j;
+  };
+  while (i < n) {
+    size_t len = 0;
+    const CharClass k = char_at(s, i, len);
+    size_t end = 0;
+    if (s[i] == '\'' && i + 1 < n) {  // 's|'t|'re|'ve|'m|'ll|'d
+      const char a = s[i + 1], b = i + 2 < n ? s[i + 2] : '\0';
+      if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        end = i + 2;
+      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        end = i + 3;
+    }
+    // " ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+" starting with a space
+    if (end == 0 && s[i] == ' ' && i + 1 < n) {
+      size_t len2 = 0;
+      const CharClass k2 = char_at(s, i + 1, len2);
+      if (k2 != kSpace) end = run_end(i + 1, k2);
+    }
+    if (end == 0 && k != kSpace) end = run_end(i, k);
+    if (end == 0) {  // \s+(?!\S) | \s+ : a whitespace run, minus its last character if text follows
+      size_t j = i, last = i;
+      while (j < n && char_at(s, j, len) == kSpace) last = j, j += len;
+      end = (j < n && last > i) ? last : j;
+    }
+    f(s.substr(i, end - i));
+    i = end;
+  }
+}
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the rest to U+0100 onwards.
+struct ByteUnicode {
+  uint32_t to_cp[256] = {};
+  int from_cp[324] = {};
+  ByteUnicode() {
+    std::fill(std::begin(from_cp), std::end(from_cp), -1);
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      to_cp[b] = printable ? b : next++;
+      from_cp[to_cp[b]] = static_cast<int>(b);
+    }
+  }
+};
+const ByteUnicode& byte_unicode() {
+  static const ByteUnicode table;
+  return table;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Appends the byte that bytes_to_unicode maps to `cp`; false if no byte maps there.
+bool append_unmapped(uint32_t cp, std::string& out) {
+  if (cp >= 324 || byte_unicode().from_cp[cp] < 0) return false;
+  out.push_back(static_cast<char>(byte_unicode().from_cp[cp]));
+  return true;
+}
+
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+}  // namespace
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  for_each_piece(text, [&](std::string_view p) { pieces.push_back(p); });
+  return pieces;
+}
+
+void BpeTokenizer::PairTable::build(const std::vector<std::pair<uint64_t, int32_t>>& entries) {
+  uint64_t cap = 16;
+  while (cap < entries.size() * 2) cap *= 2;
+  keys.assign(cap, ~uint64_t{0});
+  values.assign(cap, -1);
+  mask = cap - 1;
+  for (const auto& [key, value] : entries) {
+    uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+    while (keys[h & mask] != ~uint64_t{0} && keys[h & mask] != key) ++h;
+    keys[h & mask] = key;
+    values[h & mask] = value;
+  }
+}
+
+inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  for (uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;; ++h) {
+    const uint64_t k = keys[h & mask];
+    if (k == key) return values[h & mask];
+    if (k == ~uint64_t{0}) return -1;
+  }
+}
+
+BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
+                           const std::vector<std::string>& specials)
+    : name_(std::move(name)) {
+  load_encoder(dir / "encoder.json");
+  check_merges(dir / "vocab.bpe");
+  for (const auto& s : specials) {
+    if (special_id(s)) continue;
+    add_special(s, num_tokens_ + num_extra_specials_);
+    ++num_extra_specials_;
+  }
+}
+
+void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  const std::string where = path.string() + ": ";
+  size_t i = 0;
+  auto skip_ws = [&] {
+    while (i < text.size() &&
+           (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t'))
+      ++i;
+  };
+  auto fail = [&](const std::string& what) {
+    throw Error(ExitCode::data, detail::concat(where, what, " at byte ", i));
+  };
+  auto hex4 = [&](size_t at) {
+    if (at + 4 > text.size()) fail("truncated \\u escape");
+    uint32_t v = 0;
+    for (size_t k = at; k < at + 4; ++k) {
+      const char c = text[k];
+      v <<= 4;
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        fail("bad \\u escape");
+    }
+    return v;
+  };
+
+  std::vector<std::pair<std::string, int32_t>> entries;
+  entries.reserve(60000);
+  skip_ws();
+  if (i >= text.size() || text[i] != '{') fail("expected a JSON object");
+  ++i;
+  skip_ws();
+  if (i < text.size() && text[i] == '}') fail("empty vocabulary");
+  while (true) {
+    skip_ws();
+    if (i >= text.size() || text[i] != '"') fail("expected a string key");
+    ++i;
+    std::string bytes;
+    while (true) {
+      if (i >= text.size()) fail("unterminated string");
+      uint32_t cp = 0;
+      if (text[i] == '"') {
+        ++i;
+        break;
+      }
+      if (text[i] == '\\') {
+        if (i + 1 >= text.size()) fail("unterminated escape");
+        const char e = text[i + 1];
+        i += 2;
+        if (e == 'u') {
+          cp = hex4(i);
+          i += 4;
+        } else {
+          static constexpr char kFrom[] = "\"\\/bfnrt", kTo[] = "\"\\/\b\f\n\r\t";
+          const char* hit = e == '\0' ? nullptr : std::strchr(kFrom, e);
+          if (hit == nullptr) fail("bad escape");
+          cp = static_cast<unsigned char>(kTo[hit - kFrom]);
+        }
+      } else {
+        const int n = utf8_decode(text, i, cp);
+        if (n == 0) fail("invalid UTF-8");
+        i += static_cast<size_t>(n);
+      }
+      if (!append_unmapped(cp, bytes))
+        fail(detail::concat("character U+", std::hex, cp, std::dec,
+                            " is not a GPT-2 byte-level symbol"));
+    }
+    skip_ws();
+    if (i >= text.size() || text[i] != ':') fail("expected ':'");
+    ++i;
+    skip_ws();
+    int64_t id = 0;
+    const size_t digits = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && id < INT32_MAX)
+      id = id * 10 + (text[i++] - '0');
+    if (i == digits || id >= INT32_MAX) fail("expected a token id");
+    entries.emplace_back(std::move(bytes), static_cast<int32_t>(id));
+    skip_ws();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < text.size() && text[i] == '}') break;
+    fail("expected ',' or '}'");
+  }
+
+  // Ids must be exactly 0..N-1 so that token bytes sit in one flat array indexed by id.
+  num_tokens_ = static_cast<int32_t>(entries.size());
+  std::vector<const std::string*> by_id(entries.size(), nullptr);
+  for (const auto& [bytes, id] : entries) {
+    if (id >= num_tokens_ || by_id[static_cast<size_t>(id)] != nullptr)
+      throw Error(ExitCode::data,
+                  detail::concat(where, "token ids must be 0..", num_tokens_ - 1, " each once; id ",
+                                 id, " is out of range or repeated"));
+    by_id[static_cast<size_t>(id)] = &bytes;
+  }
+  token_offsets_.assign(1, 0);
+  for (const std::string* b : by_id) {
+    token_bytes_ += *b;
+    token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
+  }
+
+  // Views into token_bytes_, which no longer changes.
+  token_ids_.reserve(entries.size());
+  std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
+  for (int32_t id = 0; id < num_tokens_; ++id) {
+    const std::string_view bytes(
+        token_bytes_.data() + token_offsets_[static_cast<size_t>(id)],
+        token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
+    if (bytes == kEndOfText) {
+      add_special(std::string(bytes), id);
+      continue;
+    }
+    if (bytes.empty())
+      throw Error(ExitCode::data, detail::concat(where, "token ", id, " is empty"));
+    if (!token_ids_.emplace(bytes, id).second)
+      throw Error(ExitCode::data, detail::concat(where, "tokens ", token_ids_[bytes], " and ", id,
+                                                 " spell the same bytes"));
+    if (bytes.size() == 1) byte_ids_[static_cast<unsigned char>(bytes[0])] = id;
+  }
+  for (int b = 0; b < 256; ++b)
+    if (byte_ids_[b] < 0)
+      throw Error(ExitCode::data, detail::concat(where, "no token for byte ", b));
+
+  // tiktoken merges two adjacent parts whenever their concatenation is a token, with rank = its id,
+  // so the pair table holds every split of every token into two tokens.
+  std::vector<std::pair<uint64_t, int32_t>> pairs;
+  pairs.reserve(entries.size() * 8);
+  for (const auto& [bytes, id] : token_ids_) {
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto a = token_ids_.find(bytes.substr(0, k));
+      if (a == token_ids_.end()) continue;
+      auto b = token_ids_.find(bytes.substr(k));
+      if (b == token_ids_.end()) continue;
+      pairs.emplace_back((static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32) |
+                             static_cast<uint32_t>(b->second),
+                         id);
+    }
+  }
+  pairs_.build(pairs);
+}
+
+void BpeTokenizer::check_merges(const std::filesystem::path& path) const {
+  const std::string text = read_file(path);
+  size_t line_start = 0, line_no = 0, merges = 0;
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = text.size();
+    std::string_view line(text.data() + line_start, line_end - line_start);
+    ++line_no;
+    line_start = line_end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.substr(0, 8) == "#version")) continue;
+    const size_t space = line.find(' ');
+    std::string joined;
+    bool ok = space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
+              line.find(' ', space + 1) == std::string_view::npos;
+    for (size_t i = 0; ok && i < line.size();) {
+      if (i == space) {
+        ++i;
+        continue;
+      }
+      uint32_t cp = 0;
+      const int n = utf8_decode(line, i, cp);
+      ok = n > 0 && append_unmapped(cp, joined);
+      i += static_cast<size_t>(std::max(n, 1));
+    }
+    if (!ok)
+      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", line_no,
+                                                 " is not a merge of two byte-level symbols"));
+    if (!token_ids_.count(joined))
+      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", line_no,
+                                                 " merges into a token missing from encoder.json"));
+    ++merges;
+  }
+  const size_t expected = token_ids_.size() - 256;
+  if (merges != expected)
+    throw Error(ExitCode::data,
+                detail::concat(path.string(), ": ", merges, " merges, but encoder.json has ",
+                               expected, " non-byte tokens"));
+}
+
+// tiktoken's byte_pair_merge: merge the lowest-ranked adjacent pair (leftmost on ties) until none
+// is left. ranks[i] is the merge of parts[i] and parts[i + 1], or INT32_MAX. Quadratic in the
+// piece length but fastest for the short pieces of natural text.
+void BpeTokenizer::merge_short(std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const {
+  auto rank_of = [&](size_t i) {
+    const int32_t r = pairs_.find(parts[i], parts[i + 1]);
+    return r < 0 ? INT32_MAX : r;
+  };
+  ranks.resize(parts.size() - 1);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) ranks[i] = rank_of(i);
+  while (!ranks.empty()) {
+    size_t best = 0;
+    for (size_t i = 1; i < ranks.size(); ++i)
+      if (ranks[i] < ranks[best]) best = i;
+    if (ranks[best] == INT32_MAX) break;
+    parts[best] = ranks[best];
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(best));
+    if (best < ranks.size()) ranks[best] = rank_of(best);
+    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+  }
+}
+
+// The same merge order in O(n log n) for long pieces (runs of punctuation or whitespace): parts
+// form a linked list, candidate pairs sit in a min-heap keyed by (rank, position of the left part),
+// and a popped pair is used only if both parts are still adjacent with that rank.
+void BpeTokenizer::merge_long(std::vector<int32_t>& parts) const {
+  const uint32_t n = static_cast<uint32_t>(parts.size());
+  std::vector<uint32_t> next(n), prev(n);
+  std::vector<uint8_t> alive(n, 1);
+  for (uint32_t i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1;  // n and ~0u mean none
+  struct Candidate {
+    int32_t rank;
+    uint32_t left, right;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto push = [&](uint32_t left) {
+    if (left >= n || next[left] >= n) return;
+    const int32_t r = pairs_.find(parts[left], parts[next[left]]);
+    if (r >= 0) heap.push({r, left, next[left]});
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right ||
+        pairs_.find(parts[c.left], parts[c.right]) != c.rank)
+      continue;
+    parts[c.left] = c.rank;
+    alive[c.right] = 0;
+    next[c.left] = next[c.right];
+    if (next[c.right] < n) prev[next[c.right]] = c.left;
+    push(c.left);
+    if (prev[c.left] < n) push(prev[c.left]);
+  }
+  uint32_t out = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (alive[i]) parts[out++] = parts[i];
+  parts.resize(out);
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
+                                std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const {
+  if (piece.size() == 1) {
+    out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  if (auto it = token_ids_.find(piece); it != token_ids_.end()) {
+    out.push_back(it->second);
+    return;
+  }
+  if (auto it = cache.spans.find(piece); it != cache.spans.end()) {
+    out.insert(out.end(), cache.ids.begin() + it->second.first,
+               cache.ids.begin() + it->second.first + it->second.second);
+    return;
+  }
+  parts.clear();
+  for (unsigned char c : piece) parts.push_back(byte_ids_[c]);
+  if (piece.size() <= kShortPiece)
+    merge_short(parts, ranks);
+  else
+    merge_long(parts);
+  out.insert(out.end(), parts.begin(), parts.end());
+  // Bounded so that a stream of unique pieces can't grow it without limit.
+  if (cache.spans.size() > 200000 || cache.ids.size() > (1u << 22)) {
+    cache.spans.clear();
+    cache.ids.clear();
+  }
+  cache.spans.emplace(std::string(piece),
+                      std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(cache.ids.size()),
+                                                    static_cast<uint32_t>(parts.size())));
+  cache.ids.insert(cache.ids.end(), parts.begin(), parts.end());
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 16);
+  std::unique_lock<std::mutex> lock(cache_mutex_, std::try_to_lock);
+  Cache local;
+  Cache& cache = lock.owns_lock() ? cache_ : local;
+  std::vector<int32_t> parts, ranks;
+  detail::split_specials(
+      text, specials_,
+      [&](std::string_view segment) {
+        for_each_piece(segment, [&](std::string_view piece) {
+          encode_piece(piece, ids, cache, parts, ranks);
+        });
+      },
+      [&](int32_t id) { ids.push_back(id); });
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  for (int32_t id : ids) {
+    if (id >= 0 && id < num_tokens_) {
+      out.append(
+          token_bytes_, token_offsets_[static_cast<size_t>(id)],
+          token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
+    } else if (id >= num_tokens_ && id < vocab_size()) {
+      out += std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) {
+               return s.second == id;
+             })->first;
+    } else {
+      throw Error(ExitCode::data, detail::concat(name_, " tokenizer: token id ", id,
+                                                 " is outside [0, ", vocab_size(), ")"));
+    }
+  }
+  return out;
+}
+
+}  // namespace forge

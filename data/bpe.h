@@ -1,0 +1,75 @@
+// GPT-2 byte-level BPE: the vocabulary (encoder.json + vocab.bpe), GPT-2's pre-tokenisation regex
+// implemented by hand over UTF-8, and merges applied exactly as OpenAI's tiktoken does (repeatedly
+// merge the adjacent pair whose concatenation has the lowest rank, leftmost first; rank == id).
+#pragma once
+
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace forge {
+
+/// Pieces of `text` as split by GPT-2's pattern
+/// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ . Bytes that are not
+/// valid UTF-8 count as one-byte characters that are neither letter, number nor space.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  /// Loads dir/encoder.json and dir/vocab.bpe; "<|endoftext|>" in the vocabulary is a special
+  /// token. `specials` not already in the vocabulary get ids after it. Throws Error(data) naming
+  /// the file.
+  BpeTokenizer(const std::filesystem::path& dir, std::string name,
+               const std::vector<std::string>& specials = {});
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int32_t vocab_size() const override { return num_tokens_ + num_extra_specials_; }
+  std::string name() const override { return name_; }
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  /// Open-addressing map (id_a << 32 | id_b) -> id of the concatenation; the merge loop's only
+  /// lookup.
+  struct PairTable {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> values;
+    uint64_t mask = 0;
+    void build(const std::vector<std::pair<uint64_t, int32_t>>& entries);
+    int32_t find(int32_t a, int32_t b) const;
+  };
+  struct Cache {
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
+        spans;
+    std::vector<int32_t> ids;
+  };
+
+  void load_encoder(const std::filesystem::path& path);
+  void check_merges(const std::filesystem::path& path) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
+                    std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
+  static constexpr size_t kShortPiece = 64;  // longer pieces take the O(n log n) merge
+  void merge_short(std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
+  void merge_long(std::vector<int32_t>& parts) const;
+
+  std::string name_;
+  int32_t num_tokens_ = 0;          // ids in encoder.json
+  int32_t num_extra_specials_ = 0;  // configured specials appended after them
+  std::string token_bytes_;         // bytes of token i: [token_offsets_[i], token_offsets_[i + 1])
+  std::vector<uint32_t> token_offsets_;
+  std::unordered_map<std::string_view, int32_t> token_ids_;  // mergeable tokens only
+  int32_t byte_ids_[256] = {};
+  PairTable pairs_;
+  mutable std::mutex cache_mutex_;
+  mutable Cache cache_;  // piece -> ids, shared across calls; a call that can't lock uses its own
+};
+
+}  // namespace forge

@@ -1,0 +1,74 @@
+// The byte tokenizer, special-token bookkeeping shared by all tokenizers, and the factory that
+// resolves a tokenizer name or directory (GPT-2 BPE itself lives in data/bpe.cpp).
+#include "data/tokenizer.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/bpe.h"
+
+namespace forge {
+
+std::optional<int32_t> Tokenizer::special_id(std::string_view token) const {
+  for (const auto& [text, id] : specials_)
+    if (text == token) return id;
+  return std::nullopt;
+}
+
+void Tokenizer::add_special(std::string token, int32_t id) {
+  if (token.empty()) throw Error(ExitCode::usage, "tokenizer: a special token cannot be empty");
+  for (const auto& [text, existing] : specials_)
+    if (text == token || existing == id)
+      throw Error(ExitCode::usage, detail::concat("tokenizer: special token '", token, "' (id ", id,
+                                                  ") given twice"));
+  specials_.emplace_back(std::move(token), id);
+}
+
+ByteTokenizer::ByteTokenizer(const std::vector<std::string>& specials) {
+  for (const auto& s : specials) add_special(s, 256 + static_cast<int32_t>(specials_.size()));
+}
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  detail::split_specials(
+      text, specials_,
+      [&](std::string_view piece) {
+        for (unsigned char c : piece) ids.push_back(c);
+      },
+      [&](int32_t id) { ids.push_back(id); });
+  return ids;
+}
+
+std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id >= 0 && id < 256) {
+      out.push_back(static_cast<char>(id));
+    } else if (id >= 256 && id < vocab_size()) {
+      out += specials_[static_cast<size_t>(id - 256)].first;
+    } else {
+      throw Error(ExitCode::data, detail::concat("bytes tokenizer: token id ", id,
+                                                 " is outside [0, ", vocab_size(), ")"));
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
+                                          const std::vector<std::string>& specials) {
+  if (name_or_dir == "bytes") return std::make_unique<ByteTokenizer>(specials);
+  std::filesystem::path dir = name_or_dir == "gpt2" ? std::filesystem::path("data/tokenizers/gpt2")
+                                                    : std::filesystem::path(name_or_dir);
+  if (!std::filesystem::is_directory(dir))
+    throw Error(ExitCode::data,
+                detail::concat(dir.string(),
+                               ": not a tokenizer (expected \"bytes\", \"gpt2\" or a "
+                               "directory with encoder.json and vocab.bpe)"));
+  std::string name = name_or_dir == "gpt2" ? "gpt2" : dir.lexically_normal().filename().string();
+  if (name.empty()) name = dir.lexically_normal().parent_path().filename().string();
+  return std::make_unique<BpeTokenizer>(dir, name, specials);
+}
+
+}  // namespace forge

@@ -1,0 +1,89 @@
+// The tokenizer interface shared by data preparation, loaders and the CLI, and the factory that
+// builds one by name: `bytes` (256 byte values plus configured special tokens), `gpt2` (the GPT-2
+// byte-level BPE shipped in data/tokenizers/gpt2) or a directory holding encoder.json + vocab.bpe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace forge {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// Token ids of `text` (any bytes, UTF-8 or not); special tokens in the text become their ids.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  /// The bytes the ids stand for; decode(encode(x)) == x for every byte string x.
+  /// Throws Error(data) for an id outside [0, vocab_size()).
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// Number of ids, special tokens included.
+  virtual int32_t vocab_size() const = 0;
+  /// What the tokenizer is, e.g. "bytes" or "gpt2" (recorded in prepared datasets).
+  virtual std::string name() const = 0;
+
+  /// Id of a special token such as "<|endoftext|>" or "[PAD]", if this tokenizer has it.
+  std::optional<int32_t> special_id(std::string_view token) const;
+  /// Special tokens in id order, with their ids.
+  const std::vector<std::pair<std::string, int32_t>>& specials() const { return specials_; }
+
+ protected:
+  /// Registers a special token (subclasses call this while building; ids must be unique).
+  void add_special(std::string token, int32_t id);
+  std::vector<std::pair<std::string, int32_t>> specials_;
+};
+
+/// Bytes 0..255 are ids 0..255; special tokens get ids 256, 257, ... in the order given.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  explicit ByteTokenizer(const std::vector<std::string>& specials = {});
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int32_t vocab_size() const override { return 256 + static_cast<int32_t>(specials_.size()); }
+  std::string name() const override { return "bytes"; }
+};
+
+/// "bytes", "gpt2" (data/tokenizers/gpt2, relative to the working directory) or a directory with
+/// encoder.json + vocab.bpe (named after the directory). `specials` are extra special tokens
+/// appended after the vocabulary (tokens the vocabulary already has as specials, like
+/// "<|endoftext|>" in gpt2, keep their id).
+/// Throws Error(data) naming the path for an unknown name, a missing directory or a corrupt file.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
+                                          const std::vector<std::string>& specials = {});
+
+namespace detail {
+/// Splits `text` at special-token occurrences (leftmost first; at equal positions the earlier
+/// registered token wins), calling on_text(piece) for text between them and on_special(id).
+template <class OnText, class OnSpecial>
+void split_specials(std::string_view text,
+                    const std::vector<std::pair<std::string, int32_t>>& specials, OnText&& on_text,
+                    OnSpecial&& on_special) {
+  // next[k]: position of special k's next occurrence at or after `start`, refreshed only when
+  // passed, so text with many specials stays linear.
+  std::vector<size_t> next(specials.size(), 0);
+  for (size_t k = 0; k < specials.size(); ++k) next[k] = text.find(specials[k].first);
+  size_t start = 0;
+  while (true) {
+    size_t best = specials.size();
+    for (size_t k = 0; k < specials.size(); ++k) {
+      if (next[k] != std::string_view::npos && next[k] < start)
+        next[k] = text.find(specials[k].first, start);
+      if (next[k] != std::string_view::npos && (best == specials.size() || next[k] < next[best]))
+        best = k;
+    }
+    if (best == specials.size()) {
+      if (start < text.size()) on_text(text.substr(start));
+      return;
+    }
+    if (next[best] > start) on_text(text.substr(start, next[best] - start));
+    on_special(specials[best].second);
+    start = next[best] + specials[best].first.size();
+  }
+}
+}  // namespace detail
+
+}  // namespace forge

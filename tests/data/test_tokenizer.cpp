@@ -1,0 +1,235 @@
+// Tokenizers: GPT-2 BPE ids against a fixture from OpenAI's reference encoder (js-tiktoken, see
+// tests/golden/make_gpt2_token_fixture.mjs), exact round trips on any bytes, the bytes tokenizer,
+// special tokens, errors for missing or corrupt vocabularies, and a speed print (not asserted).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/bpe.h"
+#include "data/tokenizer.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+const Tokenizer& gpt2() {
+  static const std::unique_ptr<Tokenizer> tok = make_tokenizer("gpt2");
+  return *tok;
+}
+
+// Appends code point cp as UTF-8.
+void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// The JSON string literal at the start of `line` (as JSON.stringify writes it), as UTF-8; sets
+// `end`.
+std::string parse_json_string(const std::string& line, size_t& end) {
+  std::string out;
+  size_t i = 1;
+  auto hex4 = [&](size_t at) {
+    return static_cast<uint32_t>(std::stoul(line.substr(at, 4), nullptr, 16));
+  };
+  while (line.at(i) != '"') {
+    if (line[i] != '\\') {
+      out.push_back(line[i++]);
+      continue;
+    }
+    const char e = line.at(i + 1);
+    i += 2;
+    switch (e) {
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'u': {
+        uint32_t cp = hex4(i);
+        i += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && line.compare(i, 2, "\\u") == 0) {
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(i + 2) - 0xDC00);
+          i += 6;
+        }
+        append_utf8(cp, out);
+        break;
+      }
+      default:
+        out.push_back(e);
+    }
+  }
+  end = i + 1;
+  return out;
+}
+
+TEST(Tokenizer, Gpt2MatchesReferenceEncoderFixture) {
+  std::istringstream lines(testing::read_file("tests/golden/gpt2_tokens.txt"));
+  int cases = 0;
+  for (std::string line; std::getline(lines, line);) {
+    size_t end = 0;
+    const std::string text = parse_json_string(line, end);
+    ASSERT_EQ(line.at(end), '\t') << line;
+    std::istringstream ids_field(line.substr(end + 1));
+    std::vector<int32_t> expected;
+    for (int32_t id; ids_field >> id;) expected.push_back(id);
+    EXPECT_EQ(gpt2().encode(text), expected) << "text: " << line.substr(0, end);
+    EXPECT_EQ(gpt2().decode(expected), text);
+    ++cases;
+  }
+  EXPECT_GE(cases, 80);
+}
+
+TEST(Tokenizer, Gpt2RoundTripsAnyBytes) {
+  std::mt19937 rng(7);
+  // Mostly-ASCII strings with spaces, quotes and multi-byte characters, plus raw random bytes
+  // (invalid UTF-8: lone continuation bytes, truncated sequences, surrogates, overlongs).
+  const std::vector<std::string> atoms = {"a",        "Z",
+                                          "7",        " ",
+                                          "  ",       "\n",
+                                          "\t",       "'",
+                                          "'s",       "é",
+                                          "中",       "👋",
+                                          "\xff",     "\x80",
+                                          "\xe4\xb8", "\xed\xa0\x80",
+                                          "\xc0\xaf", "<|endoftext|>",
+                                          "<|",       "!",
+                                          "\r\n",     "\xc2\xa0"};
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string s;
+    const int n = static_cast<int>(rng() % (trial % 10 == 0 ? 1000 : 60));
+    for (int k = 0; k < n; ++k) {
+      if (trial % 2 == 0)
+        s += atoms[rng() % atoms.size()];
+      else
+        s.push_back(static_cast<char>(rng() & 0xFF));
+    }
+    const std::vector<int32_t> ids = gpt2().encode(s);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < gpt2().vocab_size());
+    ASSERT_EQ(gpt2().decode(ids), s) << "trial " << trial;
+  }
+  // Pre-tokenisation tiles the text (no byte lost or repeated).
+  std::string joined;
+  const std::string text = "it's  \n\n 12ab\xff\xfe  x   ";
+  for (std::string_view piece : gpt2_pretokenize(text)) joined += piece;
+  EXPECT_EQ(joined, text);
+}
+
+TEST(Tokenizer, Gpt2PreTokenisesLikeTheRegex) {
+  auto pieces = [](std::string_view s) {
+    std::vector<std::string> out;
+    for (std::string_view p : gpt2_pretokenize(s)) out.emplace_back(p);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces("I'll go  now\n\n"), (V{"I", "'ll", " go", " ", " now", "\n\n"}));
+  EXPECT_EQ(pieces("x\xff\xfey"), (V{"x", "\xff\xfe", "y"}));
+  EXPECT_EQ(pieces("a\n b 3.14"), (V{"a", "\n", " b", " 3", ".", "14"}));
+}
+
+TEST(Tokenizer, Gpt2VocabularyAndSpecials) {
+  EXPECT_EQ(gpt2().vocab_size(), 50257);
+  EXPECT_EQ(gpt2().name(), "gpt2");
+  EXPECT_EQ(gpt2().special_id("<|endoftext|>"), 50256);
+  EXPECT_FALSE(gpt2().special_id("[PAD]").has_value());
+  EXPECT_EQ(gpt2().encode("a<|endoftext|>b"), (std::vector<int32_t>{64, 50256, 65}));
+
+  auto bert = make_tokenizer("gpt2", {"[PAD]", "[CLS]", "<|endoftext|>", "[SEP]", "[MASK]"});
+  EXPECT_EQ(bert->vocab_size(), 50261);
+  EXPECT_EQ(bert->special_id("[PAD]"), 50257);
+  EXPECT_EQ(bert->special_id("[MASK]"), 50260);
+  EXPECT_EQ(bert->special_id("<|endoftext|>"), 50256);
+  const std::vector<int32_t> ids = bert->encode("[CLS]hi[SEP][PAD]");
+  EXPECT_EQ(ids, (std::vector<int32_t>{50258, 5303, 50259, 50257}));
+  EXPECT_EQ(bert->decode(ids), "[CLS]hi[SEP][PAD]");
+  EXPECT_THROW(bert->decode({50261}), Error);
+  EXPECT_THROW(gpt2().decode({-1}), Error);
+}
+
+TEST(Tokenizer, BytesTokenizerIdsAndSpecials) {
+  auto t = make_tokenizer("bytes", {"[PAD]", "[CLS]", "[SEP]", "[MASK]"});
+  EXPECT_EQ(t->name(), "bytes");
+  EXPECT_EQ(t->vocab_size(), 260);
+  EXPECT_EQ(t->special_id("[CLS]"), 257);
+  EXPECT_EQ(t->special_id("[MASK]"), 259);
+  EXPECT_FALSE(t->special_id("<|endoftext|>").has_value());
+  const std::vector<int32_t> ids = t->encode("[CLS]a\xff[SEP][PAD][PA");
+  EXPECT_EQ(ids, (std::vector<int32_t>{257, 'a', 255, 258, 256, '[', 'P', 'A'}));
+  EXPECT_EQ(t->decode(ids), "[CLS]a\xff[SEP][PAD][PA");
+  EXPECT_THROW(t->decode({260}), Error);
+  EXPECT_EQ(make_tokenizer("bytes")->vocab_size(), 256);
+  EXPECT_THROW(make_tokenizer("bytes", {"[PAD]", "[PAD]"}), Error);
+}
+
+void expect_data_error(const std::string& name_or_dir, const std::string& mentions) {
+  try {
+    make_tokenizer(name_or_dir);
+    ADD_FAILURE() << "no error for " << name_or_dir;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tokenizer, MissingOrCorruptVocabularyIsADataError) {
+  testing::TempDir dir;
+  const auto d = dir.path();
+  expect_data_error((d / "nope").string(), "nope");
+  expect_data_error(d.string(), "encoder.json");
+  testing::write_file(d / "encoder.json", "{\"a\": 0, \"b\": ");
+  expect_data_error(d.string(), "encoder.json");
+  testing::write_file(d / "encoder.json", testing::read_file("data/tokenizers/gpt2/encoder.json"));
+  expect_data_error(d.string(), "vocab.bpe");
+  std::string merges = testing::read_file("data/tokenizers/gpt2/vocab.bpe");
+  testing::write_file(d / "vocab.bpe", merges.substr(0, merges.size() / 2));
+  expect_data_error(d.string(), "vocab.bpe");
+  testing::write_file(d / "vocab.bpe", merges);
+  auto ok = make_tokenizer(d.string());
+  EXPECT_EQ(ok->encode("hello world"), gpt2().encode("hello world"));
+}
+
+TEST(Tokenizer, Gpt2ShakespeareRoundTripAndSpeed) {
+  const std::string text = testing::read_file("data/samples/tinyshakespeare.txt");
+  ASSERT_GT(text.size(), 1000000u);
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  auto fresh = make_tokenizer("gpt2");
+  auto t1 = Clock::now();
+  const std::vector<int32_t> ids = fresh->encode(text);
+  auto t2 = Clock::now();
+  EXPECT_EQ(fresh->decode(ids), text);
+  const double load_s = std::chrono::duration<double>(t1 - t0).count();
+  const double enc_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf(
+      "gpt2: vocabulary load %.0f ms; encode %.2f MB/s (%zu bytes -> %zu tokens, cold cache)\n",
+      load_s * 1e3, static_cast<double>(text.size()) / enc_s / 1e6, text.size(), ids.size());
+}
+
+}  // namespace
+}  // namespace forge
