@@ -2,6 +2,7 @@
 // resolves a tokenizer name or directory (GPT-2 BPE itself lives in data/bpe.cpp).
 #include "data/tokenizer.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -54,6 +55,23 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
     }
   }
   return out;
+}
+
+std::string vocabulary_hash(const Tokenizer& tokenizer) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over length-prefixed entries
+  auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : std::to_string(bytes.size()) + ":") h = (h ^ c) * 1099511628211ull;
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  };
+  std::vector<int32_t> one(1);
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    one[0] = id;
+    mix(tokenizer.decode(one));
+  }
+  for (const auto& [token, id] : tokenizer.specials()) mix(token + "=" + std::to_string(id));
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,

@@ -55,6 +55,10 @@ class ByteTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
                                           const std::vector<std::string>& specials = {});
 
+/// 16 hex digits identifying the vocabulary (every id's bytes and the special tokens): prepared
+/// datasets record it so that data tokenized one way is never read with another tokenizer.
+std::string vocabulary_hash(const Tokenizer& tokenizer);
+
 namespace detail {
 /// Splits `text` at special-token occurrences (leftmost first; at equal positions the earlier
 /// registered token wins), calling on_text(piece) for text between them and on_special(id).

@@ -168,12 +168,14 @@ std::vector<ConfigKey> build_schema() {
   add("model.norm_eps", number(1e-5, "> 0").aka({"layer_norm_eps", "eps"}), in(model, &M::norm_eps),
       "epsilon added to the variance in normalisation layers");
 
-  add("data.tokenizer", choice("bytes", {"bytes"}), in(data, &D::tokenizer),
-      "how text becomes token ids (bytes: one token per byte, vocabulary 256)");
+  add("data.tokenizer", choice("bytes", {"bytes", "gpt2"}), in(data, &D::tokenizer),
+      "how text becomes token ids (bytes: one token per byte, vocabulary 256; gpt2: GPT-2's "
+      "byte-level BPE, vocabulary 50257)");
   add("data.train", required_path().aka({"train_path", "train_file"}), in(data, &D::train),
-      "training text file");
+      "training data: a text file, or a token dataset (.h5) from `forge prepare`");
   add("data.val", optional_path().aka({"val_path", "valid", "validation"}), in(data, &D::val),
-      "validation text file; empty = hold out val_fraction of data.train");
+      "validation text file or token dataset; empty = hold out val_fraction of data.train (the "
+      "last documents of a dataset)");
   add("data.val_fraction", number(0.1, "[0, 1)"), in(data, &D::val_fraction),
       "share of data.train held out for validation when data.val is empty");
 
@@ -838,10 +840,10 @@ class Loader {
             "model.n_heads = " +
                 str(head_dim));
     }
-    cross(
-        {"model.vocab_size", "data.tokenizer"},
-        c.data.tokenizer != "bytes" || c.model.vocab_size >= 256,
-        "model.vocab_size (" + str(c.model.vocab_size) + ") must be >= 256 for tokenizer 'bytes'");
+    const int64_t tokenizer_vocab = c.data.tokenizer == "gpt2" ? 50257 : 256;
+    cross({"model.vocab_size", "data.tokenizer"}, c.model.vocab_size >= tokenizer_vocab,
+          "model.vocab_size (" + str(c.model.vocab_size) + ") must be >= " + str(tokenizer_vocab) +
+              " for tokenizer '" + c.data.tokenizer + "'");
     cross({"schedule.warmup_steps", "train.max_steps"},
           c.schedule.warmup_steps <= c.train.max_steps,
           "schedule.warmup_steps (" + str(c.schedule.warmup_steps) +

@@ -4,9 +4,15 @@
 #include "recipes/gpt_pretrain.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include "core/ops.h"
 #include "data/lm_data.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
@@ -16,25 +22,48 @@ namespace forge {
 namespace {
 
 struct LMSplits {
+  std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<LMWindows> train, val;
 };
 
+// Token ids of a text file (tokenized now) or of a prepared dataset (validated against the
+// tokenizer and the model's vocabulary).
+std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
+                                                        const Tokenizer& tokenizer,
+                                                        const TokenizerInfo& info,
+                                                        int64_t vocab_size,
+                                                        std::optional<TokenDataset>* dataset) {
+  if (std::filesystem::path(path).extension() == ".h5") {
+    TokenDataset ds = open_token_dataset(path, &info, vocab_size);
+    auto tokens = ds.tokens();
+    if (dataset) dataset->emplace(std::move(ds));
+    return tokens;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::vector<int32_t> ids = tokenizer.encode(text.str());
+  return std::make_shared<const std::vector<int32_t>>(std::move(ids));
+}
+
 LMSplits load_data(const RunConfig& config) {
   const DataConfig& d = config.data;
-  if (d.tokenizer != "bytes")
-    throw Error(ExitCode::usage, "data.tokenizer: only 'bytes' is available in this build");
-  if (config.model.vocab_size < 256)
-    throw Error(ExitCode::usage, detail::concat("model.vocab_size is ", config.model.vocab_size,
-                                                ", but the bytes tokenizer produces ids up to 255"));
-  std::vector<int32_t> train = read_byte_tokens(d.train);
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer);
+  const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
+  const int64_t V = config.model.vocab_size;
+  std::optional<TokenDataset> dataset;
+  auto train = load_tokens(d.train, *tokenizer, info, V, &dataset);
   TokenSplit split;
   if (!d.val.empty())
-    split = {std::make_shared<const std::vector<int32_t>>(std::move(train)),
-             std::make_shared<const std::vector<int32_t>>(read_byte_tokens(d.val))};
+    split = {train, load_tokens(d.val, *tokenizer, info, V, nullptr)};
+  else if (dataset)
+    split = dataset->split_by_document(d.val_fraction);  // documents are never cut
   else
-    split = split_by_position(std::move(train), d.val_fraction);
+    split = split_by_position(std::vector<int32_t>(*train), d.val_fraction);
   int64_t T = config.model.context;
-  return {std::make_unique<LMWindows>(split.train, T), std::make_unique<LMWindows>(split.val, T)};
+  return {std::move(tokenizer), std::make_unique<LMWindows>(split.train, T),
+          std::make_unique<LMWindows>(split.val, T)};
 }
 
 // Summed cross-entropy of a batch and its number of scored targets.
@@ -73,11 +102,6 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
-std::string decode_bytes(const std::vector<int64_t>& ids) {
-  std::string s;
-  for (int64_t id : ids) s.push_back(char(uint8_t(id)));
-  return s;
-}
 
 }  // namespace
 
@@ -104,9 +128,11 @@ int train_gpt(const RunConfig& config) {
     options.top_k = 200;
     options.seed = uint64_t(config.seed);
     model.eval();
-    std::string text = decode_bytes(nn::generate(model, {'\n'}, options));
+    std::vector<int32_t> prompt = data.tokenizer->encode("\n");
+    std::vector<int64_t> ids = nn::generate(model, {prompt.begin(), prompt.end()}, options);
+    std::string text = data.tokenizer->decode({ids.begin(), ids.end()});
     model.train();
-    return "--- sample (" + std::to_string(options.max_new_tokens) + " bytes) ---\n" + text;
+    return "--- sample (" + std::to_string(options.max_new_tokens) + " tokens) ---\n" + text;
   };
   return run_training(config, model, *optimizer, recipe);
 }

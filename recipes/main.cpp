@@ -1,18 +1,23 @@
 // The forge command line: parses the subcommand and its options, dispatches to the recipe the
 // config names, and turns every forge::Error into one line on stderr and the exit code of
 // DESIGN.md §1. Nothing here knows how a recipe trains.
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "core/error.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
@@ -36,6 +41,8 @@ constexpr const char* kUsage =
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
+    "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
+    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT]\n"
     "\n"
     "forge COMMAND --help prints the usage of one command. Exit codes: 0 ok, 1 internal error,\n"
     "2 usage or config error, 3 data error, 4 checkpoint error, 5 non-finite loss or gradient,\n"
@@ -61,6 +68,16 @@ const std::map<std::string, std::string> kCommandUsage = {
      "  --top-k K            keep the K most likely tokens, 0 = all (default 200)\n"
      "  --top-p P            nucleus sampling, 1 = off (default 1)\n"
      "  --seed S             the same seed gives the same text (default 0)\n"},
+    {"tokenize",
+     "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
+     "Prints the token ids of the text separated by spaces; with --decode the text (or file) holds\n"
+     "ids and the decoded text is printed. NAME is bytes or gpt2, or a directory holding\n"
+     "encoder.json and vocab.bpe.\n"},
+    {"prepare",
+     "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5\n"
+     "                     [--records file|percent|lines]\n"
+     "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
+     "files (default), '%'-separated records (the fortunes format) or lines.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -178,11 +195,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.seed = uint64_t(integer_option(p, "seed", 0));
   nn::check_sampling(o);
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  for (auto& id : ids) id = int64_t(uint8_t(id));
-  std::vector<int64_t> out = nn::generate(*loaded.model, ids, o);
-  std::string text = prompt;
-  for (int64_t id : out) text.push_back(char(uint8_t(id)));
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(loaded.config.data.tokenizer);
+  std::vector<int32_t> ids = tokenizer->encode(prompt);
+  std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
+  std::string text = prompt + tokenizer->decode({out.begin(), out.end()});
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   return 0;
@@ -206,6 +222,93 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Options that take several values (--input a b c) are collected until the next --option.
+std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> values, rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--" + name) {
+      rest.push_back(args[i]);
+      continue;
+    }
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) values.push_back(args[++i]);
+  }
+  args = rest;
+  return values;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int cmd_tokenize(const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  bool decode = false;
+  for (const std::string& a : args) {
+    if (a == "--decode")
+      decode = true;
+    else
+      rest.push_back(a);
+  }
+  ParsedArgs p = parse_args("tokenize", rest, {"tokenizer", "text", "input"});
+  if (!p.positional.empty()) usage_error("tokenize: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("tokenizer")) usage_error("tokenize: --tokenizer is required");
+  if (p.options.count("text") == p.options.count("input"))
+    usage_error("tokenize: give exactly one of --text and --input");
+  std::string text = p.options.count("text") ? p.options.at("text") : read_text(p.options.at("input"));
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
+  if (decode) {
+    std::vector<int32_t> ids;
+    std::istringstream in(text);
+    for (std::string word; in >> word;) {
+      char* end = nullptr;
+      long long v = std::strtoll(word.c_str(), &end, 10);
+      if (*end || v < INT32_MIN || v > INT32_MAX)
+        throw Error(ExitCode::data, "tokenize --decode: '" + word + "' is not a token id");
+      ids.push_back(int32_t(v));
+    }
+    std::string out = tok->decode(ids);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  std::vector<int32_t> ids = tok->encode(text);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+  return 0;
+}
+
+int cmd_prepare(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  std::vector<std::string> inputs = multi_option(rest, "input");
+  ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
+  if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("tokenizer")) usage_error("prepare: --tokenizer is required");
+  if (!p.options.count("output")) usage_error("prepare: --output is required");
+  if (inputs.empty()) usage_error("prepare: --input needs at least one file");
+  RecordFormat format = parse_record_format(p.options.count("records") ? p.options.at("records") : "file");
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
+  std::vector<fs::path> paths(inputs.begin(), inputs.end());
+  bool tty = isatty(fileno(stderr));
+  int last_percent = -1;
+  PrepareStats s = prepare_dataset(*tok, paths, format, p.options.at("output"),
+                                   [&](int64_t done, int64_t total) {
+                                     int percent = total ? int(100 * done / total) : 100;
+                                     if (percent == last_percent || (!tty && percent % 10)) return;
+                                     last_percent = percent;
+                                     std::fprintf(stderr, tty ? "\rprepare: %3d%%" : "prepare: %d%%\n",
+                                                  percent);
+                                   });
+  if (tty) std::fputc('\n', stderr);
+  std::printf("%s: %lld documents, %lld tokens from %lld bytes in %lld files (tokenizer %s, "
+              "vocabulary %d)\n",
+              p.options.at("output").c_str(), (long long)s.documents, (long long)s.tokens,
+              (long long)s.bytes, (long long)s.files, tok->name().c_str(), tok->vocab_size());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -215,7 +318,8 @@ int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
-      {"generate", cmd_generate}, {"inspect", cmd_inspect},
+      {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"tokenize", cmd_tokenize},
+      {"prepare", cmd_prepare},
   };
   auto it = commands.find(command);
   if (it == commands.end())

@@ -1,0 +1,34 @@
+// Text files -> an HDF5 token dataset (data/token_dataset.h). Each input splits into documents
+// one of three ways: the whole file, '%'-separated records (the fortunes format) or one record per
+// line; documents stay separate in the dataset so splits never cut one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace forge {
+
+enum class RecordFormat { file, percent, lines };
+
+/// "file", "percent" or "lines"; throws Error(usage) listing the choices otherwise.
+RecordFormat parse_record_format(const std::string& name);
+
+/// The documents of `text` under `format` (empty records are dropped).
+std::vector<std::string_view> split_records(std::string_view text, RecordFormat format);
+
+struct PrepareStats {
+  int64_t files = 0, documents = 0, tokens = 0, bytes = 0;
+};
+
+/// Tokenizes `inputs` into `output`. `progress(bytes_done, bytes_total)` is called as documents are
+/// written. Throws Error(data) naming a file that cannot be read.
+PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& inputs,
+                             RecordFormat format, const std::filesystem::path& output,
+                             const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace forge

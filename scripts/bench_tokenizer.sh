@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The `tokenizer` suite of scripts/bench: encodes the same 10 MB of text (data/samples/
+# tinyshakespeare.txt repeated) with Forge's `gpt2` tokenizer and with the npm packages `tiktoken`
+# (Rust compiled to WASM) and `js-tiktoken` under node, each single-threaded in its own process, and
+# prints
+#   forge_mb_s=X tiktoken_mb_s=Y ratio=X/Y js_tiktoken_mb_s=Z
+#   forge_load_ms=A tiktoken_load_ms=B js_tiktoken_load_ms=C
+#   forge_tokens=N tiktoken_tokens=N js_tiktoken_tokens=N
+# MB/s = 1e6 bytes per second of the median of --repeats encodes; load = the vocabulary (and for
+# node the module) loading once. Token counts that differ are a warning line and exit status 1.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+
+usage() {
+  cat <<'EOF'
+usage: scripts/bench_tokenizer.sh [--repeats N] [--mb N]
+
+  --repeats N   encodes of the whole text per encoder, the median reported; default 3
+  --mb N        text size in MB (1e6 bytes); default 10
+
+The npm packages are installed once into ${XDG_CACHE_HOME:-$HOME/.cache}/forge-bench-npm.
+EOF
+}
+
+bad_usage() { echo "bench_tokenizer: $1" >&2; usage >&2; exit 2; }
+repeats=3
+mb=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --repeats | --mb)
+      [ $# -ge 2 ] || bad_usage "$1 needs a value"
+      declare "${1#--}=$2"
+      shift 2
+      ;;
+    *) bad_usage "unknown argument '$1'" ;;
+  esac
+done
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || bad_usage "--repeats wants N >= 1, got '$repeats'"
+[[ "$mb" =~ ^[1-9][0-9]*$ ]] || bad_usage "--mb wants N >= 1, got '$mb'"
+
+command -v node >/dev/null || forge_install_missing nodejs
+command -v npm >/dev/null || forge_install_missing npm
+npm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/forge-bench-npm"
+if [ ! -f "$npm_dir/node_modules/tiktoken/package.json" ] ||
+  [ ! -f "$npm_dir/node_modules/js-tiktoken/package.json" ]; then
+  echo "bench_tokenizer: installing npm tiktoken and js-tiktoken into $npm_dir" >&2
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund tiktoken js-tiktoken >&2 ||
+    { echo "bench_tokenizer: npm install failed" >&2; exit 1; }
+fi
+for p in tiktoken js-tiktoken; do
+  echo "bench_tokenizer: $p $(node -p "require('$npm_dir/node_modules/$p/package.json').version")" >&2
+done
+
+# Forge's side is one small program linked against the built libraries rather than a CMake target.
+forge_build forge_data forge_core
+forge_bin="$FORGE_BUILD/bench_tokenizer_forge"
+forge_src="$FORGE_ROOT/scripts/bench_tokenizer_forge.cpp"
+forge_libs=("$FORGE_BUILD/libforge_data.a" "$FORGE_BUILD/libforge_core.a")
+stale=0
+[ -x "$forge_bin" ] || stale=1
+for f in "$forge_src" "${forge_libs[@]}" "$FORGE_ROOT"/data/*.h; do
+  if [ "$f" -nt "$forge_bin" ]; then stale=1; fi
+done
+if [ "$stale" -eq 1 ]; then
+  hdf5_libs="$(pkg-config --libs hdf5 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")"
+  # shellcheck disable=SC2086  # hdf5_libs is a list of flags
+  c++ -O3 -std=c++20 -Wall -Wextra -I"$FORGE_ROOT" "$forge_src" "${forge_libs[@]}" -fopenmp \
+    $hdf5_libs -ldnnl -o "$forge_bin" >&2 ||
+    { echo "bench_tokenizer: building $forge_bin failed" >&2; exit 1; }
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/forge_bench_tokenizer.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+# tinyshakespeare is ASCII, so cutting at any byte leaves valid UTF-8 for node's string.
+text="$tmp/text.txt"
+size=$((mb * 1000000))
+: >"$text"
+while [ "$(stat -c %s "$text")" -lt "$size" ]; do cat "$FORGE_ROOT/data/samples/tinyshakespeare.txt" >>"$text"; done
+truncate -s "$size" "$text"
+
+cd "$FORGE_ROOT"  # make_tokenizer("gpt2") reads data/tokenizers/gpt2 relative to it
+forge_out="$(OMP_NUM_THREADS=1 "$forge_bin" "$text" "$repeats")"
+tiktoken_out="$(NODE_PATH="$npm_dir/node_modules" node scripts/bench_tokenizer.mjs tiktoken "$text" "$repeats")"
+js_out="$(NODE_PATH="$npm_dir/node_modules" node scripts/bench_tokenizer.mjs js-tiktoken "$text" "$repeats")"
+
+field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+awk -v f="$(field "$forge_out" mb_s)" -v t="$(field "$tiktoken_out" mb_s)" \
+  -v j="$(field "$js_out" mb_s)" \
+  'BEGIN { printf "forge_mb_s=%.2f tiktoken_mb_s=%.2f ratio=%.2f js_tiktoken_mb_s=%.2f\n", f, t, f / t, j }'
+echo "forge_load_ms=$(field "$forge_out" load_ms) tiktoken_load_ms=$(field "$tiktoken_out" load_ms)" \
+  "js_tiktoken_load_ms=$(field "$js_out" load_ms)"
+forge_tokens="$(field "$forge_out" tokens)"
+tiktoken_tokens="$(field "$tiktoken_out" tokens)"
+js_tokens="$(field "$js_out" tokens)"
+echo "forge_tokens=$forge_tokens tiktoken_tokens=$tiktoken_tokens js_tiktoken_tokens=$js_tokens"
+if [ "$forge_tokens" != "$tiktoken_tokens" ] || [ "$forge_tokens" != "$js_tokens" ]; then
+  echo "warning: token counts differ; the encoders disagree on this text"
+  exit 1
+fi
