@@ -237,6 +237,25 @@ TEST_F(GPTRecipe, CliExitCodes) {
   EXPECT_EQ(forge("generate --checkpoint " + (dir_ / "cli").string() + " --top-p 2"), 2);
 }
 
+TEST_F(GPTRecipe, TrainsOnAPreparedGpt2DatasetAndRejectsAMismatchedOne) {
+  fs::path h5 = dir_ / "corpus.h5";
+  ASSERT_EQ(forge("prepare --tokenizer gpt2 --input " + (dir_ / "corpus.txt").string() +
+                  " --records lines --output " + h5.string()),
+            0);
+  fs::path cfg = write_config("bpe");
+  const std::string gpt2 = " data.tokenizer=gpt2 model.vocab_size=50257 data.train=" + h5.string() +
+                           " train.max_steps=6 train.eval_every=0 train.save_every=0";
+  ASSERT_EQ(forge("train " + cfg.string() + gpt2), 0);
+  auto records = read_metrics(dir_ / "bpe" / "metrics.jsonl");
+  ASSERT_FALSE(records.empty());
+  EXPECT_NEAR(*records.front().number("loss"), std::log(50257.0), 0.1);  // uniform at init
+  // A dataset prepared with gpt2 read by a bytes-tokenizer config: exit 3 naming both.
+  EXPECT_EQ(forge("train " + cfg.string() + " data.train=" + h5.string() + " train.resume=never"), 3);
+  EXPECT_EQ(forge("tokenize --tokenizer gpt2 --text hello"), 0);
+  EXPECT_EQ(forge("tokenize --tokenizer nosuch --text hello"), 3);
+  EXPECT_EQ(forge("tokenize --tokenizer gpt2"), 2);
+}
+
 TEST_F(GPTRecipe, GenerationIsSeededAndGreedyMatchesTheFullForward) {
   RunConfig config = load_config(write_config("gen").string());
   Generator gen(5);

@@ -1,0 +1,73 @@
+// forge prepare's library half: record splitting and text -> token dataset round trips.
+#include <gtest/gtest.h>
+
+#include "data/prepare.h"
+#include "data/token_dataset.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+using testing::TempDir;
+using testing::write_file;
+
+std::vector<std::string> docs(std::string_view text, RecordFormat f) {
+  std::vector<std::string> out;
+  for (std::string_view d : split_records(text, f)) out.emplace_back(d);
+  return out;
+}
+
+TEST(Prepare, SplitsFilesRecordsAndLines) {
+  const std::string fortunes = "A penny saved.\n%\nTwo lines\nof wisdom.\n%\n%\nLast one\n";
+  EXPECT_EQ(docs(fortunes, RecordFormat::percent),
+            (std::vector<std::string>{"A penny saved.\n", "Two lines\nof wisdom.\n", "Last one\n"}));
+  EXPECT_EQ(docs("one\n\ntwo\r\nthree", RecordFormat::lines),
+            (std::vector<std::string>{"one", "two\r", "three"}));
+  EXPECT_EQ(docs("whole\nfile\n", RecordFormat::file), (std::vector<std::string>{"whole\nfile\n"}));
+  EXPECT_TRUE(docs(" \n\t", RecordFormat::file).empty());
+  EXPECT_THROW(parse_record_format("paragraphs"), Error);
+}
+
+TEST(Prepare, TextBecomesADatasetThatDecodesBack) {
+  TempDir dir;
+  write_file(dir.path() / "a.txt", "First record.\n%\nSecond, with <|endoftext|> inside.\n");
+  write_file(dir.path() / "b.txt", "Third record.\n");
+  auto tok = make_tokenizer("gpt2");
+  PrepareStats s = prepare_dataset(*tok, {dir.path() / "a.txt", dir.path() / "b.txt"},
+                                   RecordFormat::percent, dir.path() / "out.h5");
+  EXPECT_EQ(s.files, 2);
+  EXPECT_EQ(s.documents, 3);
+  TokenizerInfo info{tok->name(), tok->vocab_size(), vocabulary_hash(*tok)};
+  TokenDataset ds = open_token_dataset(dir.path() / "out.h5", &info, 50257);
+  ASSERT_EQ(ds.num_documents(), 3);
+  const auto& off = ds.doc_offsets();
+  std::vector<int32_t> second(ds.tokens()->begin() + off[1], ds.tokens()->begin() + off[2]);
+  EXPECT_EQ(tok->decode(second), "Second, with <|endoftext|> inside.\n");
+  EXPECT_EQ(s.tokens, ds.num_tokens());
+
+  // The same data read with another tokenizer is refused, naming both.
+  auto bytes = make_tokenizer("bytes");
+  TokenizerInfo other{bytes->name(), bytes->vocab_size(), vocabulary_hash(*bytes)};
+  try {
+    open_token_dataset(dir.path() / "out.h5", &other);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data);
+    std::string m = e.what();
+    EXPECT_NE(m.find("gpt2"), std::string::npos) << m;
+    EXPECT_NE(m.find("bytes"), std::string::npos) << m;
+  }
+  EXPECT_NE(vocabulary_hash(*tok), vocabulary_hash(*bytes));
+}
+
+TEST(Prepare, MissingInputIsADataErrorAndWritesNothing) {
+  TempDir dir;
+  auto tok = make_tokenizer("bytes");
+  EXPECT_THROW(prepare_dataset(*tok, {dir.path() / "missing.txt"}, RecordFormat::file,
+                               dir.path() / "out.h5"),
+               Error);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "out.h5"));
+}
+
+}  // namespace
+}  // namespace forge
