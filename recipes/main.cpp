@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "data/bpe_train.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
@@ -43,6 +44,7 @@ constexpr const char* kUsage =
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT]\n"
+    "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
     "\n"
     "forge COMMAND --help prints the usage of one command. Exit codes: 0 ok, 1 internal error,\n"
     "2 usage or config error, 3 data error, 4 checkpoint error, 5 non-finite loss or gradient,\n"
@@ -78,6 +80,11 @@ const std::map<std::string, std::string> kCommandUsage = {
      "                     [--records file|percent|lines]\n"
      "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
      "files (default), '%'-separated records (the fortunes format) or lines.\n"},
+    {"tokenizer",
+     "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
+     "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
+     "vocab.bpe to DIR; the result loads wherever a tokenizer is named (--tokenizer DIR). The same\n"
+     "input gives the same files.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -309,6 +316,26 @@ int cmd_prepare(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_tokenizer(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "train")
+    usage_error("tokenizer: expected 'train' (see forge tokenizer --help)");
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  std::vector<std::string> inputs = multi_option(rest, "input");
+  ParsedArgs p = parse_args("tokenizer train", rest, {"vocab-size", "output"});
+  if (!p.positional.empty()) usage_error("tokenizer train: unexpected argument '" + p.positional[0] + "'");
+  if (inputs.empty()) usage_error("tokenizer train: --input needs at least one file");
+  if (!p.options.count("output")) usage_error("tokenizer train: --output is required");
+  if (!p.options.count("vocab-size")) usage_error("tokenizer train: --vocab-size is required");
+  int64_t vocab = integer_option(p, "vocab-size", 0);
+  if (vocab < 257 || vocab > INT32_MAX)
+    usage_error(detail::concat("tokenizer train: --vocab-size must be in [257, 2^31), got ", vocab));
+  train_bpe({inputs.begin(), inputs.end()}, int32_t(vocab), p.options.at("output"));
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("output"));
+  std::printf("%s: vocabulary %d (encoder.json, vocab.bpe)\n", p.options.at("output").c_str(),
+              tok->vocab_size());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -319,7 +346,7 @@ int run(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
       {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"tokenize", cmd_tokenize},
-      {"prepare", cmd_prepare},
+      {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
   };
   auto it = commands.find(command);
   if (it == commands.end())

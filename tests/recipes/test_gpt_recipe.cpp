@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/ops.h"
+#include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
@@ -254,6 +255,12 @@ TEST_F(GPTRecipe, TrainsOnAPreparedGpt2DatasetAndRejectsAMismatchedOne) {
   EXPECT_EQ(forge("tokenize --tokenizer gpt2 --text hello"), 0);
   EXPECT_EQ(forge("tokenize --tokenizer nosuch --text hello"), 3);
   EXPECT_EQ(forge("tokenize --tokenizer gpt2"), 2);
+  fs::path bpe = dir_ / "bpe512";
+  ASSERT_EQ(forge("tokenizer train --vocab-size 512 --input " + (dir_ / "corpus.txt").string() +
+                  " --output " + bpe.string()),
+            0);
+  EXPECT_EQ(make_tokenizer(bpe.string())->vocab_size(), 512);
+  EXPECT_EQ(forge("tokenizer train --vocab-size 100 --input x --output y"), 2);
 }
 
 TEST_F(GPTRecipe, GenerationIsSeededAndGreedyMatchesTheFullForward) {
