@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "core/checksum.h"
+#include "data/hdf5_handle.h"
 #include "core/error.h"
 
 namespace forge {
@@ -37,36 +38,8 @@ constexpr size_t kOffsetBlock = 1 << 16;
 // ---------------------------------------------------------------------------------------------
 // HDF5 plumbing.
 
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() { reset(); }
-  hid_t release() {
-    hid_t id = id_;
-    id_ = -1;
-    return id;
-  }
-  void reset() {
-    if (id_ >= 0) close_(id_);
-    id_ = -1;
-  }
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
+using hdf5::Hid;
+using hdf5::quiet_hdf5;
 
 Hid check(const fs::path& file, hid_t id, herr_t (*close)(hid_t), const std::string& what) {
   if (id < 0) fail(file, what);

@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "data/hdf5_handle.h"
+
 namespace forge {
 
 namespace fs = std::filesystem;
@@ -82,31 +84,8 @@ void write_file_atomic(const fs::path& file, const std::string& content, ExitCod
 
 namespace {
 
-// Called at every entry point: cheap, and H5Eset_auto2 is per-thread in thread-safe HDF5 builds.
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() {
-    if (id_ >= 0) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
+using hdf5::Hid;
+using hdf5::quiet_hdf5;
 
 /// Everything about one HDF5 file needed to report errors against it.
 struct H5File {
