@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -70,6 +72,18 @@ inline Goldens load_goldens(const std::string& file) {
     table[name] = values;
   }
   return table;
+}
+
+/// Each element of `got` within rtol of `want`, relative to max(|want[i]|, largest |want|): the
+/// rule every PyTorch golden comparison uses.
+inline void expect_near_golden(const std::vector<double>& got, const std::vector<double>& want,
+                               const std::string& name, double rtol) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), rtol * std::max(std::fabs(want[i]), scale))
+        << name << "[" << i << "]: forge " << got[i] << ", torch " << want[i];
 }
 
 }  // namespace forge::testing

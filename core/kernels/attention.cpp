@@ -653,20 +653,16 @@ void attention_backward(const AttentionShape& n, const AttentionParams& p, const
     simple_backward(n, p, q, qs, k, ks, v, vs, out, dout, lse, dq, dk, dv);
 }
 
-template void attention_forward<float>(const AttentionShape&, const AttentionParams&, const float*,
-                                       RowStrides, const float*, RowStrides, const float*,
-                                       RowStrides, float*, float*);
-template void attention_forward<double>(const AttentionShape&, const AttentionParams&,
-                                        const double*, RowStrides, const double*, RowStrides,
-                                        const double*, RowStrides, double*, double*);
-template void attention_backward<float>(const AttentionShape&, const AttentionParams&, const float*,
-                                        RowStrides, const float*, RowStrides, const float*,
-                                        RowStrides, const float*, const float*, const float*,
-                                        float*, float*, float*);
-template void attention_backward<double>(const AttentionShape&, const AttentionParams&,
-                                         const double*, RowStrides, const double*, RowStrides,
-                                         const double*, RowStrides, const double*, const double*,
-                                         const double*, double*, double*, double*);
+// Explicit instantiations of the fast kernels (here) and of the references (in namespace ref).
+#define FORGE_INSTANTIATE_ATTENTION(T)                                                           \
+  template void attention_forward<T>(const AttentionShape&, const AttentionParams&, const T*,    \
+                                     RowStrides, const T*, RowStrides, const T*, RowStrides, T*, \
+                                     T*);                                                        \
+  template void attention_backward<T>(const AttentionShape&, const AttentionParams&, const T*,   \
+                                      RowStrides, const T*, RowStrides, const T*, RowStrides,    \
+                                      const T*, const T*, const T*, T*, T*, T*);
+FORGE_INSTANTIATE_ATTENTION(float)
+FORGE_INSTANTIATE_ATTENTION(double)
 
 // ---- reference: each softmax row materialised in double ----
 
@@ -769,20 +765,9 @@ void attention_backward(const AttentionShape& n, const AttentionParams& p, const
   if (dv) std::transform(gv.begin(), gv.end(), dv, [](double x) { return T(x); });
 }
 
-template void attention_forward<float>(const AttentionShape&, const AttentionParams&, const float*,
-                                       RowStrides, const float*, RowStrides, const float*,
-                                       RowStrides, float*, float*);
-template void attention_forward<double>(const AttentionShape&, const AttentionParams&,
-                                        const double*, RowStrides, const double*, RowStrides,
-                                        const double*, RowStrides, double*, double*);
-template void attention_backward<float>(const AttentionShape&, const AttentionParams&, const float*,
-                                        RowStrides, const float*, RowStrides, const float*,
-                                        RowStrides, const float*, const float*, const float*,
-                                        float*, float*, float*);
-template void attention_backward<double>(const AttentionShape&, const AttentionParams&,
-                                         const double*, RowStrides, const double*, RowStrides,
-                                         const double*, RowStrides, const double*, const double*,
-                                         const double*, double*, double*, double*);
+FORGE_INSTANTIATE_ATTENTION(float)
+FORGE_INSTANTIATE_ATTENTION(double)
+#undef FORGE_INSTANTIATE_ATTENTION
 
 }  // namespace ref
 

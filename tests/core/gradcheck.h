@@ -44,6 +44,10 @@ Tensor randn_strided(const Shape& shape, uint64_t seed = 1);
 Tensor rand_uniform(const Shape& shape, double low, double high, uint64_t seed = 1);
 /// f64 tensor without grad (targets, masks).
 Tensor constant(const std::vector<double>& values, const Shape& shape);
+/// i64 tensor (ids, targets, indices).
+inline Tensor ids(const std::vector<double>& values, const Shape& shape) {
+  return from_vector(values, shape, DType::i64);
+}
 
 struct GradCase {
   Op op;

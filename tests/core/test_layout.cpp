@@ -17,10 +17,6 @@ using testing::randn;
 using testing::randn_strided;
 using In = std::vector<Tensor>;
 
-Tensor i64(const std::vector<double>& values, const Shape& shape) {
-  return from_vector(values, shape, DType::i64);
-}
-
 // ---- gradient checks: views ----
 
 FORGE_GRADCHECK(reshape, contiguous_and_inferred) {
@@ -84,7 +80,7 @@ FORGE_GRADCHECK(cat, stack) {
 }
 
 FORGE_GRADCHECK(index_select, repeated_indices) {
-  Tensor index = i64({2, 0, 2, 2, 1}, {5});
+  Tensor index = testing::ids({2, 0, 2, 2, 1}, {5});
   EXPECT_GRADCHECK([index](const In& v) { return index_select(v[0], 1, index); },
                    {randn({3, 4, 2})});
   EXPECT_GRADCHECK([index](const In& v) { return index_select(v[0], 0, index); },
@@ -93,11 +89,11 @@ FORGE_GRADCHECK(index_select, repeated_indices) {
 
 FORGE_GRADCHECK(gather, torch_semantics) {
   // Index smaller than x off the gather axis (dim 0: 2 of 3), repeats along it.
-  Tensor index = i64({3, 0, 0, 1, 3, 3, 2, 2, 1, 0, 0, 0}, {2, 3, 2});
+  Tensor index = testing::ids({3, 0, 0, 1, 3, 3, 2, 2, 1, 0, 0, 0}, {2, 3, 2});
   EXPECT_GRADCHECK([index](const In& v) { return gather(v[0], 1, index); }, {randn({3, 4, 2})});
-  Tensor rows = i64({2, 0, 1, 2, 0, 0}, {2, 3});
+  Tensor rows = testing::ids({2, 0, 1, 2, 0, 0}, {2, 3});
   EXPECT_GRADCHECK([rows](const In& v) { return gather(v[0], 0, rows); }, {randn_strided({3, 4})});
-  Tensor last = i64({4, 4, 0, 1, 2, 3, 3, 3}, {2, 4});
+  Tensor last = testing::ids({4, 4, 0, 1, 2, 3, 3, 3}, {2, 4});
   EXPECT_GRADCHECK([last](const In& v) { return gather(v[0], -1, last); }, {randn({2, 5})});
 }
 
@@ -182,27 +178,27 @@ TEST(Layout, CatAndStackValues) {
 
 TEST(Layout, IndexSelectAndGatherValues) {
   Tensor x = reshape(arange(12), {3, 4});
-  EXPECT_EQ(index_select(x, 0, i64({2, 0, 2}, {3})).to_vector<float>(),
+  EXPECT_EQ(index_select(x, 0, testing::ids({2, 0, 2}, {3})).to_vector<float>(),
             (std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11}));
-  EXPECT_EQ(index_select(x, 1, i64({3, 0}, {2})).to_vector<float>(),
+  EXPECT_EQ(index_select(x, 1, testing::ids({3, 0}, {2})).to_vector<float>(),
             (std::vector<float>{3, 0, 7, 4, 11, 8}));
-  EXPECT_EQ(index_select(x, 1, i64({}, {0})).shape(), (Shape{3, 0}));
-  EXPECT_EQ(index_select(arange(5, DType::i64), 0, i64({4, 4}, {2})).to_vector<int64_t>(),
+  EXPECT_EQ(index_select(x, 1, testing::ids({}, {0})).shape(), (Shape{3, 0}));
+  EXPECT_EQ(index_select(arange(5, DType::i64), 0, testing::ids({4, 4}, {2})).to_vector<int64_t>(),
             (std::vector<int64_t>{4, 4}));
-  EXPECT_EQ(gather(x, 1, i64({3, 0, 1, 1}, {2, 2})).to_vector<float>(),
+  EXPECT_EQ(gather(x, 1, testing::ids({3, 0, 1, 1}, {2, 2})).to_vector<float>(),
             (std::vector<float>{3, 0, 5, 5}));
-  EXPECT_EQ(gather(x, 0, i64({2, 0, 1, 0}, {1, 4})).to_vector<float>(),
+  EXPECT_EQ(gather(x, 0, testing::ids({2, 0, 1, 0}, {1, 4})).to_vector<float>(),
             (std::vector<float>{8, 1, 6, 3}));
   Tensor xt = transpose(x, 0, 1);  // [4, 3], non-contiguous
-  EXPECT_EQ(gather(xt, 1, i64({2, 1}, {2, 1})).to_vector<float>(), (std::vector<float>{8, 5}));
+  EXPECT_EQ(gather(xt, 1, testing::ids({2, 1}, {2, 1})).to_vector<float>(), (std::vector<float>{8, 5}));
 }
 
 TEST(Layout, IndexBackwardAddsRepeatsDeterministically) {
   Tensor x = ones({3, 2}, DType::f64).set_requires_grad(true);
-  sum(index_select(x, 0, i64({1, 1, 1, 0}, {4}))).backward();
+  sum(index_select(x, 0, testing::ids({1, 1, 1, 0}, {4}))).backward();
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 1, 3, 3, 0, 0}));
   Tensor y = ones({2, 3}, DType::f64).set_requires_grad(true);
-  sum(gather(y, 1, i64({2, 2, 2, 0}, {2, 2}))).backward();
+  sum(gather(y, 1, testing::ids({2, 2, 2, 0}, {2, 2}))).backward();
   EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{0, 0, 2, 1, 0, 1}));
 }
 
@@ -220,18 +216,18 @@ Error error_of(F f) {
 
 TEST(Layout, OutOfRangeIndicesAreDataErrorsNamingValuePositionAndRange) {
   Tensor x = reshape(arange(12), {3, 4});
-  Error e = error_of([&] { index_select(x, 0, i64({0, 3}, {2})); });
+  Error e = error_of([&] { index_select(x, 0, testing::ids({0, 3}, {2})); });
   EXPECT_EQ(e.code(), ExitCode::data);
   std::string what = e.what();
   EXPECT_NE(what.find("index 3 at position [1]"), std::string::npos) << what;
   EXPECT_NE(what.find("[0, 3)"), std::string::npos) << what;
-  EXPECT_EQ(error_of([&] { index_select(x, 1, i64({-1}, {1})); }).code(), ExitCode::data);
-  e = error_of([&] { gather(x, 1, i64({0, 1, 2, 4}, {2, 2})); });
+  EXPECT_EQ(error_of([&] { index_select(x, 1, testing::ids({-1}, {1})); }).code(), ExitCode::data);
+  e = error_of([&] { gather(x, 1, testing::ids({0, 1, 2, 4}, {2, 2})); });
   EXPECT_EQ(e.code(), ExitCode::data);
   what = e.what();
   EXPECT_NE(what.find("index 4 at position [1, 1]"), std::string::npos) << what;
   EXPECT_NE(what.find("[0, 4)"), std::string::npos) << what;
-  EXPECT_EQ(error_of([&] { gather(x, 0, i64({-2}, {1, 1})); }).code(), ExitCode::data);
+  EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({-2}, {1, 1})); }).code(), ExitCode::data);
 }
 
 TEST(Layout, BadShapesAndDimsAreRejected) {
@@ -245,10 +241,10 @@ TEST(Layout, BadShapesAndDimsAreRejected) {
   EXPECT_EQ(error_of([&] { stack({x, zeros({4, 3})}, 0); }).code(), internal);
   EXPECT_EQ(error_of([&] { stack({x}, 3); }).code(), internal);
   EXPECT_EQ(error_of([&] { index_select(x, 0, arange(2)); }).code(), internal);  // f32 index
-  EXPECT_EQ(error_of([&] { index_select(x, 0, i64({0, 1}, {1, 2})); }).code(), internal);
-  EXPECT_EQ(error_of([&] { index_select(x, 2, i64({0}, {1})); }).code(), internal);
-  EXPECT_EQ(error_of([&] { gather(x, 0, i64({0}, {1})); }).code(), internal);  // rank
-  EXPECT_EQ(error_of([&] { gather(x, 0, i64({0, 0, 0, 0, 0}, {1, 5})); }).code(), internal);
+  EXPECT_EQ(error_of([&] { index_select(x, 0, testing::ids({0, 1}, {1, 2})); }).code(), internal);
+  EXPECT_EQ(error_of([&] { index_select(x, 2, testing::ids({0}, {1})); }).code(), internal);
+  EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({0}, {1})); }).code(), internal);  // rank
+  EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({0, 0, 0, 0, 0}, {1, 5})); }).code(), internal);
   EXPECT_EQ(error_of([&] { reshape(x, {5, -1}); }).code(), internal);
   EXPECT_EQ(error_of([&] { reshape(x, {-1, -1}); }).code(), internal);
   EXPECT_EQ(error_of([&] { permute(x, {0, 0}); }).code(), internal);

@@ -28,10 +28,6 @@ using testing::randn;
 using testing::randn_strided;
 using In = std::vector<Tensor>;
 
-Tensor ids_tensor(const std::vector<double>& values, const Shape& shape) {
-  return from_vector(values, shape, DType::i64);
-}
-
 // ---- finite-difference checks (f64) ----
 
 FORGE_GRADCHECK(softmax, last_middle_and_strided) {
@@ -69,7 +65,7 @@ FORGE_GRADCHECK(rms_norm, weighted_and_plain) {
 }
 
 FORGE_GRADCHECK(embedding, repeated_ids_and_padding) {
-  Tensor ids = ids_tensor({1, 4, 1, 2, 0, 2}, {2, 3});
+  Tensor ids = testing::ids({1, 4, 1, 2, 0, 2}, {2, 3});
   EXPECT_GRADCHECK([ids](const In& v) { return embedding(v[0], ids); }, {randn({5, 3}, 1)});
   // The padding row gets no gradient by definition, which finite differences cannot see: zero
   // the outputs that read it, so the check covers every other row (the padding row's exact zero
@@ -80,7 +76,7 @@ FORGE_GRADCHECK(embedding, repeated_ids_and_padding) {
 }
 
 FORGE_GRADCHECK(cross_entropy, ignore_smoothing_reductions) {
-  Tensor targets = ids_tensor({2, -100, 0, 4}, {4});
+  Tensor targets = testing::ids({2, -100, 0, 4}, {4});
   for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none})
     for (double smoothing : {0.0, 0.1}) {
       CrossEntropyOptions o;
@@ -93,7 +89,7 @@ FORGE_GRADCHECK(cross_entropy, ignore_smoothing_reductions) {
   custom_ignore.ignore_index = 3;
   EXPECT_GRADCHECK(
       [custom_ignore](const In& v) {
-        return cross_entropy(v[0], ids_tensor({3, 1, 0}, {3}), custom_ignore);
+        return cross_entropy(v[0], testing::ids({3, 1, 0}, {3}), custom_ignore);
       },
       {randn_strided({3, 4}, 2)});
 }
@@ -109,7 +105,7 @@ FORGE_GRADCHECK(cosine_similarity, broadcast) {
 
 TEST(NNOps, EachOpRecordsItsOwnNode) {
   Tensor x = randn({2, 4}), w = randn({4}), b = randn({4}), table = randn({5, 4});
-  Tensor ids = ids_tensor({1, 3}, {2}), t = ids_tensor({0, 2}, {2});
+  Tensor ids = testing::ids({1, 3}, {2}), t = testing::ids({0, 2}, {2});
   EXPECT_EQ(softmax(x).grad_fn()->op, Op::softmax);
   EXPECT_EQ(log_softmax(x).grad_fn()->op, Op::log_softmax);
   EXPECT_EQ(layer_norm(x, w, b).grad_fn()->op, Op::layer_norm);
@@ -121,7 +117,7 @@ TEST(NNOps, EachOpRecordsItsOwnNode) {
 
 TEST(NNOps, EmbeddingPaddingRowGetsExactlyZeroGradient) {
   Tensor table = randn({5, 3});
-  Tensor out = embedding(table, ids_tensor({2, 1, 2, 2, 4}, {5}), 2);
+  Tensor out = embedding(table, testing::ids({2, 1, 2, 2, 4}, {5}), 2);
   out.backward(ones(out.shape(), DType::f64));
   Tensor g = table.grad();
   for (int64_t c = 0; c < 3; ++c) {
@@ -148,25 +144,25 @@ Error expect_data_error(Fn fn) {
 TEST(NNOps, OutOfRangeIdIsADataErrorNamingIdPositionAndV) {
   Tensor table = randn({7, 2});
   std::string msg = expect_data_error([&] {
-                      embedding(table, ids_tensor({0, 3, 6, 9, 1, 2}, {2, 3}));
+                      embedding(table, testing::ids({0, 3, 6, 9, 1, 2}, {2, 3}));
                     }).what();
   EXPECT_NE(msg.find("id 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("position 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("V = 7"), std::string::npos) << msg;
-  msg = expect_data_error([&] { embedding(table, ids_tensor({-1}, {1})); }).what();
+  msg = expect_data_error([&] { embedding(table, testing::ids({-1}, {1})); }).what();
   EXPECT_NE(msg.find("id -1"), std::string::npos) << msg;
 }
 
 TEST(NNOps, OutOfRangeTargetIsADataErrorNamingPositionAndValue) {
   Tensor logits = randn({3, 4});
   std::string msg = expect_data_error([&] {
-                      cross_entropy(logits, ids_tensor({0, -100, 4}, {3}));
+                      cross_entropy(logits, testing::ids({0, -100, 4}, {3}));
                     }).what();
   EXPECT_NE(msg.find("target 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("position 2"), std::string::npos) << msg;
   CrossEntropyOptions o;
   o.ignore_index = -1;  // now -100 is an ordinary (bad) target
-  msg = expect_data_error([&] { cross_entropy(logits, ids_tensor({0, -100, 1}, {3}), o); }).what();
+  msg = expect_data_error([&] { cross_entropy(logits, testing::ids({0, -100, 1}, {3}), o); }).what();
   EXPECT_NE(msg.find("target -100 at position 1"), std::string::npos) << msg;
 }
 
@@ -177,7 +173,7 @@ TEST(NNOps, FullyIgnoredBatchGivesZeroLossAndZeroGradient) {
       CrossEntropyOptions o;
       o.reduction = r;
       o.label_smoothing = 0.2;
-      Tensor loss = cross_entropy(logits, ids_tensor({-100, -100, -100}, {3}), o);
+      Tensor loss = cross_entropy(logits, testing::ids({-100, -100, -100}, {3}), o);
       EXPECT_EQ(loss.item(), 0.0);
       loss.backward();
       for (double g : logits.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
@@ -187,7 +183,7 @@ TEST(NNOps, FullyIgnoredBatchGivesZeroLossAndZeroGradient) {
 
 TEST(NNOps, CrossEntropyMeanDividesByNonIgnoredCount) {
   Tensor logits = randn({4, 6}).detach();
-  Tensor t = ids_tensor({1, -100, 5, -100}, {4});
+  Tensor t = testing::ids({1, -100, 5, -100}, {4});
   CrossEntropyOptions none, mean;
   none.reduction = Reduction::none;
   std::vector<double> rows = cross_entropy(logits, t, none).to_vector<double>();
@@ -205,7 +201,7 @@ TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
     EXPECT_NEAR(y[0] + y[2], 1.0, 1e-6);
     for (int i = 3; i < 6; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;
     Tensor loss =
-        cross_entropy(x, ids_tensor({0, 0}, {2}), CrossEntropyOptions{-100, 0.0, Reduction::none});
+        cross_entropy(x, testing::ids({0, 0}, {2}), CrossEntropyOptions{-100, 0.0, Reduction::none});
     std::vector<double> l = loss.to_vector<double>();
     EXPECT_TRUE(std::isfinite(l[0]));
     EXPECT_TRUE(std::isnan(l[1]));
@@ -232,17 +228,9 @@ Tensor golden_tensor(const std::string& name, const Shape& shape, DType dt, bool
   return t;
 }
 
-// Each element within rtol of the golden value, relative to the tensor's largest magnitude.
 void expect_golden(const Tensor& got, const std::string& name, double rtol) {
-  const std::vector<double>& want = golden(name);
   ASSERT_TRUE(got.defined()) << name;
-  std::vector<double> v = got.to_vector<double>();
-  ASSERT_EQ(v.size(), want.size()) << name;
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  for (size_t i = 0; i < v.size(); ++i)
-    EXPECT_LE(std::fabs(v[i] - want[i]), rtol * std::max(std::fabs(want[i]), scale))
-        << name << "[" << i << "]: forge " << v[i] << ", torch " << want[i];
+  testing::expect_near_golden(got.to_vector<double>(), golden(name), name, rtol);
 }
 
 void check_against_torch(DType dt, double rtol) {

@@ -72,19 +72,11 @@ const testing::Goldens& goldens() {
   return table;
 }
 
-// Each element within rtol of torch's, relative to max(|torch value|, largest |value| of the tensor).
 void expect_golden(const Tensor& got, const std::string& name, double rtol) {
   auto it = goldens().find(name);
   ASSERT_NE(it, goldens().end()) << "golden '" << name << "' missing from optim_goldens.txt";
-  const std::vector<double>& want = it->second;
   ASSERT_TRUE(got.defined()) << name;
-  std::vector<double> v = got.to_vector<double>();
-  ASSERT_EQ(v.size(), want.size()) << name;
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  for (size_t i = 0; i < v.size(); ++i)
-    EXPECT_LE(std::fabs(v[i] - want[i]), rtol * std::max(std::fabs(want[i]), scale))
-        << name << "[" << i << "]: forge " << v[i] << ", torch " << want[i];
+  testing::expect_near_golden(got.to_vector<double>(), it->second, name, rtol);
 }
 
 void replay(const std::string& name, Optimizer& opt, Model& m, double base_lr, double rtol) {
