@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 
 namespace forge {
 namespace {
@@ -130,14 +131,14 @@ std::vector<ConfigKey> build_schema() {
   auto sched = &R::schedule;
   auto train = &R::train;
 
-  add("recipe", choice("", {"gpt_pretrain"}), top(&R::recipe),
+  add("recipe", choice("", {"gpt_pretrain", "bert_pretrain"}), top(&R::recipe),
       "the recipe that trains this config");
   add("seed", integer(1337, ">= 0"), top(&R::seed),
       "seeds initialisation, dropout, data order and sampling");
   add("output_dir", text("").shown_as("runs/<config file stem>").aka({"out_dir", "run_dir"}),
       top(&R::output_dir), "run directory: resolved config, metrics, checkpoints, report");
 
-  add("model.arch", choice("gpt", {"gpt"}).aka({"name", "type", "model_type"}), in(model, &M::arch),
+  add("model.arch", choice("gpt", {"gpt", "bert"}).aka({"name", "type", "model_type"}), in(model, &M::arch),
       "model family");
   add("model.vocab_size", integer(256, ">= 1").aka({"n_vocab", "vocab"}), in(model, &M::vocab_size),
       "rows of the token embedding; at least the tokenizer's vocabulary");
@@ -167,10 +168,18 @@ std::vector<ConfigKey> build_schema() {
       "base of the rotary frequencies (position: rotary)");
   add("model.norm_eps", number(1e-5, "> 0").aka({"layer_norm_eps", "eps"}), in(model, &M::norm_eps),
       "epsilon added to the variance in normalisation layers");
+  add("model.norm_placement", choice("auto", {"auto", "pre", "post"}).aka({"prenorm", "pre_norm"}),
+      in(model, &M::norm_placement),
+      "pre: x + f(norm(x)); post: norm(x + f(x)) as in the original BERT; auto: gpt pre, bert post");
+  add("model.type_vocab_size", integer(2, ">= 1").aka({"n_segments", "num_token_types"}),
+      in(model, &M::type_vocab_size), "bert: number of segment (token-type) embeddings");
 
-  add("data.tokenizer", choice("bytes", {"bytes", "gpt2"}), in(data, &D::tokenizer),
-      "how text becomes token ids (bytes: one token per byte, vocabulary 256; gpt2: GPT-2's "
-      "byte-level BPE, vocabulary 50257)");
+  add("data.tokenizer", text("bytes"), in(data, &D::tokenizer),
+      "how text becomes token ids: bytes (one token per byte, vocabulary 256), gpt2 (GPT-2's "
+      "byte-level BPE, vocabulary 50257) or a directory from `forge tokenizer train`");
+  add("data.special_tokens", strings().aka({"specials"}), in(data, &D::special_tokens),
+      "special tokens added after the tokenizer's vocabulary, e.g. [\"[PAD]\", \"[CLS]\", "
+      "\"[SEP]\", \"[MASK]\"] for bert");
   add("data.train", required_path().aka({"train_path", "train_file"}), in(data, &D::train),
       "training data: a text file, or a token dataset (.h5) from `forge prepare`");
   add("data.val", optional_path().aka({"val_path", "valid", "validation"}), in(data, &D::val),
@@ -178,6 +187,12 @@ std::vector<ConfigKey> build_schema() {
       "last documents of a dataset)");
   add("data.val_fraction", number(0.1, "[0, 1)"), in(data, &D::val_fraction),
       "share of data.train held out for validation when data.val is empty");
+  add("data.paragraphs_per_document", integer(1, ">= 1"), in(data, &D::paragraphs_per_document),
+      "bert: consecutive blank-line paragraphs that form one document (lines are sentences)");
+  add("data.mask_prob", number(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
+      in(data, &D::mask_prob), "bert: share of non-special tokens chosen for masked-LM");
+  add("data.eval_pairs", integer(2048, ">= 1"), in(data, &D::eval_pairs),
+      "bert: sentence pairs of the validation documents scored by the final evaluation");
 
   add("optimizer.name", choice("adamw", {"adamw", "sgd"}), in(opt, &O::name), "optimizer");
   add("optimizer.lr", number(1e-3, "> 0").aka({"learning_rate"}), in(opt, &O::lr),
@@ -793,6 +808,8 @@ class Loader {
     if (config_.output_dir.empty())
       config_.output_dir = "runs/" + std::filesystem::path(name_).stem().string();
     if (config_.schedule.noam_d_model == 0) config_.schedule.noam_d_model = config_.model.d_model;
+    if (config_.model.norm_placement == "auto")
+      config_.model.norm_placement = config_.model.arch == "bert" ? "post" : "pre";
   }
 
   // Paths resolve against the working directory, as in every common training CLI (DESIGN.md §2).
@@ -840,10 +857,13 @@ class Loader {
             "model.n_heads = " +
                 str(head_dim));
     }
-    const int64_t tokenizer_vocab = c.data.tokenizer == "gpt2" ? 50257 : 256;
-    cross({"model.vocab_size", "data.tokenizer"}, c.model.vocab_size >= tokenizer_vocab,
-          "model.vocab_size (" + str(c.model.vocab_size) + ") must be >= " + str(tokenizer_vocab) +
-              " for tokenizer '" + c.data.tokenizer + "'");
+    if (std::optional<int64_t> tokenizer_vocab = tokenizer_vocab_size())
+      cross({"model.vocab_size", "data.tokenizer", "data.special_tokens"},
+            c.model.vocab_size >= *tokenizer_vocab,
+            "model.vocab_size (" + str(c.model.vocab_size) + ") must be >= " +
+                str(*tokenizer_vocab) + ", the vocabulary of tokenizer '" + c.data.tokenizer +
+                "' with " + str(int64_t(c.data.special_tokens.size())) + " special tokens");
+    check_architecture();
     cross({"schedule.warmup_steps", "train.max_steps"},
           c.schedule.warmup_steps <= c.train.max_steps,
           "schedule.warmup_steps (" + str(c.schedule.warmup_steps) +
@@ -861,6 +881,64 @@ class Loader {
           c.train.eval_every == 0 || !c.data.val.empty() || c.data.val_fraction > 0,
           "train.eval_every (" + str(c.train.eval_every) +
               ") needs a validation split: set data.val or data.val_fraction > 0");
+  }
+
+  // The tokenizer's vocabulary with data.special_tokens, or nullopt when it cannot be known here
+  // (a directory while files are not checked) or data.tokenizer is wrong (reported as such).
+  std::optional<int64_t> tokenizer_vocab_size() {
+    const DataConfig& d = config_.data;
+    if (bad_.count("data.tokenizer") || bad_.count("data.special_tokens")) return std::nullopt;
+    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && files_ == ConfigFiles::skip)
+      return std::nullopt;
+    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" &&
+        !std::filesystem::is_directory(d.tokenizer)) {
+      error(blame({"data.tokenizer"}),
+            "data.tokenizer: '" + d.tokenizer +
+                "' is not bytes, gpt2 or a directory with encoder.json and vocab.bpe");
+      return std::nullopt;
+    }
+    try {
+      return make_tokenizer(d.tokenizer, d.special_tokens)->vocab_size();
+    } catch (const Error& e) {
+      error(blame({"data.tokenizer"}), std::string("data.tokenizer: ") + e.what());
+      return std::nullopt;
+    }
+  }
+
+  // What each recipe's model family supports.
+  void check_architecture() {
+    const RunConfig& c = config_;
+    const std::string& arch = c.model.arch;
+    if (c.recipe == "gpt_pretrain" || c.recipe == "bert_pretrain") {
+      std::string want = c.recipe == "gpt_pretrain" ? "gpt" : "bert";
+      cross({"model.arch", "recipe"}, arch == want,
+            "recipe " + c.recipe + " trains model.arch '" + want + "', the config says '" + arch +
+                "'");
+    }
+    if (arch == "gpt")
+      cross({"model.norm_placement", "model.arch"}, c.model.norm_placement == "pre",
+            "model.norm_placement: gpt blocks are pre-norm, got '" + c.model.norm_placement + "'");
+    if (arch == "bert") {
+      auto bert_fixed = [&](const std::string& key, bool ok, const std::string& want) {
+        cross({key, "model.arch"}, ok, key + ": model.arch 'bert' needs " + want);
+      };
+      bert_fixed("model.position", c.model.position == "learned", "learned positions");
+      bert_fixed("model.norm", c.model.norm == "layernorm", "layernorm");
+      bert_fixed("model.mlp", c.model.mlp == "gelu", "the gelu feed-forward");
+      bert_fixed("model.tie_embeddings", c.model.tie_embeddings,
+                 "tie_embeddings: true (the MLM decoder is the token embedding)");
+      bert_fixed("model.bias", c.model.bias, "bias: true");
+    }
+    if (c.recipe == "bert_pretrain") {
+      std::string missing;
+      for (const char* token : {"[PAD]", "[CLS]", "[SEP]", "[MASK]"})
+        if (std::find(c.data.special_tokens.begin(), c.data.special_tokens.end(), token) ==
+            c.data.special_tokens.end())
+          missing += std::string(missing.empty() ? "" : ", ") + token;
+      cross({"data.special_tokens", "recipe"}, missing.empty(),
+            "data.special_tokens: recipe bert_pretrain needs [PAD], [CLS], [SEP] and [MASK]; "
+            "missing " + missing);
+    }
   }
 
   std::string name_;

@@ -33,14 +33,20 @@ struct ModelConfig {
   bool tie_embeddings{};
   double rope_theta{};
   double norm_eps{};
+  std::string norm_placement;  // pre | post (resolved from "auto": gpt pre, bert post)
+  int64_t type_vocab_size{};
   bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
-  std::string tokenizer;
+  std::string tokenizer;  // bytes | gpt2 | a directory with encoder.json + vocab.bpe
+  std::vector<std::string> special_tokens;
   std::string train;  // path, required
   std::string val;    // path, empty = split val_fraction off train
   double val_fraction{};
+  int64_t paragraphs_per_document{};
+  double mask_prob{};
+  int64_t eval_pairs{};
   bool operator==(const DataConfig&) const = default;
 };
 

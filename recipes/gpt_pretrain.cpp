@@ -49,7 +49,7 @@ std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
 
 LMSplits load_data(const RunConfig& config) {
   const DataConfig& d = config.data;
-  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer);
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
   const int64_t V = config.model.vocab_size;
   std::optional<TokenDataset> dataset;

@@ -1,7 +1,8 @@
 // The shared training loop. Every source of randomness in a step is a function of (seed, step):
 // batches come from the recipe's counter-based sampler, dropout from the default generator set to
 // stream ("dropout", step) before each micro-batch. A checkpoint therefore needs only parameters,
-// optimizer state and the step to continue exactly the trajectory of an uninterrupted run.
+// optimizer state, the step and, for recipes whose loader keeps a cursor, that cursor, to continue
+// exactly the trajectory of an uninterrupted run.
 #include "recipes/trainer.h"
 
 #include <chrono>
@@ -83,7 +84,7 @@ void check_same_model(const RunConfig& config, const std::string& stored_yaml, c
 
 // Loads the latest checkpoint into model and optimizer; returns the step to continue from.
 int64_t resume(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
-               ProgressPrinter& progress) {
+               const Recipe& recipe, ProgressPrinter& progress) {
   std::string warning;
   std::optional<fs::path> file = latest_checkpoint(config.output_dir, &warning);
   if (!warning.empty()) progress.message("forge: warning: " + warning);
@@ -93,6 +94,7 @@ int64_t resume(const RunConfig& config, nn::Module& model, optim::Optimizer& opt
   CheckpointData data = load_checkpoint(*file, specs_of(model.named_state()));
   model.load_named(data.model);
   optimizer.load_state(data.optim);
+  if (recipe.restore_data_state) recipe.restore_data_state(data.counters);
   progress.message(detail::concat("resuming from ", file->string(), " (step ", data.step, ")"));
   return data.step;
 }
@@ -112,13 +114,14 @@ void clear_checkpoints(const fs::path& dir, ProgressPrinter& progress) {
 }
 
 void save(const RunConfig& config, int64_t step, nn::Module& model, optim::Optimizer& optimizer,
-          ProgressPrinter& progress) {
+          const Recipe& recipe, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
   data.model = model.named_state();
   data.optim = optimizer.state();
   data.counters["rng.seed"] = config.seed;
+  if (recipe.data_state) data.counters.merge(recipe.data_state());
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));
   progress.message("saved " + file.string());
 }
@@ -144,17 +147,19 @@ AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro) {
   double loss_sum = 0.0;
   int64_t targets = 0;
+  std::map<std::string, double> sums;
   for (int64_t m = 0; m < n; ++m) {
     MicroBatchLoss mb = micro(m);
     mb.loss_sum.backward();
     loss_sum += mb.loss_sum.item();
     targets += mb.num_targets;
+    for (const auto& [key, value] : mb.sums) sums[key] += value;
   }
   NoGradGuard no_grad;
   double scale = targets > 0 ? 1.0 / double(targets) : 0.0;
   for (NamedTensor p : params)
     if (p.tensor.grad().defined()) p.tensor.set_grad(mul(p.tensor.grad(), scale));
-  return {targets > 0 ? loss_sum / double(targets) : 0.0, targets};
+  return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums)};
 }
 
 Metrics evaluate_model(nn::Module& model, const Recipe& recipe, bool full) {
@@ -175,7 +180,7 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
 
   int64_t start = 0;
   if (tc.resume == "auto")
-    start = resume(config, model, optimizer, progress);
+    start = resume(config, model, optimizer, recipe, progress);
   else
     clear_checkpoints(dir, progress);
   write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
@@ -214,10 +219,11 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     const int64_t step = i + 1;  // updates completed after this iteration
     optim::apply_unfreezing(optimizer.groups(), i);
 
-    const double loss = accumulate_gradients(params, tc.grad_accum, [&](int64_t micro) {
-                          seed_dropout(config, i, micro);
-                          return recipe.micro_batch(i, micro);
-                        }).loss;
+    const AccumulatedLoss acc = accumulate_gradients(params, tc.grad_accum, [&](int64_t micro) {
+      seed_dropout(config, i, micro);
+      return recipe.micro_batch(i, micro);
+    });
+    const double loss = acc.loss;
 
     std::optional<std::string> bad_grad = optim::first_nonfinite_grad(params);
     if (!std::isfinite(loss) || bad_grad) {
@@ -250,10 +256,14 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
                         now};
     progress.step(stats);
     if (step % tc.log_every == 0 || step == tc.max_steps) {
-      metrics.write(step, "train",
-                    {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                     {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
-                     {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}});
+      Metrics line = {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                      {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
+                      {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
+      if (recipe.train_metrics) {
+        Metrics extra = recipe.train_metrics(acc.sums);
+        line.insert(line.end(), extra.begin(), extra.end());
+      }
+      metrics.write(step, "train", line);
       progress.log(stats);
       window_start = now;
       window_tokens = 0;
@@ -262,14 +272,14 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0)
       progress.message(recipe.sample());
     if (g_stop_signal) {
-      save(config, step, model, optimizer, progress);
+      save(config, step, model, optimizer, recipe, progress);
       progress.finish();
       std::fprintf(stderr, "forge: stopped by %s at step %lld; resume with the same command\n",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);
       return g_stop_signal == SIGINT ? 130 : 143;
     }
     if (tc.save_every > 0 && step % tc.save_every == 0) {
-      save(config, step, model, optimizer, progress);
+      save(config, step, model, optimizer, recipe, progress);
       last_save = step;
     }
     if (step == crash_at) std::raise(SIGKILL);
@@ -277,7 +287,7 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
 
   const int64_t final_step = tc.max_steps;
   run_eval(final_step, /*full=*/true);  // the whole validation split, always
-  if (last_save != final_step) save(config, final_step, model, optimizer, progress);
+  if (last_save != final_step) save(config, final_step, model, optimizer, recipe, progress);
   progress.finish();
   write_report(dir);
   if (recipe.sample) std::printf("%s\n", recipe.sample().c_str());

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "nn/module.h"
@@ -20,7 +21,14 @@ namespace forge {
 struct MicroBatchLoss {
   Tensor loss_sum;      ///< scalar with graph
   int64_t num_targets;  ///< how many targets the sum covers
+  /// Recipe-specific sums for the train line (correct predictions, their counts, partial losses):
+  /// added up over the step's micro-batches and handed to Recipe::train_metrics.
+  std::map<std::string, double> sums = {};
 };
+
+/// State a recipe's data pipeline needs to resume (a loader cursor), stored in checkpoints as
+/// counters; keys are the recipe's own, e.g. "data.epoch".
+using DataState = std::map<std::string, int64_t>;
 
 struct Recipe {
   /// Forward of micro-batch `micro` of training step `step` (model in train mode, grad on).
@@ -30,6 +38,12 @@ struct Recipe {
   std::function<Metrics(bool full)> evaluate;
   /// Optional text shown at the end of the run (a sample from the model).
   std::function<std::string()> sample;
+  /// Optional: metrics for a train line from the logged step's summed MicroBatchLoss::sums.
+  std::function<Metrics(const std::map<std::string, double>& sums)> train_metrics;
+  /// Optional, for data pipelines with a cursor (samplers that are a function of the step need
+  /// neither): the state to checkpoint after a step, and how to restore it on resume.
+  std::function<DataState()> data_state;
+  std::function<void(const DataState&)> restore_data_state;
   /// Tokens consumed per optimizer step (for tokens_per_s).
   int64_t tokens_per_step = 0;
 };
@@ -40,6 +54,7 @@ struct Recipe {
 struct AccumulatedLoss {
   double loss;
   int64_t num_targets;
+  std::map<std::string, double> sums;  ///< MicroBatchLoss::sums added up
 };
 AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro);

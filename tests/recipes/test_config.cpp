@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "recipes/config.h"
+#include "tests/test_util.h"
 
 namespace forge {
 namespace {
@@ -100,6 +101,7 @@ TEST(ConfigLoad, MinimalConfigIsTheDefaultsPlusDerivedKeys) {
   want.data.train = kTiny;
   want.output_dir = "runs/small";
   want.schedule.noam_d_model = want.model.d_model;
+  want.model.norm_placement = "pre";
   EXPECT_EQ(c, want);
 }
 
@@ -201,7 +203,7 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
             line("x.yaml:4:15", "model.norm: must be one of layernorm, rmsnorm; got 'rms_norm' "
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
-            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain; got 'gpt_pretrian' "
+            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain; got 'gpt_pretrian' "
                                "(did you mean 'gpt_pretrain'?)"));
 }
 
@@ -349,7 +351,8 @@ TEST(ConfigCrossField, EachRuleNamesTheKeyWhereItWasSet) {
             line("x.yaml:4:45", "model.position 'rotary' needs an even head dimension, got "
                                 "model.d_model / model.n_heads = 3"));
   EXPECT_EQ(errors_of(minimal("model: {vocab_size: 100}\n")),
-            line("x.yaml:4:21", "model.vocab_size (100) must be >= 256 for tokenizer 'bytes'"));
+            line("x.yaml:4:21", "model.vocab_size (100) must be >= 256, the vocabulary of "
+                                "tokenizer 'bytes' with 0 special tokens"));
   EXPECT_EQ(errors_of(minimal("schedule: {warmup_steps: 2000}\n")),
             line("x.yaml:4:26", "schedule.warmup_steps (2000) must be <= train.max_steps (1000)"));
   EXPECT_EQ(errors_of(minimal("schedule: {name: noam}\n")),
@@ -368,6 +371,45 @@ TEST(ConfigCrossField, EachRuleNamesTheKeyWhereItWasSet) {
   EXPECT_EQ(errors_of(minimal(), {"model.n_heads=5"}),
             line("override 'model.n_heads=5'",
                  "model.d_model (128) must be divisible by model.n_heads (5)"));
+}
+
+TEST(ConfigCrossField, TheRecipeFixesTheModelFamily) {
+  const std::string bert = "recipe: bert_pretrain\ndata:\n  train: " + std::string(kTiny) +
+                           "\n  special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]']\n";
+  EXPECT_EQ(errors_of(bert, {"model.vocab_size=260"}),
+            line("x.yaml:1:9", "recipe bert_pretrain trains model.arch 'bert', the config says "
+                               "'gpt'"));
+  RunConfig c = load_config_string(bert + "model: {arch: bert, vocab_size: 260}\n", "x.yaml");
+  EXPECT_EQ(c.model.norm_placement, "post");
+  EXPECT_EQ(errors_of(bert + "model: {arch: bert, vocab_size: 259}\n"),
+            line("x.yaml:5:33", "model.vocab_size (259) must be >= 260, the vocabulary of "
+                                "tokenizer 'bytes' with 4 special tokens"));
+  EXPECT_EQ(errors_of(bert + "model: {arch: bert, vocab_size: 260, position: rotary}\n"),
+            line("x.yaml:5:48", "model.position: model.arch 'bert' needs learned positions"));
+  EXPECT_EQ(errors_of(minimal("model: {norm_placement: post}\n")),
+            line("x.yaml:4:25", "model.norm_placement: gpt blocks are pre-norm, got 'post'"));
+  EXPECT_EQ(errors_of("recipe: bert_pretrain\nmodel: {arch: bert, vocab_size: 260}\ndata:\n  train: " +
+                      std::string(kTiny) + "\n  special_tokens: ['[CLS]', '[SEP]']\n"),
+            line("x.yaml:5:19", "data.special_tokens: recipe bert_pretrain needs [PAD], [CLS], "
+                                "[SEP] and [MASK]; missing [PAD], [MASK]"));
+}
+
+TEST(ConfigCrossField, TokenizerIsANameOrATrainedDirectory) {
+  EXPECT_EQ(errors_of(minimal("  tokenizer: nope/dir\n")),
+            line("x.yaml:4:14", "data.tokenizer: 'nope/dir' is not bytes, gpt2 or a directory "
+                                "with encoder.json and vocab.bpe"));
+  // gpt2's own <|endoftext|> is not counted twice.
+  RunConfig c = load_config_string(
+      minimal("  tokenizer: gpt2\n  special_tokens: ['<|endoftext|>', '[MASK]']\n"
+              "model: {vocab_size: 50258}\n"),
+      "x.yaml");
+  EXPECT_EQ(c.data.tokenizer, "gpt2");
+  EXPECT_NE(errors_of(minimal("  tokenizer: gpt2\nmodel: {vocab_size: 50256}\n")), "");
+  // A directory is loaded: an empty one is reported with the file it lacks.
+  testing::TempDir dir;
+  std::string error = errors_of(minimal("  tokenizer: " + dir.path().string() + "\n"));
+  EXPECT_NE(error.find("data.tokenizer: "), std::string::npos) << error;
+  EXPECT_NE(error.find("encoder.json"), std::string::npos) << error;
 }
 
 TEST(ConfigCrossField, SkippedWhenAKeyItReadsWasRejected) {
