@@ -160,51 +160,9 @@ bool append_unmapped(uint32_t cp, std::string& out) {
 
 constexpr const char* kEndOfText = "<|endoftext|>";
 
-}  // namespace
-
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-  std::vector<std::string_view> pieces;
-  for_each_piece(text, [&](std::string_view p) { pieces.push_back(p); });
-  return pieces;
-}
-
-void BpeTokenizer::PairTable::build(const std::vector<std::pair<uint64_t, int32_t>>& entries) {
-  uint64_t cap = 16;
-  while (cap < entries.size() * 2) cap *= 2;
-  keys.assign(cap, ~uint64_t{0});
-  values.assign(cap, -1);
-  mask = cap - 1;
-  for (const auto& [key, value] : entries) {
-    uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
-    while (keys[h & mask] != ~uint64_t{0} && keys[h & mask] != key) ++h;
-    keys[h & mask] = key;
-    values[h & mask] = value;
-  }
-}
-
-inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
-  const uint64_t key =
-      (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  for (uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;; ++h) {
-    const uint64_t k = keys[h & mask];
-    if (k == key) return values[h & mask];
-    if (k == ~uint64_t{0}) return -1;
-  }
-}
-
-BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
-                           const std::vector<std::string>& specials)
-    : name_(std::move(name)) {
-  load_encoder(dir / "encoder.json");
-  check_merges(dir / "vocab.bpe");
-  for (const auto& s : specials) {
-    if (special_id(s)) continue;
-    add_special(s, num_tokens_ + num_extra_specials_);
-    ++num_extra_specials_;
-  }
-}
-
-void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
+// encoder.json as (bytes, id) pairs in file order: a flat JSON object whose keys spell bytes
+// through bytes_to_unicode. Only the syntax is checked here; build_vocabulary checks the ids.
+std::vector<std::pair<std::string, int32_t>> parse_encoder(const std::filesystem::path& path) {
   const std::string text = read_file(path);
   const std::string where = path.string() + ": ";
   size_t i = 0;
@@ -293,7 +251,60 @@ void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
     if (i < text.size() && text[i] == '}') break;
     fail("expected ',' or '}'");
   }
+  return entries;
+}
 
+}  // namespace
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  for_each_piece(text, [&](std::string_view p) { pieces.push_back(p); });
+  return pieces;
+}
+
+void BpeTokenizer::PairTable::build(const std::vector<std::pair<uint64_t, int32_t>>& entries) {
+  uint64_t cap = 16;
+  while (cap < entries.size() * 2) cap *= 2;
+  keys.assign(cap, ~uint64_t{0});
+  values.assign(cap, -1);
+  mask = cap - 1;
+  for (const auto& [key, value] : entries) {
+    uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
+    while (keys[h & mask] != ~uint64_t{0} && keys[h & mask] != key) ++h;
+    keys[h & mask] = key;
+    values[h & mask] = value;
+  }
+}
+
+inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  for (uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;; ++h) {
+    const uint64_t k = keys[h & mask];
+    if (k == key) return values[h & mask];
+    if (k == ~uint64_t{0}) return -1;
+  }
+}
+
+BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
+                           const std::vector<std::string>& specials)
+    : name_(std::move(name)) {
+  // The merge count decides which ids are specials, so both files are read before the table is
+  // built; encoder.json first, so that its errors come first.
+  auto entries = parse_encoder(dir / "encoder.json");
+  const std::vector<Merge> merges = read_merges(dir / "vocab.bpe");
+  build_vocabulary(entries, merges.size(), dir / "encoder.json");
+  check_merges(merges, dir / "vocab.bpe");
+  for (const auto& s : specials) {
+    if (special_id(s)) continue;
+    add_special(s, num_tokens_ + num_extra_specials_);
+    ++num_extra_specials_;
+  }
+}
+
+void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
+                                    size_t num_merges, const std::filesystem::path& path) {
+  const std::string where = path.string() + ": ";
   // Ids must be exactly 0..N-1 so that token bytes sit in one flat array indexed by id.
   num_tokens_ = static_cast<int32_t>(entries.size());
   std::vector<const std::string*> by_id(entries.size(), nullptr);
@@ -310,19 +321,22 @@ void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
     token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
   }
 
-  // Views into token_bytes_, which no longer changes.
+  // Views into token_bytes_, which no longer changes. Ids past the merges (256 + num_merges on)
+  // are special tokens appended to a trained vocabulary ("<|endoftext|>", "[PAD]", ...); GPT-2's
+  // "<|endoftext|>" is special wherever it sits.
+  const int64_t first_special = 256 + static_cast<int64_t>(num_merges);
+  auto bytes_of = [&](int32_t id) {
+    return std::string_view(
+        token_bytes_.data() + token_offsets_[static_cast<size_t>(id)],
+        token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
+  };
   token_ids_.reserve(entries.size());
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   for (int32_t id = 0; id < num_tokens_; ++id) {
-    const std::string_view bytes(
-        token_bytes_.data() + token_offsets_[static_cast<size_t>(id)],
-        token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
-    if (bytes == kEndOfText) {
-      add_special(std::string(bytes), id);
-      continue;
-    }
+    const std::string_view bytes = bytes_of(id);
     if (bytes.empty())
       throw Error(ExitCode::data, detail::concat(where, "token ", id, " is empty"));
+    if (bytes == kEndOfText || id >= first_special) continue;
     if (!token_ids_.emplace(bytes, id).second)
       throw Error(ExitCode::data, detail::concat(where, "tokens ", token_ids_[bytes], " and ", id,
                                                  " spell the same bytes"));
@@ -331,6 +345,26 @@ void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
   for (int b = 0; b < 256; ++b)
     if (byte_ids_[b] < 0)
       throw Error(ExitCode::data, detail::concat(where, "no token for byte ", b));
+  for (int32_t id = 0; id < num_tokens_; ++id) {
+    const std::string_view bytes = bytes_of(id);
+    if (bytes != kEndOfText && id < first_special) continue;
+    if (auto same = token_ids_.find(bytes); same != token_ids_.end())
+      throw Error(ExitCode::data, detail::concat(where, "tokens ", same->second, " and ", id,
+                                                 " spell the same bytes"));
+    if (special_id(bytes))
+      throw Error(ExitCode::data, detail::concat(where, "tokens ", *special_id(bytes), " and ", id,
+                                                 " spell the same bytes"));
+    // A vocab.bpe cut short at a line boundary would turn the tokens of its lost merges into
+    // "specials"; the first lost one is two earlier tokens joined, which a real special mixing
+    // letters and punctuation (as "[PAD]" does) cannot be: GPT-2's pieces never mix the two.
+    for (size_t k = 1; bytes != kEndOfText && k < bytes.size(); ++k)
+      if (token_ids_.count(bytes.substr(0, k)) && token_ids_.count(bytes.substr(k)))
+        throw Error(ExitCode::data,
+                    detail::concat(where, "token ", id, " comes after the ", num_merges,
+                                   " merges of vocab.bpe but joins two tokens like a merge "
+                                   "result (is vocab.bpe truncated?)"));
+    add_special(std::string(bytes), id);
+  }
 
   // tiktoken merges two adjacent parts whenever their concatenation is a token, with rank = its id,
   // so the pair table holds every split of every token into two tokens.
@@ -350,9 +384,10 @@ void BpeTokenizer::load_encoder(const std::filesystem::path& path) {
   pairs_.build(pairs);
 }
 
-void BpeTokenizer::check_merges(const std::filesystem::path& path) const {
+std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem::path& path) {
   const std::string text = read_file(path);
-  size_t line_start = 0, line_no = 0, merges = 0;
+  std::vector<Merge> merges;
+  size_t line_start = 0, line_no = 0;
   while (line_start < text.size()) {
     size_t line_end = text.find('\n', line_start);
     if (line_end == std::string::npos) line_end = text.size();
@@ -378,16 +413,22 @@ void BpeTokenizer::check_merges(const std::filesystem::path& path) const {
     if (!ok)
       throw Error(ExitCode::data, detail::concat(path.string(), ": line ", line_no,
                                                  " is not a merge of two byte-level symbols"));
-    if (!token_ids_.count(joined))
-      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", line_no,
-                                                 " merges into a token missing from encoder.json"));
-    ++merges;
+    merges.push_back({std::move(joined), line_no});
   }
+  return merges;
+}
+
+void BpeTokenizer::check_merges(const std::vector<Merge>& merges,
+                                const std::filesystem::path& path) const {
+  for (const Merge& m : merges)
+    if (!token_ids_.count(m.joined))
+      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", m.line,
+                                                 " merges into a token missing from encoder.json"));
   const size_t expected = token_ids_.size() - 256;
-  if (merges != expected)
+  if (merges.size() != expected)
     throw Error(ExitCode::data,
-                detail::concat(path.string(), ": ", merges, " merges, but encoder.json has ",
-                               expected, " non-byte tokens"));
+                detail::concat(path.string(), ": ", merges.size(), " merges, but encoder.json has ",
+                               expected, " non-byte tokens before its special tokens"));
 }
 
 // tiktoken's byte_pair_merge: merge the lowest-ranked adjacent pair (leftmost on ties) until none

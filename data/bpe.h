@@ -21,9 +21,10 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  /// Loads dir/encoder.json and dir/vocab.bpe; "<|endoftext|>" in the vocabulary is a special
-  /// token. `specials` not already in the vocabulary get ids after it. Throws Error(data) naming
-  /// the file.
+  /// Loads dir/encoder.json and dir/vocab.bpe. Ids from 256 + (number of merges) on are special
+  /// tokens (a trained vocabulary's "<|endoftext|>", "[PAD]", "[CLS]", ...), as is
+  /// "<|endoftext|>" anywhere. `specials` not already in the vocabulary get ids after it. Throws
+  /// Error(data) naming the file.
   BpeTokenizer(const std::filesystem::path& dir, std::string name,
                const std::vector<std::string>& specials = {});
 
@@ -52,8 +53,14 @@ class BpeTokenizer final : public Tokenizer {
     std::vector<int32_t> ids;
   };
 
-  void load_encoder(const std::filesystem::path& path);
-  void check_merges(const std::filesystem::path& path) const;
+  struct Merge {
+    std::string joined;  // the bytes of the token the merge makes
+    size_t line;         // in vocab.bpe, for errors
+  };
+  static std::vector<Merge> read_merges(const std::filesystem::path& path);
+  void build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
+                        size_t num_merges, const std::filesystem::path& path);
+  void check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
                     std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
   static constexpr size_t kShortPiece = 64;  // longer pieces take the O(n log n) merge

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/bpe.h"
+#include "data/bpe_train.h"
 #include "data/tokenizer.h"
 #include "tests/test_util.h"
 
@@ -184,6 +185,49 @@ TEST(Tokenizer, BytesTokenizerIdsAndSpecials) {
   EXPECT_THROW(t->decode({260}), Error);
   EXPECT_EQ(make_tokenizer("bytes")->vocab_size(), 256);
   EXPECT_THROW(make_tokenizer("bytes", {"[PAD]", "[PAD]"}), Error);
+}
+
+// A trained vocabulary with BERT's specials after its merges (as `forge tokenizer train` writes
+// it): they load as special tokens, keep their ids when asked for again, and split out of text.
+TEST(Tokenizer, TrainedVocabularyWithSpecialsAfterTheMerges) {
+  testing::TempDir dir;
+  testing::write_file(dir.path() / "corpus.txt", "hi hi hi there there hi\n");
+  train_bpe({dir.path() / "corpus.txt"}, 256 + 3 + 4, dir.path() / "tok",
+            {"[PAD]", "[CLS]", "[SEP]", "[MASK]"});
+  EXPECT_NE(testing::read_file(dir.path() / "tok" / "encoder.json")
+                .find("\"[PAD]\": 259, \"[CLS]\": 260, \"[SEP]\": 261, \"[MASK]\": 262}"),
+            std::string::npos);
+
+  const auto tok = make_tokenizer((dir.path() / "tok").string(), {"[MASK]", "[EXTRA]"});
+  EXPECT_EQ(tok->vocab_size(), 264);
+  EXPECT_EQ(tok->special_id("[PAD]"), 259);
+  EXPECT_EQ(tok->special_id("[CLS]"), 260);
+  EXPECT_EQ(tok->special_id("[SEP]"), 261);
+  EXPECT_EQ(tok->special_id("[MASK]"), 262);
+  EXPECT_EQ(tok->special_id("[EXTRA]"), 263);
+  EXPECT_FALSE(tok->special_id("<|endoftext|>").has_value());
+
+  const std::string text = "[CLS] hi [SEP][MASK]";
+  const std::vector<int32_t> ids = tok->encode(text);
+  std::vector<int32_t> want = {260};
+  for (int32_t id : tok->encode(" hi ")) want.push_back(id);
+  want.insert(want.end(), {261, 262});
+  EXPECT_EQ(ids, want);
+  for (size_t i = 1; i + 2 < ids.size(); ++i) EXPECT_LT(ids[i], 259) << i;
+  EXPECT_EQ(tok->decode(ids), text);
+  EXPECT_EQ(tok->decode({259, 263}), "[PAD][EXTRA]");
+
+  // Dropping the last merge would turn its token into a "special"; that is caught, not loaded.
+  std::string merges = testing::read_file(dir.path() / "tok" / "vocab.bpe");
+  merges.erase(merges.rfind('\n', merges.size() - 2) + 1);
+  testing::write_file(dir.path() / "tok" / "vocab.bpe", merges);
+  try {
+    make_tokenizer((dir.path() / "tok").string());
+    ADD_FAILURE() << "a truncated vocab.bpe loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data);
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
 }
 
 void expect_data_error(const std::string& name_or_dir, const std::string& mentions) {
