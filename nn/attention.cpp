@@ -1,6 +1,6 @@
-// Causal self-attention: project to q, k, v in one matmul, view them as heads without copying,
-// rotate q and k (rotary), append to the KV cache when decoding, run the fused attention op, merge
-// heads and project back.
+// Self-attention: project to q, k, v in one matmul, view them as heads without copying, rotate q
+// and k (rotary), append to the KV cache when decoding, run the fused attention op (causal and/or
+// key-padding masked), merge heads and project back.
 #include "nn/attention.h"
 
 #include <cmath>
@@ -50,7 +50,7 @@ Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0) {
   return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
 }
 
-CausalSelfAttention::CausalSelfAttention(const AttentionConfig& config, Generator& gen)
+SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
     : config_(config) {
   FORGE_CHECK(config.n_heads > 0 && config.d_model % config.n_heads == 0, "attention: d_model ",
               config.d_model, " must be a positive multiple of n_heads ", config.n_heads);
@@ -66,8 +66,9 @@ CausalSelfAttention::CausalSelfAttention(const AttentionConfig& config, Generato
   }
 }
 
-// x [B, T, C] -> [B, T, C]
-Tensor CausalSelfAttention::forward(const Tensor& x, KVCache* cache, size_t layer) const {
+// x [B, T, C], key_padding_mask [B, S] or undefined -> [B, T, C]
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache,
+                              size_t layer) const {
   FORGE_CHECK(x.dim() == 3 && x.size(2) == config_.d_model, "attention: x must be [B, T, ",
               config_.d_model, "], got ", shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_heads(), D = head_dim();
@@ -98,8 +99,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache* cache, size_t laye
     v = slice(cv, 2, 0, pos0 + T);
   }
   AttentionOptions options;
-  options.causal = true;
-  Tensor y = scaled_dot_product_attention(q, k, v, {}, options);  // [B, H, T, D]
+  options.causal = config_.causal;
+  Tensor y = scaled_dot_product_attention(q, k, v, key_padding_mask, options);  // [B, H, T, D]
   y = reshape(transpose(y, 1, 2), {B, T, C});
   return resid_drop->forward(proj->forward(y));
 }

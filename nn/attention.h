@@ -1,7 +1,8 @@
-// Causal multi-head self-attention with a fused qkv projection, optional rotary position embedding
-// (the GPT-NeoX / LLaMA "rotate half" convention) and a preallocated KV cache for incremental
-// decoding. The attention itself is core's fused scaled_dot_product_attention, whose causal mask is
-// aligned bottom-right, so new queries attend to every cached key.
+// Multi-head self-attention with a fused qkv projection: causal for decoders (GPT), bidirectional
+// with a key-padding mask for encoders (BERT). Optional rotary position embedding (the GPT-NeoX /
+// LLaMA "rotate half" convention) and a preallocated KV cache for incremental decoding. The
+// attention itself is core's fused scaled_dot_product_attention, whose causal mask is aligned
+// bottom-right, so new queries attend to every cached key.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,7 @@ struct AttentionConfig {
   int64_t d_model = 0;
   int64_t n_heads = 0;
   int64_t context = 0;        ///< longest sequence (rotary tables are built for it)
+  bool causal = true;         ///< false: each query sees every key the padding mask allows (BERT)
   double dropout = 0.0;       ///< on the output projection (the residual branch)
   bool bias = true;           ///< qkv and proj biases
   bool rotary = false;        ///< rotate q and k by their absolute positions
@@ -57,15 +59,22 @@ struct AttentionConfig {
 /// x [B, T, C] -> [B, T, C]. Children "qkv" (Linear C -> 3C, output laid out [q | k | v], heads
 /// contiguous within each) and "proj" (Linear C -> C); non-persistent buffers "rope_cos",
 /// "rope_sin" with rotary.
-class CausalSelfAttention : public Module {
+class SelfAttention : public Module {
  public:
-  CausalSelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
+  SelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
 
   /// Without a cache, positions start at 0. With one, x holds the positions after the cache's
   /// `length`; their keys and values are written to layer `layer` of the cache and the queries
   /// attend to the whole prefix. The caller advances cache->length once every layer has run.
   /// Cached attention is for inference: it refuses to run while recording a graph.
-  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const {
+    return forward(x, Tensor(), cache, layer);
+  }
+  /// As above, attending only to keys where key_padding_mask [B, S] (any dtype) is nonzero; S is
+  /// T, or the cache's length + T when decoding. Undefined means every key. The mask goes to the
+  /// fused kernel as is: no [B, H, T, S] bias is ever built.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache = nullptr,
+                 size_t layer = 0) const;
 
   int64_t n_heads() const { return config_.n_heads; }
   int64_t head_dim() const { return config_.d_model / config_.n_heads; }

@@ -96,7 +96,7 @@ Block::Block(const GPTConfig& c, Generator& gen) {
   a.init_std = kGPTInitStd;
   a.proj_init_std = gpt_residual_init_std(c);
   ln1 = register_module("ln1", make_norm(c));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(a, gen));
+  attn = register_module("attn", std::make_shared<SelfAttention>(a, gen));
   ln2 = register_module("ln2", make_norm(c));
   mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
 }

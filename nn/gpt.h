@@ -73,11 +73,11 @@ class MLP : public UnaryModule {
 class Block : public Module {
  public:
   Block(const GPTConfig& config, Generator& gen = default_generator());
-  /// x [B, T, C] -> [B, T, C]; cache and layer as in CausalSelfAttention::forward.
+  /// x [B, T, C] -> [B, T, C]; cache and layer as in SelfAttention::forward.
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
 
   std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
-  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<UnaryModule> ln2;
   std::shared_ptr<MLP> mlp;
 };
