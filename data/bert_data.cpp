@@ -226,7 +226,6 @@ class ExampleRng {
     uint32_t hi = word(), lo = word();
     return uniform_from_bits(hi, lo);
   }
-  bool coin() { return (word() >> 31) != 0; }
 
  private:
   uint64_t seed_, stream_, next_;
@@ -292,16 +291,17 @@ BertExample BertPairs::example(uint64_t seed, uint64_t stream, uint64_t index) c
     ex.b_sentence_end = b_end;
   }
 
-  // Truncate the longer segment one token at a time, from its front or back at random (as BERT),
-  // until the pair fits; both sides keep at least one token since max_tokens >= 2.
+  // Truncate the longer segment one token at a time until the pair fits; both sides keep at least
+  // one token since max_tokens >= 2. Unlike BERT, which cuts either end at random, A loses its
+  // front and B its back: the A|B junction, where an IsNext pair continues the text, stays intact
+  // (measured on Tiny Shakespeare: with random ends NSP stayed at chance for 1,250 steps).
   int64_t a0 = token_at(ex.a_sentence_begin), a1 = token_at(ex.a_sentence_end);
   int64_t b0 = token_at(ex.b_sentence_begin), b1 = token_at(ex.b_sentence_end);
   while ((a1 - a0) + (b1 - b0) > max_tokens) {
-    const bool trunc_a = (a1 - a0) > (b1 - b0);
-    if (rng.coin())
-      ++(trunc_a ? a0 : b0);
+    if (a1 - a0 > b1 - b0)
+      ++a0;
     else
-      --(trunc_a ? a1 : b1);
+      --b1;
   }
   ex.a_token_begin = a0, ex.a_token_end = a1, ex.b_token_begin = b0, ex.b_token_end = b1;
 

@@ -2,6 +2,8 @@
 // way and every command restores models the same way.
 #include "recipes/components.h"
 
+#include <cmath>
+
 #include "optim/groups.h"
 #include "recipes/checkpoint.h"
 
@@ -24,6 +26,21 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   g.rope_theta = m.rope_theta;
   g.norm_eps = m.norm_eps;
   return g;
+}
+
+nn::BertConfig bert_config(const ModelConfig& m) {
+  nn::BertConfig b;
+  b.vocab_size = m.vocab_size;
+  b.max_positions = m.context;
+  b.type_vocab_size = m.type_vocab_size;
+  b.d_model = m.d_model;
+  b.n_layers = m.n_layers;
+  b.n_heads = m.n_heads;
+  b.d_ff = int64_t(std::llround(m.ffn_mult * double(m.d_model)));
+  b.dropout = m.dropout;
+  b.pre_norm = m.norm_placement == "pre";
+  b.norm_eps = m.norm_eps;
+  return b;
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params) {
@@ -53,17 +70,33 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");
 }
 
-LoadedGPT load_gpt(const std::filesystem::path& file) {
+namespace {
+template <class Model, class Config>
+LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
+                              Config (*model_config)(const ModelConfig&)) {
   CheckpointInfo info = read_checkpoint_info(file);
   RunConfig config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+  if (config.model.arch != arch)
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": holds a ", config.model.arch,
+                               " model; this command needs a ", arch, " checkpoint"));
   Generator gen(uint64_t(config.seed));
-  auto model = std::make_unique<nn::GPT>(gpt_config(config.model), gen);
+  auto model = std::make_unique<Model>(model_config(config.model), gen);
   LoadOptions options;
   options.load_optim = false;
   CheckpointData data = load_checkpoint(file, specs_of(model->named_state()), options);
   model->load_named(data.model);
   model->eval();
   return {config, std::move(model), data.step};
+}
+}  // namespace
+
+LoadedGPT load_gpt(const std::filesystem::path& file) {
+  return load_model<nn::GPT>(file, "gpt", gpt_config);
+}
+
+LoadedBert load_bert(const std::filesystem::path& file) {
+  return load_model<nn::Bert>(file, "bert", bert_config);
 }
 
 }  // namespace forge

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "nn/bert.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 #include "recipes/config.h"
@@ -12,6 +13,7 @@
 namespace forge {
 
 nn::GPTConfig gpt_config(const ModelConfig& model);
+nn::BertConfig bert_config(const ModelConfig& model);
 
 /// Groups from names (decay, layer-wise lr, freezing, unfreezing) and the configured optimizer.
 std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params);
@@ -19,12 +21,17 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const
 /// A run directory (its latest checkpoint) or a checkpoint file; throws Error(checkpoint) if none.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);
 
-/// The GPT and resolved config stored in a checkpoint, weights loaded, in eval mode.
-struct LoadedGPT {
+/// A model and the resolved config stored in a checkpoint, weights loaded, in eval mode.
+template <class Model>
+struct LoadedModel {
   RunConfig config;
-  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<Model> model;
   int64_t step;
 };
+using LoadedGPT = LoadedModel<nn::GPT>;
+using LoadedBert = LoadedModel<nn::Bert>;
+/// Throw Error(checkpoint) when the checkpoint holds another model family.
 LoadedGPT load_gpt(const std::filesystem::path& checkpoint_file);
+LoadedBert load_bert(const std::filesystem::path& checkpoint_file);
 
 }  // namespace forge

@@ -22,6 +22,7 @@
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
+#include "recipes/bert_pretrain.h"
 #include "recipes/config.h"
 #include "recipes/gpt_pretrain.h"
 
@@ -38,7 +39,8 @@ constexpr const char* kUsage =
     "                                      run directory's latest checkpoint)\n"
     "  validate CONFIG [key.path=value ...]  check a config, print it resolved with the parameter\n"
     "                                      count and a peak-memory estimate; trains nothing\n"
-    "  eval CONFIG-or-RUN-DIR              loss and perplexity on the whole validation split\n"
+    "  eval CONFIG-or-RUN-DIR              validation metrics of the latest checkpoint (loss,\n"
+    "                                      perplexity; bert: MLM and NSP accuracy)\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
@@ -62,7 +64,9 @@ const std::map<std::string, std::string> kCommandUsage = {
      "estimate of peak training memory. Trains nothing.\n"},
     {"eval",
      "usage: forge eval CONFIG-or-RUN-DIR\n"
-     "Loss and perplexity of the run's latest checkpoint over the whole validation split.\n"},
+     "Validation metrics of the run's latest checkpoint: for gpt, loss and perplexity over the\n"
+     "whole validation split; for bert, MLM accuracy, loss and perplexity and NSP accuracy and\n"
+     "loss over data.eval_pairs fixed pairs of the validation documents.\n"},
     {"generate",
      "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
      "  --max-new-tokens N   tokens to generate (default 200)\n"
@@ -151,7 +155,7 @@ RunConfig config_from_args(const std::string& command, const std::vector<std::st
 
 int cmd_train(const std::vector<std::string>& args) {
   RunConfig config = config_from_args("train", args);
-  return train_gpt(config);
+  return config.recipe == "bert_pretrain" ? train_bert(config) : train_gpt(config);
 }
 
 // Rough peak of a training step in f32: weights, gradients and AdamW moments (16 bytes a
@@ -159,9 +163,16 @@ int cmd_train(const std::vector<std::string>& args) {
 // one block's worth with checkpointing) and the logits with their gradient.
 int cmd_validate(const std::vector<std::string>& args) {
   RunConfig c = config_from_args("validate", args);
-  nn::GPTConfig g = gpt_config(c.model);
-  nn::check_config(g);
-  int64_t params = nn::gpt_num_parameters(g);
+  int64_t params = 0;
+  if (c.model.arch == "bert") {
+    nn::BertConfig b = bert_config(c.model);
+    nn::check_config(b);
+    params = nn::bert_num_parameters(b);
+  } else {
+    nn::GPTConfig g = gpt_config(c.model);
+    nn::check_config(g);
+    params = nn::gpt_num_parameters(g);
+  }
   double tokens = double(c.train.batch_size * c.model.context);
   double per_block = 16.0 * tokens * double(c.model.d_model) * 4;
   double blocks = c.train.activation_checkpointing
@@ -184,7 +195,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   RunConfig config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
                                               : load_config(target.string());
   fs::path file = resolve_checkpoint(config.output_dir);
-  return eval_gpt(config, file.string());
+  return config.recipe == "bert_pretrain" ? eval_bert(config, file.string())
+                                          : eval_gpt(config, file.string());
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -202,7 +214,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.seed = uint64_t(integer_option(p, "seed", 0));
   nn::check_sampling(o);
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
-  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(loaded.config.data.tokenizer);
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
   std::string text = prompt + tokenizer->decode({out.begin(), out.end()});

@@ -1,0 +1,190 @@
+// bert_pretrain, top to bottom: documents of sentences (held-out documents for validation), the
+// pair sampler with dynamic masking, the model, then the objective: MLM cross-entropy averaged over
+// the chosen positions plus NSP cross-entropy averaged over the pairs, and evaluation on a fixed
+// set of validation pairs. Pairs and masks are functions of (seed, step), so resume is exact
+// without a data cursor.
+#include "recipes/bert_pretrain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/ops.h"
+#include "data/bert_data.h"
+#include "data/tokenizer.h"
+#include "nn/bert.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "recipes/trainer.h"
+
+namespace forge {
+namespace {
+
+struct BertData {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<BertPairs> train, val;
+};
+
+std::string read_text(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".h5")
+    throw Error(ExitCode::data, path + ": bert_pretrain reads text files (sentences are lines); "
+                                       "token datasets keep no sentence boundaries");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+BertData load_data(const RunConfig& config) {
+  const DataConfig& d = config.data;
+  BertData data;
+  data.tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
+  DocumentOptions documents;
+  documents.paragraphs_per_document = d.paragraphs_per_document;
+  SentenceCorpus train = build_sentence_corpus(read_text(d.train), *data.tokenizer, documents);
+  SentenceCorpus val;
+  if (d.val.empty())
+    std::tie(train, val) = split_documents(train, d.val_fraction);
+  else
+    val = build_sentence_corpus(read_text(d.val), *data.tokenizer, documents);
+  if (val.num_documents() == 0)
+    throw Error(ExitCode::usage, "bert_pretrain evaluates on validation documents: set data.val "
+                                 "or data.val_fraction > 0");
+  BertPairOptions pairs;
+  pairs.max_len = config.model.context;
+  pairs.mask_prob = d.mask_prob;
+  const BertSpecialIds specials = bert_special_ids(*data.tokenizer);
+  const auto V = int32_t(config.model.vocab_size);
+  auto sampler = [&](SentenceCorpus corpus) {
+    // NotNext segments come from at least a few documents away, so that a neighbouring run of
+    // turns (often the same scene) never stands in for "another document"; small corpora get less.
+    pairs.min_notnext_distance = std::clamp<int64_t>(corpus.num_documents() / 4, 1, 4);
+    return std::make_unique<BertPairs>(std::make_shared<const SentenceCorpus>(std::move(corpus)),
+                                       specials, V, pairs);
+  };
+  data.train = sampler(std::move(train));
+  data.val = sampler(std::move(val));
+  return data;
+}
+
+int64_t count_equal(const Tensor& logits, const Tensor& targets) {
+  std::vector<int64_t> predicted = argmax(logits, -1).to_vector<int64_t>();
+  std::vector<int64_t> wanted = targets.to_vector<int64_t>();
+  int64_t n = 0;
+  for (size_t i = 0; i < wanted.size(); ++i) n += predicted[i] == wanted[i];
+  return n;
+}
+
+// Summed MLM and NSP losses of one batch, with the counts and correct predictions behind the
+// logged accuracies.
+struct PairLosses {
+  Tensor mlm_sum, nsp_sum;
+  std::map<std::string, double> sums;
+};
+
+PairLosses pair_losses(const nn::Bert& model, const BertBatch& batch) {
+  nn::BertOutputs out = model.forward(batch.ids, batch.segments, batch.attention_mask);
+  const int64_t C = out.hidden.size(-1);
+  // The V-wide MLM head runs on the chosen positions only (~15% of the tokens).
+  Tensor rows = index_select(reshape(out.hidden, {-1, C}), 0, batch.mlm_positions);
+  Tensor mlm_logits = model.mlm_logits(rows);
+  Tensor nsp_logits = model.nsp_logits(out.pooled);
+  CrossEntropyOptions ce;
+  ce.reduction = Reduction::sum;
+  PairLosses r;
+  r.mlm_sum = cross_entropy(mlm_logits, batch.mlm_targets, ce);
+  r.nsp_sum = cross_entropy(nsp_logits, batch.nsp_labels, ce);
+  NoGradGuard no_grad;
+  r.sums = {{"mlm_loss", r.mlm_sum.item()},
+            {"mlm_correct", double(count_equal(mlm_logits, batch.mlm_targets))},
+            {"mlm_count", double(batch.num_mlm_targets())},
+            {"nsp_loss", r.nsp_sum.item()},
+            {"nsp_correct", double(count_equal(nsp_logits, batch.nsp_labels))},
+            {"nsp_count", double(batch.nsp_labels.numel())}};
+  return r;
+}
+
+Metrics pair_metrics(const std::map<std::string, double>& s) {
+  double mlm_loss = s.at("mlm_loss") / s.at("mlm_count");
+  double nsp_loss = s.at("nsp_loss") / s.at("nsp_count");
+  return {{"mlm_loss", mlm_loss},
+          {"mlm_acc", s.at("mlm_correct") / s.at("mlm_count")},
+          {"nsp_loss", nsp_loss},
+          {"nsp_acc", s.at("nsp_correct") / s.at("nsp_count")}};
+}
+
+// The validation pairs: the first `pairs` of the fixed evaluation set, so every evaluation of a
+// run (and `forge eval` later) scores the same pairs with the same masks.
+Metrics bert_eval(const nn::Bert& model, const BertPairs& val, uint64_t seed, int64_t batch_size,
+                  int64_t pairs) {
+  std::map<std::string, double> sums;
+  for (int64_t first = 0; first < pairs; first += batch_size) {
+    PairLosses r = pair_losses(model, val.eval_batch(seed, first, std::min(batch_size, pairs - first)));
+    for (const auto& [key, value] : r.sums) sums[key] += value;
+  }
+  Metrics m = pair_metrics(sums);
+  double mlm_loss = m[0].value.as_double(), nsp_loss = m[2].value.as_double();
+  m.insert(m.begin(), Metric{"loss", mlm_loss + nsp_loss});
+  m.push_back({"mlm_ppl", std::exp(mlm_loss)});
+  m.push_back({"pairs", pairs});
+  return m;
+}
+
+}  // namespace
+
+int train_bert(const RunConfig& config) {
+  BertData data = load_data(config);
+  Generator init(uint64_t(config.seed), rng_stream("init"));
+  nn::Bert model(bert_config(config.model), init);
+  model.set_activation_checkpointing(config.train.activation_checkpointing);
+  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, model.named_parameters());
+
+  const int64_t B = config.train.batch_size, accum = config.train.grad_accum;
+  const auto seed = uint64_t(config.seed);
+  // The loss is mean MLM over all chosen positions of the step plus mean NSP over its pairs. The
+  // trainer divides summed losses by summed targets (here: pairs), so each micro-batch scales its
+  // MLM sum by pairs / chosen positions of the whole step, which needs the step's batches first.
+  std::vector<BertBatch> step_batches;
+  double mlm_scale = 0.0;
+  Recipe recipe;
+  recipe.tokens_per_step = B * config.model.context * accum;
+  recipe.micro_batch = [&](int64_t step, int64_t micro) {
+    if (micro == 0) {
+      step_batches.clear();
+      int64_t chosen = 0;
+      for (int64_t m = 0; m < accum; ++m) {
+        step_batches.push_back(data.train->sample(B, seed, step, m));
+        chosen += step_batches.back().num_mlm_targets();
+      }
+      mlm_scale = double(B * accum) / double(std::max<int64_t>(chosen, 1));
+    }
+    PairLosses r = pair_losses(model, step_batches[size_t(micro)]);
+    return MicroBatchLoss{add(mul(r.mlm_sum, mlm_scale), r.nsp_sum), B, std::move(r.sums)};
+  };
+  recipe.train_metrics = pair_metrics;
+  recipe.evaluate = [&](bool full) {
+    int64_t pairs = full || config.train.eval_batches == 0
+                        ? config.data.eval_pairs
+                        : std::min(config.data.eval_pairs, config.train.eval_batches * B);
+    return bert_eval(model, *data.val, seed, B, pairs);
+  };
+  return run_training(config, model, *optimizer, recipe);
+}
+
+int eval_bert(const RunConfig& config, const std::string& checkpoint_file) {
+  LoadedBert loaded = load_bert(checkpoint_file);
+  BertData data = load_data(config);
+  NoGradGuard no_grad;
+  Metrics m = bert_eval(*loaded.model, *data.val, uint64_t(config.seed), config.train.batch_size,
+                        config.data.eval_pairs);
+  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)loaded.step);
+  for (const Metric& metric : m)
+    std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
+  return 0;
+}
+
+}  // namespace forge
