@@ -22,27 +22,15 @@
 #include "recipes/gpt_pretrain.h"
 #include "recipes/metrics.h"
 #include "recipes/trainer.h"
+#include "tests/recipes/recipe_test.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
 
-class GPTRecipe : public ::testing::Test {
+class GPTRecipe : public testing::RecipeTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("forge_gpt_recipe_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ifstream in("data/samples/tinyshakespeare.txt", std::ios::binary);
-    std::string text(40000, '\0');
-    in.read(text.data(), std::streamsize(text.size()));
-    std::ofstream(dir_ / "corpus.txt", std::ios::binary) << text;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A tiny GPT config; `extra` lines are appended to the train section.
   fs::path write_config(const std::string& name, const std::string& train_extra = "",
                         const std::string& optimizer_lr = "3.0e-3") {
@@ -62,30 +50,9 @@ class GPTRecipe : public ::testing::Test {
     return dir_ / (name + ".yaml");
   }
 
-  // Runs the forge binary; returns its exit code (128 + signal when killed).
-  static int forge(const std::string& args, const std::string& env = "") {
-    std::string cmd = env + " " + FORGE_BINARY + " " + args + " >/dev/null 2>&1";
-    int status = std::system(cmd.c_str());
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return WEXITSTATUS(status);
-  }
-
   static std::vector<std::string> train_lines(const fs::path& run) {
-    std::vector<std::string> lines;
-    std::ifstream in(run / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto rec = parse_metrics_line(line);
-      // elapsed_s and tokens_per_s differ between runs; compare the step's numbers.
-      if (rec && rec->split == "train")
-        lines.push_back(std::to_string(rec->step) + " " +
-                        std::to_string(*rec->number("loss")) + " " +
-                        std::to_string(*rec->number("grad_norm")) + " " +
-                        std::to_string(*rec->number("lr")));
-    }
-    return lines;
+    return RecipeTest::train_lines(run, {"loss", "grad_norm", "lr"});
   }
-
-  fs::path dir_;
 };
 
 TEST_F(GPTRecipe, MicroBatchesOfOneEqualOneBatchWithPadding) {

@@ -1,0 +1,65 @@
+// What recipe tests share: a fresh directory per test holding the first 40 KB of Tiny Shakespeare
+// as corpus.txt, the forge binary run as a user would run it, and the step-by-step numbers of a
+// run's train lines (for comparing an interrupted run with an uninterrupted one).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "recipes/metrics.h"
+
+namespace forge::testing {
+
+class RecipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("forge_recipe_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ifstream in("data/samples/tinyshakespeare.txt", std::ios::binary);
+    std::string text(40000, '\0');
+    in.read(text.data(), std::streamsize(text.size()));
+    std::ofstream(dir_ / "corpus.txt", std::ios::binary) << text;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs the forge binary; returns its exit code (128 + signal when killed).
+  static int forge(const std::string& args, const std::string& env = "") {
+    std::string cmd = env + " " + FORGE_BINARY + " " + args + " >/dev/null 2>&1";
+    int status = std::system(cmd.c_str());
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+  }
+
+  // "step key1 key2 ..." of each train line; elapsed_s and tokens_per_s differ between runs, so
+  // callers name the keys that must not.
+  static std::vector<std::string> train_lines(const std::filesystem::path& run,
+                                              const std::vector<std::string>& keys) {
+    std::vector<std::string> lines;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto rec = parse_metrics_line(line);
+      if (!rec || rec->split != "train") continue;
+      std::string out = std::to_string(rec->step);
+      for (const std::string& key : keys) {
+        out += ' ';
+        out += std::to_string(*rec->number(key));
+      }
+      lines.push_back(out);
+    }
+    return lines;
+  }
+
+  std::filesystem::path dir_;
+};
+
+}  // namespace forge::testing
