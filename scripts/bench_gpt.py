@@ -3,7 +3,8 @@ GPT-2: learned positions, pre-norm LayerNorm, fused qkv, GELU-tanh MLP, tied hea
 batch, context, AdamW groups, schedule and clipping, and prints
 "params=N tok_s=X tok_s_total=Z peak_mb=Y ...": tok_s from the median step time (robust to other
 work on a shared machine), tok_s_total over all timed steps. Run with Debian's /usr/bin/python3
-(torch 1.13).
+(torch 1.13). What every suite of scripts/bench_train.sh shares (config sections, the schedule,
+AdamW groups, the timed loop and its output line) is here too; scripts/bench_bert.py imports it.
 """
 import argparse
 import math
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 import yaml
 
 # Forge's defaults (docs/config.md) for the keys this benchmark reads, so a config that leaves
-# them out trains the same model; scripts/bench_gpt.sh passes the fully resolved config anyway.
+# them out trains the same model; scripts/bench_train.sh passes the fully resolved config anyway.
 DEFAULTS = {
     "model": {"vocab_size": 256, "context": 128, "d_model": 128, "n_layers": 4, "n_heads": 4,
               "dropout": 0.0, "bias": True, "norm": "layernorm", "position": "learned",
@@ -29,26 +30,32 @@ DEFAULTS = {
     "schedule": {"name": "constant", "warmup_steps": 0, "min_lr": 0.0},
     "train": {"batch_size": 8, "grad_accum": 1, "max_steps": 1000, "clip_grad_norm": 1.0},
 }
+SCHEDULES = ("constant", "warmup_cosine", "warmup_linear")
+
+
+def read_sections(path, defaults):
+    """The config's sections over `defaults` (section -> key -> value), and the raw YAML."""
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    config = {section: dict(keys, **(raw.get(section) or {})) for section, keys in defaults.items()}
+    config["seed"] = raw.get("seed", 1337)
+    return config, raw
 
 
 def load_config(path):
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    config = {}
-    for section, defaults in DEFAULTS.items():
-        config[section] = dict(defaults, **(raw.get(section) or {}))
+    config, raw = read_sections(path, DEFAULTS)
     config["data"]["train"] = raw["data"]["train"]
-    config["seed"] = raw.get("seed", 1337)
     m, o, s = config["model"], config["optimizer"], config["schedule"]
     unsupported = [(m["norm"], "layernorm"), (m["position"], "learned"), (m["mlp"], "gelu"),
                    (o["name"], "adamw"), (config["data"]["tokenizer"], "bytes"),
                    (o["layer_lr_decay"], 1.0)]
-    if s["name"] not in ("constant", "warmup_cosine"):
+    if s["name"] not in SCHEDULES:
         unsupported.append((s["name"], "warmup_cosine"))
     for got, want in unsupported:
         if got != want:
-            sys.exit(f"bench_gpt.py: {path}: only the GPT-2 variant with AdamW and a constant or "
-                     f"warmup_cosine schedule is benchmarked; got {got!r} where {want!r} is needed")
+            sys.exit(f"bench_gpt.py: {path}: only the GPT-2 variant with AdamW and a constant, "
+                     f"warmup_cosine or warmup_linear schedule is benchmarked; got {got!r} where "
+                     f"{want!r} is needed")
     return config
 
 
@@ -122,7 +129,8 @@ class GPT(nn.Module):
 
 
 def learning_rate(s, o, max_steps, step):
-    """Forge's optim/schedule.cpp: nanoGPT warm-up (step+1)/(warmup+1), then cosine to min_lr."""
+    """Forge's optim/schedule.cpp: nanoGPT warm-up (step+1)/(warmup+1), then cosine (or a straight
+    line, warmup_linear) to min_lr at max_steps."""
     base = o["lr"]
     if s["name"] == "constant":
         return base
@@ -131,12 +139,14 @@ def learning_rate(s, o, max_steps, step):
     if step >= max_steps:
         return s["min_lr"]
     progress = (step - s["warmup_steps"]) / (max_steps - s["warmup_steps"])
-    return s["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (base - s["min_lr"])
+    coeff = 0.5 * (1.0 + math.cos(math.pi * progress)) if s["name"] == "warmup_cosine" \
+        else 1.0 - progress
+    return s["min_lr"] + coeff * (base - s["min_lr"])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("config", help="a Forge GPT config (YAML)")
+def argument_parser(description, family):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("config", help=f"a Forge {family} config (YAML)")
     parser.add_argument("--steps", type=int, default=30, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
     parser.add_argument("--threads", type=int, default=2)
@@ -145,27 +155,57 @@ def main():
     parser.add_argument("--no-foreach", dest="foreach", action="store_false",
                         help="AdamW's per-tensor loop (torch 1.13's default) instead of foreach")
     parser.add_argument("--params-only", action="store_true", help="print params=N and exit")
-    args = parser.parse_args()
+    return parser
 
+
+def adamw(params, o, foreach):
+    """Forge's groups: decoupled decay on >= 2-D weights (all of them, embeddings included), none
+    on 1-D ones unless decay_1d."""
+    decay = [p for p in params if p.dim() >= 2 or o["decay_1d"]]
+    no_decay = [p for p in params if not (p.dim() >= 2 or o["decay_1d"])]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": o["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=foreach)
+
+
+def train_and_report(args, config, params, optimizer, step_loss, tokens_per_step):
+    """Runs warmup + steps optimizer steps, each `step_loss(step)` (forward and backward of all its
+    micro-batches, returning the step's loss as a 0-d tensor), clipping and the schedule as Forge's
+    trainer does, and prints the result line."""
+    o, s, tc = config["optimizer"], config["schedule"], config["train"]
+    clip = tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0 else float("inf")
+    total = args.warmup + args.steps
+    times = [time.perf_counter()]
+    for step in range(total):
+        loss = step_loss(step)
+        torch.nn.utils.clip_grad_norm_(params, clip)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(s, o, tc["max_steps"], step)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = loss.item()  # the sync a training loop does to log its loss
+        times.append(time.perf_counter())
+    step_s = [b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])]
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"params={sum(p.numel() for p in params)} "
+          f"tok_s={tokens_per_step / statistics.median(step_s):.1f} "
+          f"tok_s_total={tokens_per_step * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
+          f"steps={args.steps} loss={loss_value:.4f}")
+
+
+def main():
+    args = argument_parser(__doc__, "GPT").parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
-    m, o, s, tc = config["model"], config["optimizer"], config["schedule"], config["train"]
+    m, tc = config["model"], config["train"]
     torch.manual_seed(config["seed"])
     model = GPT(m)
     params = list(model.parameters())  # tied weight counted once
-    n_params = sum(p.numel() for p in params)
     if args.params_only:
-        print(f"params={n_params}")
+        print(f"params={sum(p.numel() for p in params)}")
         return
-
-    # Forge's groups: decoupled decay on >= 2-D weights (all of them, embeddings included), none on
-    # 1-D ones unless decay_1d.
-    decay = [p for p in params if p.dim() >= 2 or o["decay_1d"]]
-    no_decay = [p for p in params if not (p.dim() >= 2 or o["decay_1d"])]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": o["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=args.foreach)
+    optimizer = adamw(params, config["optimizer"], args.foreach)
 
     # Training split as Forge makes it (the head of the file; data.val, if given, is not read) and
     # random windows of context + 1 bytes, nanoGPT's get_batch.
@@ -174,34 +214,21 @@ def main():
     if not config["data"]["val"]:
         data = data[: len(data) - int(len(data) * config["data"]["val_fraction"])]
     B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
-    clip = tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0 else float("inf")
     offsets = torch.arange(T + 1)
 
     def batch():
         windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
-    total = args.warmup + args.steps
-    model.train()
-    times = [time.perf_counter()]
-    for step in range(total):
+    def step_loss(step):
         for _ in range(accum):
             ids, targets = batch()
             loss = model(ids, targets) / accum
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(s, o, tc["max_steps"], step)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = loss.item() * accum  # the sync a training loop does to log its loss
-        times.append(time.perf_counter())
-    step_s = [b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])]
-    tokens = B * T * accum
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"params={n_params} tok_s={tokens / statistics.median(step_s):.1f} "
-          f"tok_s_total={tokens * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
-          f"steps={args.steps} loss={loss_value:.4f}")
+        return loss.detach() * accum
+
+    model.train()
+    train_and_report(args, config, params, optimizer, step_loss, B * T * accum)
 
 
 if __name__ == "__main__":

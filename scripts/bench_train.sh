@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The `gpt` suite of scripts/bench: trains a GPT config for a few steps with `forge train` and with
-# the equal PyTorch model of scripts/bench_gpt.py, alternating the two, and prints per config
+# The training suites of scripts/bench (gpt, bert): trains a config for a few steps with `forge
+# train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating the two, and prints
+# per config
 #   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
@@ -8,21 +9,52 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
-usage() {
-  cat <<'EOF'
-usage: scripts/bench_gpt.sh [--rounds N] [--steps N] [--warmup N] [CONFIG...]
+# A suite: its default configs, what makes a config "large" (fewer steps: parameters x tokens per
+# step above this), and suite_overrides, which adds to `base` the overrides that keep Forge's run
+# to the timed steps (run in the temporary directory $tmp, from the repository root).
+suite="${1:-}"
+case "$suite" in
+  gpt)
+    family=GPT
+    default_configs=(configs/gpt_shakespeare.yaml configs/gpt_shakespeare_medium.yaml)
+    large_at=1e9 large_note="(the medium one)"
+    # A small validation file: the run always ends with a full evaluation, which on the real 10%
+    # split takes longer than the timed steps. Training then reads all of data.train, on both sides.
+    suite_overrides() {
+      head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      base+=("data.val=$tmp/val.txt" "train.sample_tokens=1")
+    }
+    ;;
+  bert)
+    family=BERT
+    default_configs=(configs/bert_shakespeare.yaml)
+    large_at=1e11 large_note="(BERT-base)"
+    # The final evaluation scores one batch of fixed validation pairs instead of eval_pairs.
+    suite_overrides() { base+=("data.eval_pairs=32"); }
+    ;;
+  *)
+    echo "bench_train: unknown suite '$suite' (gpt or bert)" >&2
+    exit 2
+    ;;
+esac
+shift
 
-  CONFIG...     Forge GPT configs; default configs/gpt_shakespeare.yaml and
-                configs/gpt_shakespeare_medium.yaml
+usage() {
+  cat <<EOF
+usage: scripts/bench $suite [--rounds N] [--steps N] [--warmup N] [CONFIG...]
+
+  CONFIG...     Forge $family configs; default $(printf '%s' "${default_configs[0]}"
+                  for c in "${default_configs[@]:1}"; do printf ' and\n                %s' "$c"; done)
   --rounds N    alternate Forge and PyTorch N times per config, keeping each side's fastest round
                 (also FORGE_BENCH_ROUNDS=N); default 2
-  --steps N     timed optimizer steps; default 30, or 10 for a config of over 1e9
-                parameter-tokens per step (the medium one)
+  --steps N     timed optimizer steps; default 30, or 10 for a config of over $large_at
+                parameter-tokens per step $large_note
   --warmup N    untimed steps before them; default 5, or 2 for those large configs
 EOF
 }
 
-bad_usage() { echo "bench_gpt: $1" >&2; usage >&2; exit 2; }
+log() { echo "bench_$suite: $*" >&2; }
+bad_usage() { log "$1"; usage >&2; exit 2; }
 rounds="${FORGE_BENCH_ROUNDS:-2}"
 steps=""
 warmup=""
@@ -42,22 +74,21 @@ done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || bad_usage "--rounds wants N >= 1, got '$rounds'"
 [[ -z "$steps" || "$steps" =~ ^[1-9][0-9]*$ ]] || bad_usage "--steps wants N >= 1, got '$steps'"
 [[ -z "$warmup" || "$warmup" =~ ^[1-9][0-9]*$ ]] || bad_usage "--warmup wants N >= 1, got '$warmup'"
-[ ${#configs[@]} -gt 0 ] ||
-  configs=("$FORGE_ROOT/configs/gpt_shakespeare.yaml" "$FORGE_ROOT/configs/gpt_shakespeare_medium.yaml")
+[ ${#configs[@]} -gt 0 ] || configs=("${default_configs[@]/#/$FORGE_ROOT/}")
 
 for i in "${!configs[@]}"; do
   [ -f "${configs[$i]}" ] || bad_usage "no such config '${configs[$i]}'"
   configs[i]="$(realpath "${configs[$i]}")"
 done
+torch_script="$FORGE_ROOT/scripts/bench_$suite.py"
 forge_install_missing python3-torch python3-yaml libopenblas0 time
 forge_build forge
 cd "$FORGE_ROOT"  # data paths in configs are relative to the repository root, as in the README
 
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/forge_bench_gpt.XXXXXX")"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/forge_bench_$suite.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-# A small validation file: the run always ends with a full evaluation, which on the real 10% split
-# takes longer than the timed steps. Training then reads all of data.train, on both sides.
-head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+base=("train.eval_every=0" "train.save_every=0" "train.resume=never")
+suite_overrides
 
 # Two threads on each side, each at its best: Forge with the short OpenMP spin its binary chooses
 # by itself (recipes/main.cpp), PyTorch with GOMP_SPINCOUNT=0 (a short spin measured slower for it)
@@ -67,20 +98,19 @@ run_forge() {  # config dir overrides...
   shift 2
   OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$dir.rss" \
     "$FORGE_BUILD/forge" train "$config" output_dir="$dir" "$@" >"$dir.log" 2>&1 ||
-    { echo "bench_gpt: forge train failed:" >&2; tail -20 "$dir.log" >&2; exit 1; }
+    { log "forge train failed:"; tail -20 "$dir.log" >&2; exit 1; }
 }
 run_torch() {  # resolved-config out-file
   GOMP_SPINCOUNT=0 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
-    /usr/bin/python3 "$FORGE_ROOT/scripts/bench_gpt.py" "$1" --steps "$n_steps" \
-    --warmup "$n_warmup" --threads 2 >"$2" ||
-    { echo "bench_gpt: scripts/bench_gpt.py failed" >&2; exit 1; }
+    /usr/bin/python3 "$torch_script" "$1" --steps "$n_steps" --warmup "$n_warmup" --threads 2 \
+    >"$2" || { log "scripts/bench_$suite.py failed"; exit 1; }
 }
 field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p"; }  # key=value from a one-line file
 
 # "median-rate total-rate" over steps (warmup, warmup + steps] of a metrics.jsonl with a train
 # line every step, from the differences of its elapsed_s.
 forge_tok_s() {  # metrics tokens-per-step
-  awk -v w="$n_warmup" -v n="$n_steps" -v tps="$2" '
+  awk -v w="$n_warmup" -v n="$n_steps" -v tps="$2" -v who="bench_$suite" '
     /"split": "train"/ {
       step = $0; sub(/.*"step": /, "", step); sub(/,.*/, "", step)
       t = $0; sub(/.*"elapsed_s": /, "", t); sub(/[,}].*/, "", t)
@@ -88,7 +118,7 @@ forge_tok_s() {  # metrics tokens-per-step
     }
     END {
       for (i = 0; i <= n; i++)
-        if (!(i in at)) { print "bench_gpt: step " w + i " missing in metrics.jsonl" > "/dev/stderr"; exit 1 }
+        if (!(i in at)) { print who ": step " w + i " missing in metrics.jsonl" > "/dev/stderr"; exit 1 }
       for (i = 1; i <= n; i++) {  # insertion sort of the step times
         d = at[i] - at[i - 1]
         for (j = i - 1; j >= 1 && dt[j] > d; j--) dt[j + 1] = dt[j]
@@ -99,33 +129,30 @@ forge_tok_s() {  # metrics tokens-per-step
     }' "$1"
 }
 
-echo "bench_gpt: load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for config in "${configs[@]}"; do
   name="$(basename "$config" .yaml)"
-  base=("train.eval_every=0" "train.save_every=0" "train.resume=never" "train.sample_tokens=1"
-        "data.val=$tmp/val.txt")
   "$FORGE_BUILD/forge" validate "$config" "${base[@]}" >"$tmp/$name.probe.yaml" ||
-    { echo "bench_gpt: $config does not validate" >&2; exit 1; }
+    { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
   batch="$(sed -n '/^train:/,/^[a-z]/s/^  batch_size: //p' "$tmp/$name.probe.yaml")"
   accum="$(sed -n '/^train:/,/^[a-z]/s/^  grad_accum: //p' "$tmp/$name.probe.yaml")"
   context="$(sed -n '/^model:/,/^[a-z]/s/^  context: //p' "$tmp/$name.probe.yaml")"
   tokens_per_step=$((batch * accum * context))
-  if [ $((forge_params * tokens_per_step)) -gt 1000000000 ]; then
+  if awk -v n="$((forge_params * tokens_per_step))" -v at="$large_at" 'BEGIN { exit !(n > at) }'; then
     n_steps="${steps:-10}" n_warmup="${warmup:-2}"
   else
     n_steps="${steps:-30}" n_warmup="${warmup:-5}"
   fi
-  # The schedule only has to validate: warm-up over the untimed steps, then cosine.
+  # The schedule only has to validate: warm-up over the untimed steps, then its decay.
   overrides=("${base[@]}" "train.max_steps=$((n_warmup + n_steps))" "train.log_every=1"
              "schedule.warmup_steps=$n_warmup")
   "$FORGE_BUILD/forge" validate "$config" "${overrides[@]}" | grep -v '^#' >"$tmp/$name.yaml"
 
-  torch_params="$(/usr/bin/python3 "$FORGE_ROOT/scripts/bench_gpt.py" "$tmp/$name.yaml" --params-only |
+  torch_params="$(/usr/bin/python3 "$torch_script" "$tmp/$name.yaml" --params-only |
                   sed -n 's/^params=//p')"
   if [ "$forge_params" != "$torch_params" ]; then
-    echo "bench_gpt: $name: the models differ: Forge has $forge_params parameters, PyTorch" \
-         "$torch_params" >&2
+    log "$name: the models differ: Forge has $forge_params parameters, PyTorch $torch_params"
     exit 1
   fi
   best_forge=0 best_torch=0 forge_mb="" torch_mb=""
@@ -136,19 +163,19 @@ for config in "${configs[@]}"; do
     mb="$(awk '{ printf "%.1f", $1 / 1024 }' "$dir.rss")"
     run_torch "$tmp/$name.yaml" "$tmp/$name.torch$round"
     t="$(field "$tmp/$name.torch$round" tok_s)"
-    echo "bench_gpt: $name round $((round + 1)): forge $f tok/s (overall $f_total) ${mb} MB," \
-         "torch $t tok/s (overall $(field "$tmp/$name.torch$round" tok_s_total))" \
-         "$(field "$tmp/$name.torch$round" peak_mb) MB (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    log "$name round $((round + 1)): forge $f tok/s (overall $f_total) ${mb} MB," \
+        "torch $t tok/s (overall $(field "$tmp/$name.torch$round" tok_s_total))" \
+        "$(field "$tmp/$name.torch$round" peak_mb) MB (load $(cut -d' ' -f1 /proc/loadavg))"
     awk -v a="$f" -v b="$best_forge" 'BEGIN { exit !(a > b) }' && best_forge="$f"
     awk -v a="$t" -v b="$best_torch" 'BEGIN { exit !(a > b) }' && best_torch="$t"
     [ -z "$forge_mb" ] && forge_mb="$mb" torch_mb="$(field "$tmp/$name.torch$round" peak_mb)"
   done
   # The parameters Forge actually trained, from its checkpoint (tied weights stored once).
   stored="$("$FORGE_BUILD/forge" inspect "$tmp/$name.forge0" | sed -n 's/^parameters: \([0-9]*\).*/\1/p')"
-  echo "bench_gpt: $name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
-       "$n_steps timed steps after $n_warmup, $tokens_per_step tokens each" >&2
+  log "$name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
+      "$n_steps timed steps after $n_warmup, $tokens_per_step tokens each"
   awk -v c="$name" -v f="$best_forge" -v t="$best_torch" -v fm="$forge_mb" -v tm="$torch_mb" \
     'BEGIN { printf "config=%s forge_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f forge_peak_mb=%s torch_peak_mb=%s\n",
              c, f, t, f / t, fm, tm }'
 done
-echo "bench_gpt: load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+log "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
