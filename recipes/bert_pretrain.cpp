@@ -60,9 +60,10 @@ BertData load_data(const RunConfig& config) {
   const BertSpecialIds specials = bert_special_ids(*data.tokenizer);
   const auto V = int32_t(config.model.vocab_size);
   auto sampler = [&](SentenceCorpus corpus) {
-    // NotNext segments come from at least a few documents away, so that a neighbouring run of
-    // turns (often the same scene) never stands in for "another document"; small corpora get less.
-    pairs.min_notnext_distance = std::clamp<int64_t>(corpus.num_documents() / 4, 1, 4);
+    // NotNext segments come from a distant part of the corpus, at least a quarter of it away: a
+    // nearby run of turns is often the same scene with the same speakers, which makes "another
+    // document" indistinguishable from the next one (NSP then stays at chance).
+    pairs.min_notnext_distance = std::max<int64_t>(1, corpus.num_documents() / 4);
     return std::make_unique<BertPairs>(std::make_shared<const SentenceCorpus>(std::move(corpus)),
                                        specials, V, pairs);
   };
