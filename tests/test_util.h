@@ -1,4 +1,5 @@
-// Helpers shared by test files: a per-test temporary directory and whole-file reads and writes.
+// Helpers shared by test files: a per-test temporary directory, whole-file reads and writes, the
+// exit code an action fails with, and PyTorch goldens (loading, comparing, the weight formula).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,10 +10,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
+#include "core/named_tensor.h"
 
 namespace forge::testing {
 
@@ -72,6 +77,47 @@ inline Goldens load_goldens(const std::string& file) {
     table[name] = values;
   }
   return table;
+}
+
+/// The values of golden `name`, failing the test (and returning nothing) when `file` lacks it.
+inline const std::vector<double>& golden_values(const Goldens& table, const std::string& name,
+                                                const std::string& file) {
+  static const std::vector<double> missing;
+  auto it = table.find(name);
+  EXPECT_NE(it, table.end()) << "golden '" << name << "' missing from " << file;
+  return it == table.end() ? missing : it->second;
+}
+
+/// Deterministic weights the golden scripts reproduce: parameter k (in name order), element i is
+/// 0.1 sin(0.37 i + 0.0013 i^2 + 0.7 k), plus 1 for 1-D ".weight" tensors (norm scales).
+inline NamedTensors formula_weights(const NamedTensors& params) {
+  NamedTensors out;
+  int k = 0;
+  for (const NamedTensor& p : params) {
+    const int64_t n = p.tensor.numel();
+    const bool scale = p.tensor.dim() == 1 && p.name.size() > 7 &&
+                       p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+    std::vector<double> w(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      w[size_t(i)] = (scale ? 1.0 : 0.0) +
+                     0.1 * std::sin(0.37 * double(i) + 0.0013 * double(i) * double(i) + 0.7 * k);
+    out.push_back({p.name, from_vector(w, p.tensor.shape())});
+    ++k;
+  }
+  return out;
+}
+
+/// The exit code of the forge::Error `f` throws (checking its message is one line), or ok with a
+/// test failure when it throws nothing.
+inline ExitCode exit_code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return ExitCode::ok;
 }
 
 /// Each element of `got` within rtol of `want`, relative to max(|want[i]|, largest |want|): the

@@ -28,17 +28,6 @@ std::string sennrich_corpus() {
   return text;
 }
 
-ExitCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ExitCode::ok;
-}
-
 // Worked by hand: es and st both occur 9 times, (e,s) sorts first; then est (9); lo and ow tie at
 // 7, (l,o) first; low (7); ne, ew, w+est tie at 6, (e,w) first; then (ew,est) before (n,ew);
 // newest; then d+est, i+d, w+i tie at 3, (d,est) first.
@@ -119,14 +108,14 @@ TEST(BpeTrain, VocabSizeRespectedAndStopsWhenNoPairsLeft) {
 TEST(BpeTrain, Errors) {
   testing::TempDir dir;
   testing::write_file(dir.path() / "c.txt", "hello");
-  EXPECT_EQ(code_of([&] { train_bpe({dir.path() / "missing.txt"}, 300, dir.path() / "t"); }),
+  EXPECT_EQ(testing::exit_code_of([&] { train_bpe({dir.path() / "missing.txt"}, 300, dir.path() / "t"); }),
             ExitCode::data);
-  EXPECT_EQ(code_of([&] { train_bpe({dir.path() / "c.txt"}, 256, dir.path() / "t"); }),
+  EXPECT_EQ(testing::exit_code_of([&] { train_bpe({dir.path() / "c.txt"}, 256, dir.path() / "t"); }),
             ExitCode::usage);
-  EXPECT_EQ(code_of([&] { train_bpe({}, 300, dir.path() / "t"); }), ExitCode::usage);
-  EXPECT_EQ(code_of([&] { train_bpe({dir.path() / "c.txt"}, 300, dir.path() / "t", {"x"}); }),
+  EXPECT_EQ(testing::exit_code_of([&] { train_bpe({}, 300, dir.path() / "t"); }), ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of([&] { train_bpe({dir.path() / "c.txt"}, 300, dir.path() / "t", {"x"}); }),
             ExitCode::usage);
-  EXPECT_EQ(code_of([&] {
+  EXPECT_EQ(testing::exit_code_of([&] {
               train_bpe({dir.path() / "c.txt"}, 300, dir.path() / "t", {"[A]", "[A]"});
             }),
             ExitCode::usage);

@@ -18,17 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ExitCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ExitCode::ok;
-}
-
 // n rows; row i is {i, i, ...} (i % 3 + 1 tokens long) with label i / per_label, so a row names
 // itself and its place in the original order.
 std::shared_ptr<const RecordDataset> numbered(int64_t n, int64_t per_label = 10) {
@@ -118,11 +107,11 @@ TEST(Records, TokenizeFramesWithSpecialsAndTruncatesTheText) {
   EXPECT_EQ(d.tokens[2], (V{257, 'b', 'c', 258}));
   EXPECT_EQ(tokenize_records(records, *tok).tokens[0], (V{'h', 'e', 'l', 'l', 'o'}));
 
-  EXPECT_EQ(code_of([&] {
+  EXPECT_EQ(testing::exit_code_of([&] {
               tokenize_records(records, *tok, {{"[CLS]"}, {"[MASK]"}, 0});
             }),
             ExitCode::data);
-  EXPECT_EQ(code_of([&] {
+  EXPECT_EQ(testing::exit_code_of([&] {
               tokenize_records(records, *tok, {{"[CLS]"}, {"[SEP]"}, 2});
             }),
             ExitCode::usage);
@@ -151,8 +140,8 @@ TEST(Records, SplitIsSeededDisjointAndCovering) {
   EXPECT_NE(identities(*split_records_by_fraction(*d, 0.2, 8).val), val);
   EXPECT_EQ(split_records_by_fraction(*d, 0.0, 7).train->size(), 100);
   EXPECT_EQ(split_records_by_fraction(*numbered(3), 0.01, 7).val->size(), 1);
-  EXPECT_EQ(code_of([&] { split_records_by_fraction(*d, 1.0, 7); }), ExitCode::usage);
-  EXPECT_EQ(code_of([&] { split_records_by_fraction(*numbered(1), 0.5, 7); }), ExitCode::data);
+  EXPECT_EQ(testing::exit_code_of([&] { split_records_by_fraction(*d, 1.0, 7); }), ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of([&] { split_records_by_fraction(*numbered(1), 0.5, 7); }), ExitCode::data);
 }
 
 TEST(Records, EachEpochIsASeededPermutation) {
@@ -250,24 +239,24 @@ TEST(Records, BadCursorsAndLoaderArgumentsAreRejected) {
   const auto d = numbered(10);
   RecordLoader loader(d, 4, 0);
   for (const LoaderCursor& bad : {LoaderCursor{0, 10}, LoaderCursor{-1, 0}, LoaderCursor{0, -1}})
-    EXPECT_EQ(code_of([&] { loader.restore(bad); }), ExitCode::checkpoint)
+    EXPECT_EQ(testing::exit_code_of([&] { loader.restore(bad); }), ExitCode::checkpoint)
         << bad.epoch << " " << bad.position;
   EXPECT_EQ(loader.cursor(), (LoaderCursor{0, 0}));  // unchanged by a rejected restore
   RecordLoader drop(d, 4, 0, {.drop_last = true});
-  EXPECT_EQ(code_of([&] { drop.restore({0, 8}); }), ExitCode::checkpoint);
+  EXPECT_EQ(testing::exit_code_of([&] { drop.restore({0, 8}); }), ExitCode::checkpoint);
   EXPECT_NO_THROW(drop.restore({2, 6}));
-  EXPECT_EQ(code_of([&] {
+  EXPECT_EQ(testing::exit_code_of([&] {
               LoaderCursor::from_counters({{"data.epoch", 1}}, "data.");
             }),
             ExitCode::checkpoint);
-  EXPECT_EQ(code_of([&] {
+  EXPECT_EQ(testing::exit_code_of([&] {
               LoaderCursor::from_counters({{"epoch", 1}, {"position", 0}}, "d.");
             }),
             ExitCode::checkpoint);
 
-  EXPECT_EQ(code_of([&] { RecordLoader(numbered(0), 4, 0); }), ExitCode::data);
-  EXPECT_EQ(code_of([&] { RecordLoader(d, 0, 0); }), ExitCode::usage);
-  EXPECT_EQ(code_of([&] { RecordLoader(d, 11, 0, {.drop_last = true}); }), ExitCode::data);
+  EXPECT_EQ(testing::exit_code_of([&] { RecordLoader(numbered(0), 4, 0); }), ExitCode::data);
+  EXPECT_EQ(testing::exit_code_of([&] { RecordLoader(d, 0, 0); }), ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of([&] { RecordLoader(d, 11, 0, {.drop_last = true}); }), ExitCode::data);
 }
 
 }  // namespace

@@ -237,34 +237,13 @@ const testing::Goldens& goldens() {
 }
 
 const std::vector<double>& golden(const std::string& name) {
-  static const std::vector<double> missing;
-  auto it = goldens().find(name);
-  EXPECT_NE(it, goldens().end()) << "golden '" << name << "' missing from bert.txt";
-  return it == goldens().end() ? missing : it->second;
-}
-
-// The weight formula of make_bert_goldens.py, parameter k in name order.
-NamedTensors formula_weights(const Bert& model) {
-  NamedTensors out;
-  int k = 0;
-  for (const NamedTensor& p : model.named_parameters()) {
-    const int64_t n = p.tensor.numel();
-    const bool scale = p.tensor.dim() == 1 && p.name.size() > 7 &&
-                       p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
-    std::vector<double> w(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i)
-      w[size_t(i)] = (scale ? 1.0 : 0.0) +
-                     0.1 * std::sin(0.37 * double(i) + 0.0013 * double(i) * double(i) + 0.7 * k);
-    out.push_back({p.name, from_vector(w, p.tensor.shape())});
-    ++k;
-  }
-  return out;
+  return testing::golden_values(goldens(), name, "bert.txt");
 }
 
 void check_golden(const std::string& variant, bool pre_norm) {
   Generator gen(0);
   Bert m(tiny_config(pre_norm), gen);
-  m.load_named(formula_weights(m));
+  m.load_named(testing::formula_weights(m.named_parameters()));
   const int64_t B = 2, T = 7, C = 16;
   Tensor ids = i64(golden("ids"), {B, T}), segs = i64(golden("segments"), {B, T});
   Tensor mask = i64(golden("mask"), {B, T}), chosen = i64(golden("chosen"), {4});
