@@ -107,6 +107,33 @@ inline NamedTensors formula_weights(const NamedTensors& params) {
   return out;
 }
 
+/// Every parameter's gradient against the goldens "<variant>.num_params" (how many there are) and,
+/// per parameter, "<variant>.grad.<name>.norm" and ".at" (6 entries spread over the flat gradient),
+/// as the golden scripts write them. Entries are compared relative to the gradient's scale: tiny
+/// entries carry f32 noise.
+inline void expect_grads_near_golden(const NamedTensors& params, const Goldens& table,
+                                     const std::string& file, const std::string& variant) {
+  EXPECT_EQ(double(params.size()), golden_values(table, variant + ".num_params", file).at(0));
+  for (const NamedTensor& p : params) {
+    const std::string key = variant + ".grad." + p.name;
+    ASSERT_TRUE(p.tensor.grad().defined()) << key;
+    std::vector<double> g = p.tensor.grad().to_vector<double>();
+    double norm = 0;
+    for (double x : g) norm += x * x;
+    norm = std::sqrt(norm);
+    const double want_norm = golden_values(table, key + ".norm", file).at(0);
+    EXPECT_NEAR(norm, want_norm, 1e-4 * want_norm) << key;
+    const std::vector<double>& at = golden_values(table, key + ".at", file);
+    const size_t n = g.size();
+    const size_t idx[6] = {0, n / 5, 2 * n / 5, 3 * n / 5, 4 * n / 5, n - 1};
+    ASSERT_EQ(at.size(), 6u) << key;
+    const double floor = want_norm / std::sqrt(double(n));
+    for (int j = 0; j < 6; ++j)
+      EXPECT_NEAR(g[idx[j]], at[size_t(j)], 1e-4 * std::max(std::fabs(at[size_t(j)]), floor))
+          << key << "[" << idx[j] << "]";
+  }
+}
+
 /// The exit code of the forge::Error `f` throws (checking its message is one line), or ok with a
 /// test failure when it throws nothing.
 inline ExitCode exit_code_of(const std::function<void()>& f) {

@@ -420,25 +420,7 @@ void check_golden(const std::string& variant, bool llama) {
   const double want_loss = golden(variant + ".loss")[0];
   EXPECT_NEAR(loss.item(), want_loss, 1e-5 * want_loss) << variant;
 
-  NamedTensors params = m.named_parameters();
-  EXPECT_EQ(double(params.size()), golden(variant + ".num_params")[0]);
-  for (const NamedTensor& p : params) {
-    const std::string key = variant + ".grad." + p.name;
-    ASSERT_TRUE(p.tensor.grad().defined()) << key;
-    std::vector<double> g = p.tensor.grad().to_vector<double>();
-    double norm = 0;
-    for (double x : g) norm += x * x;
-    norm = std::sqrt(norm);
-    const double want_norm = golden(key + ".norm")[0];
-    EXPECT_NEAR(norm, want_norm, 1e-4 * want_norm) << key;
-    const std::vector<double>& at = golden(key + ".at");
-    const size_t n = g.size();
-    const size_t idx[6] = {0, n / 5, 2 * n / 5, 3 * n / 5, 4 * n / 5, n - 1};
-    ASSERT_EQ(at.size(), 6u) << key;
-    for (int j = 0; j < 6; ++j)  // relative to the gradient's scale: tiny entries carry f32 noise
-      EXPECT_NEAR(g[idx[j]], at[size_t(j)], 1e-4 * std::max(std::fabs(at[size_t(j)]), want_norm / std::sqrt(double(n))))
-          << key << "[" << idx[j] << "]";
-  }
+  testing::expect_grads_near_golden(m.named_parameters(), goldens(), "gpt.txt", variant);
 }
 
 TEST(NnGPT, MatchesPyTorchGPT2) { check_golden("gpt2", false); }
