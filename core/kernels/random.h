@@ -29,4 +29,10 @@ template <class T>
 void fill_dropout_mask(T* mask, int64_t n, double p, const GeneratorState& g, uint64_t first_block);
 inline uint64_t dropout_blocks(int64_t n) { return uint64_t(n + 3) / 4; }
 
+namespace ref {
+/// One scalar Philox call per element: the oracle for the lane-parallel fill_dropout_mask.
+template <class T>
+void fill_dropout_mask(T* mask, int64_t n, double p, const GeneratorState& g, uint64_t first_block);
+}  // namespace ref
+
 }  // namespace forge::kernels

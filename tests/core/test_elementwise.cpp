@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/kernels/elementwise.h"
+#include "core/kernels/random.h"
 #include "tests/core/gradcheck.h"
 
 namespace forge {
@@ -140,6 +141,18 @@ TEST(Elementwise, DropoutKeepsExpectationAndIsReproducible) {
 }
 
 // ---- kernel parity: fast kernels vs kernels::ref ----
+
+TEST(Elementwise, DropoutMaskMatchesTheScalarPhiloxReference) {
+  // Sizes around the 64-element lane groups and the parallel threshold; an offset first block and
+  // a seed with high bits set, so every counter and key word is exercised.
+  const GeneratorState g{0x123456789ABCDEFull, 0xFEDCBA9876543210ull, 0};
+  for (int64_t n : {1, 3, 63, 64, 65, 1000, 70001}) {
+    std::vector<float> fast(size_t(n), -1.0f), want(size_t(n), -2.0f);
+    kernels::fill_dropout_mask(fast.data(), n, 0.3, g, (uint64_t(1) << 32) - 5);
+    kernels::ref::fill_dropout_mask(want.data(), n, 0.3, g, (uint64_t(1) << 32) - 5);
+    EXPECT_EQ(fast, want) << "n = " << n;
+  }
+}
 
 struct UnaryCase {
   kernels::Unary op;
