@@ -160,7 +160,8 @@ int cmd_train(const std::vector<std::string>& args) {
 
 // Rough peak of a training step in f32: weights, gradients and AdamW moments (16 bytes a
 // parameter), the activations each block keeps for backward (~16 values per token and channel,
-// one block's worth with checkpointing) and the logits with their gradient.
+// one block's worth with checkpointing) and the logits with their gradient (bert: only the ~15% of
+// positions the MLM head scores).
 int cmd_validate(const std::vector<std::string>& args) {
   RunConfig c = config_from_args("validate", args);
   int64_t params = 0;
@@ -178,7 +179,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   double blocks = c.train.activation_checkpointing
                       ? double(c.model.n_layers) * tokens * double(c.model.d_model) * 4 + per_block
                       : double(c.model.n_layers) * per_block;
-  double logits = 2.0 * tokens * double(c.model.vocab_size) * 4;
+  // BERT's MLM head runs on the chosen positions only.
+  double logit_rows = c.model.arch == "bert" ? tokens * c.data.mask_prob : tokens;
+  double logits = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
   double state = 16.0 * double(params);
   std::fputs(to_yaml(c).c_str(), stdout);
   std::printf("# parameters: %lld\n", (long long)params);
