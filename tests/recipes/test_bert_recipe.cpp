@@ -133,6 +133,18 @@ TEST_F(BertRecipe, EvalReportsAccuraciesAndPerplexity) {
   EXPECT_NE(out.find(want), std::string::npos) << want << " missing in:\n" << out;
 }
 
+TEST_F(BertRecipe, TrainsOverGpt2BpeWithTheFourSpecials) {
+  RunConfig config = load_config(write_config("gpt2").string(),
+                                 {"data.tokenizer=gpt2", "model.vocab_size=50261",
+                                  "train.max_steps=3", "train.eval_every=0"});
+  ASSERT_EQ(train_bert(config), 0);
+  auto train = records(config.output_dir, "train");
+  ASSERT_EQ(train.size(), 3u);
+  // ln(50261) = 10.82 at initialisation: the MLM head spans the whole BPE vocabulary.
+  EXPECT_NEAR(*train.at(1).number("mlm_loss"), std::log(50261.0), 0.2);
+  EXPECT_EQ(*records(config.output_dir, "val").at(3).number("pairs"), 64);
+}
+
 TEST_F(BertRecipe, BadInputsAreOneLineErrorsWithTheirExitCodes) {
   fs::path cfg = write_config("bad");
   // A tokenizer without the BERT specials is a config error (exit 2); so is a GPT checkpoint
