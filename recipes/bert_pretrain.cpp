@@ -45,6 +45,7 @@ BertData load_data(const RunConfig& config) {
   data.tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   DocumentOptions documents;
   documents.paragraphs_per_document = d.paragraphs_per_document;
+  documents.sentence_breaks = d.sentence_breaks;
   SentenceCorpus train = build_sentence_corpus(read_text(d.train), *data.tokenizer, documents);
   SentenceCorpus val;
   if (d.val.empty())
@@ -109,12 +110,17 @@ PairLosses pair_losses(const nn::Bert& model, const BertBatch& batch) {
   return r;
 }
 
+double mean_mlm_loss(const std::map<std::string, double>& s) {
+  return s.at("mlm_loss") / s.at("mlm_count");
+}
+double mean_nsp_loss(const std::map<std::string, double>& s) {
+  return s.at("nsp_loss") / s.at("nsp_count");
+}
+
 Metrics pair_metrics(const std::map<std::string, double>& s) {
-  double mlm_loss = s.at("mlm_loss") / s.at("mlm_count");
-  double nsp_loss = s.at("nsp_loss") / s.at("nsp_count");
-  return {{"mlm_loss", mlm_loss},
+  return {{"mlm_loss", mean_mlm_loss(s)},
           {"mlm_acc", s.at("mlm_correct") / s.at("mlm_count")},
-          {"nsp_loss", nsp_loss},
+          {"nsp_loss", mean_nsp_loss(s)},
           {"nsp_acc", s.at("nsp_correct") / s.at("nsp_count")}};
 }
 
@@ -127,10 +133,9 @@ Metrics bert_eval(const nn::Bert& model, const BertPairs& val, uint64_t seed, in
     PairLosses r = pair_losses(model, val.eval_batch(seed, first, std::min(batch_size, pairs - first)));
     for (const auto& [key, value] : r.sums) sums[key] += value;
   }
-  Metrics m = pair_metrics(sums);
-  double mlm_loss = m[0].value.as_double(), nsp_loss = m[2].value.as_double();
-  m.insert(m.begin(), Metric{"loss", mlm_loss + nsp_loss});
-  m.push_back({"mlm_ppl", std::exp(mlm_loss)});
+  Metrics m = {{"loss", mean_mlm_loss(sums) + mean_nsp_loss(sums)}};
+  for (Metric& metric : pair_metrics(sums)) m.push_back(std::move(metric));
+  m.push_back({"mlm_ppl", std::exp(mean_mlm_loss(sums))});
   m.push_back({"pairs", pairs});
   return m;
 }
@@ -182,9 +187,7 @@ int eval_bert(const RunConfig& config, const std::string& checkpoint_file) {
   NoGradGuard no_grad;
   Metrics m = bert_eval(*loaded.model, *data.val, uint64_t(config.seed), config.train.batch_size,
                         config.data.eval_pairs);
-  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)loaded.step);
-  for (const Metric& metric : m)
-    std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
+  print_eval(checkpoint_file, loaded.step, m);
   return 0;
 }
 

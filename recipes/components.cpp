@@ -3,6 +3,7 @@
 #include "recipes/components.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "optim/groups.h"
 #include "recipes/checkpoint.h"
@@ -41,6 +42,12 @@ nn::BertConfig bert_config(const ModelConfig& m) {
   b.pre_norm = m.norm_placement == "pre";
   b.norm_eps = m.norm_eps;
   return b;
+}
+
+void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {
+  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)step);
+  for (const Metric& metric : metrics)
+    std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
 }
 
 std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params) {

@@ -9,11 +9,15 @@
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 #include "recipes/config.h"
+#include "recipes/metrics.h"
 
 namespace forge {
 
 nn::GPTConfig gpt_config(const ModelConfig& model);
 nn::BertConfig bert_config(const ModelConfig& model);
+
+/// `forge eval` output: the checkpoint and its step, then one "val_<key> <value>" line per metric.
+void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics);
 
 /// Groups from names (decay, layer-wise lr, freezing, unfreezing) and the configured optimizer.
 std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params);

@@ -189,6 +189,8 @@ std::vector<ConfigKey> build_schema() {
       "share of data.train held out for validation when data.val is empty");
   add("data.paragraphs_per_document", integer(1, ">= 1"), in(data, &D::paragraphs_per_document),
       "bert: consecutive blank-line paragraphs that form one document (lines are sentences)");
+  add("data.sentence_breaks", boolean(false), in(data, &D::sentence_breaks),
+      "bert: a sentence also ends after . ! or ? and a space (prose with a paragraph per line)");
   add("data.mask_prob", number(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
       in(data, &D::mask_prob), "bert: share of non-special tokens chosen for masked-LM");
   add("data.eval_pairs", integer(2048, ">= 1"), in(data, &D::eval_pairs),

@@ -45,6 +45,7 @@ struct DataConfig {
   std::string val;    // path, empty = split val_fraction off train
   double val_fraction{};
   int64_t paragraphs_per_document{};
+  bool sentence_breaks{};
   double mask_prob{};
   int64_t eval_pairs{};
   bool operator==(const DataConfig&) const = default;

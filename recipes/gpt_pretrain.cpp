@@ -142,8 +142,7 @@ int eval_gpt(const RunConfig& config, const std::string& checkpoint_file) {
   LMSplits data = load_data(config);
   NoGradGuard no_grad;
   Metrics m = lm_eval(*loaded.model, *data.val, config.train.batch_size, 0, true);
-  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)loaded.step);
-  for (const Metric& metric : m) std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
+  print_eval(checkpoint_file, loaded.step, m);
   return 0;
 }
 
