@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -52,6 +53,24 @@ void rename_durably(const fs::path& from, const fs::path& to, ExitCode code) {
 }
 
 }  // namespace
+
+std::string file_digest(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file, "cannot open for reading");
+  std::vector<char> buffer(size_t(1) << 22);
+  uint32_t crc = 0;
+  uint64_t size = 0;
+  while (in) {
+    in.read(buffer.data(), std::streamsize(buffer.size()));
+    std::streamsize n = in.gcount();
+    crc = crc32(buffer.data(), size_t(n), crc);
+    size += uint64_t(n);
+  }
+  if (in.bad()) fail(file, "read error");
+  char out[48];
+  std::snprintf(out, sizeof out, "crc32:%08x:%llu", crc, (unsigned long long)size);
+  return out;
+}
 
 void write_file_atomic(const fs::path& file, const std::string& content, ExitCode code) {
   fs::path tmp = temp_path_for(file);
@@ -345,6 +364,29 @@ CheckpointInfo read_header(const H5File& f) {
           "cannot list attributes of '/counters'");
   for (const std::string& name : names)
     info.counters[name] = read_attr_i64(f, g.get(), "'/counters'", name);
+  // Written by runs that reference models they do not save; absent in older checkpoints.
+  if (H5Lexists(root, "references", H5P_DEFAULT) > 0) {
+    Hid r = f.check(H5Gopen2(root, "references", H5P_DEFAULT), H5Gclose,
+                    "cannot open group '/references'");
+    names.clear();
+    f.check(H5Aiterate2(r.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
+            "cannot list attributes of '/references'");
+    for (const std::string& name : names) {
+      size_t dot = name.rfind('.');
+      std::string model = dot == std::string::npos ? "" : name.substr(0, dot);
+      std::string field = dot == std::string::npos ? name : name.substr(dot + 1);
+      std::string value = read_attr_str(f, r.get(), "'/references'", name);
+      if (field == "path")
+        info.references[model].path = value;
+      else if (field == "digest")
+        info.references[model].digest = value;
+      else
+        f.fail("unexpected attribute '" + name + "' in '/references'");
+    }
+    for (const auto& [model, ref] : info.references)
+      if (ref.path.empty() || ref.digest.empty())
+        f.fail("reference '" + model + "' in '/references' lacks its path or digest");
+  }
   return info;
 }
 
@@ -459,6 +501,16 @@ void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
     Hid g = f.check(H5Gcreate2(root, "counters", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                     "cannot create group '/counters'");
     for (const auto& [key, value] : data.counters) write_attr_i64(f, g.get(), key, value);
+  }
+  if (!data.references.empty()) {
+    Hid g = f.check(H5Gcreate2(root, "references", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    H5Gclose, "cannot create group '/references'");
+    for (const auto& [model, ref] : data.references) {
+      FORGE_CHECK(!model.empty() && model.find('.') == std::string::npos,
+                  "save_checkpoint: invalid reference name '", model, "'");
+      write_attr_str(f, g.get(), model + ".path", ref.path);
+      write_attr_str(f, g.get(), model + ".digest", ref.digest);
+    }
   }
   write_group(f, "/model", data.model);
   write_group(f, "/optim", data.optim);
@@ -624,6 +676,11 @@ CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpe
   H5File f = open_for_read(file);
   CheckpointInfo info = read_header(f);
   std::vector<StoredSpec> model = read_group_specs(f, "/model", true);
+  if (options.model_subset) {
+    std::set<std::string> wanted;
+    for (const TensorSpec& e : expected_model) wanted.insert(e.name);
+    std::erase_if(model, [&](const StoredSpec& s) { return !wanted.count(s.spec.name); });
+  }
   check_specs(f, "model parameter", model, expected_model);
   std::vector<StoredSpec> optim;
   std::vector<TensorSpec> optim_order;
@@ -640,6 +697,7 @@ CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpe
   data.step = info.step;
   data.config_yaml = std::move(info.config_yaml);
   data.counters = std::move(info.counters);
+  data.references = std::move(info.references);
   data.model = read_tensors(f, "/model", model, expected_model);
   data.optim = read_tensors(f, "/optim", optim, optim_order);
   return data;

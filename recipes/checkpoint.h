@@ -22,6 +22,14 @@ inline constexpr int64_t kCheckpointFormatVersion = 1;
 /// Stored in every checkpoint as `forge_version`, for humans reading a file later.
 inline constexpr const char* kForgeVersion = "0.1.0";
 
+/// A model a run used but did not save (a frozen teacher or reference, or the base under LoRA
+/// adapters): where it was loaded from and the digest of that file when it was (file_digest).
+struct ModelReference {
+  std::string path;
+  std::string digest;
+  bool operator==(const ModelReference&) const = default;
+};
+
 /// What a checkpoint holds. Counters carry the integer state a resume needs besides tensors
 /// (generator seed/stream/offset, data cursor, ...); unsigned values are stored by bit pattern.
 struct CheckpointData {
@@ -30,6 +38,8 @@ struct CheckpointData {
   NamedTensors model;
   NamedTensors optim;
   std::map<std::string, int64_t> counters;
+  /// By model name ("model" for the run's main model); stored under /references.
+  std::map<std::string, ModelReference> references;
 };
 
 /// A tensor's name, shape and dtype: what a caller expects a checkpoint to contain.
@@ -51,6 +61,7 @@ struct CheckpointInfo {
   std::string config_yaml;
   std::string forge_version;
   std::map<std::string, int64_t> counters;
+  std::map<std::string, ModelReference> references;
   std::vector<TensorSpec> model;  // in the order they were saved
   std::vector<TensorSpec> optim;
   int64_t model_numel() const;
@@ -63,6 +74,9 @@ struct LoadOptions {
   bool load_optim = true;
   /// When given, `/optim` must hold exactly these tensors (same checks as the model).
   std::optional<std::vector<TensorSpec>> expected_optim;
+  /// The checkpoint may hold model tensors besides `expected_model` (initialising a model from part
+  /// of another one); they are not read.
+  bool model_subset = false;
 };
 
 /// `<run_dir>/checkpoints/step-000200.h5` for step 200.
@@ -95,6 +109,10 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& file);
 /// Reads every dataset and checks its checksum (and the metadata checksum); throws
 /// Error(checkpoint, "<file>: ...") on the first problem.
 void verify_checkpoint(const std::filesystem::path& file);
+
+/// "crc32:<8 hex digits>:<size in bytes>" of a whole file: identifies the exact weights a run
+/// referenced, so that resuming against a changed file is refused. Error(checkpoint) if unreadable.
+std::string file_digest(const std::filesystem::path& file);
 
 /// Replaces `file` with `content` atomically and durably: a temp file in the same directory,
 /// fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.

@@ -3,8 +3,12 @@
 #include "recipes/components.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
 
+#include "core/autograd.h"
 #include "optim/groups.h"
 #include "recipes/checkpoint.h"
 
@@ -75,6 +79,69 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
     throw Error(ExitCode::checkpoint, path.string() + ": no checkpoint in this run directory");
   }
   throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");
+}
+
+InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
+                                const InitOptions& options) {
+  auto renamed = [&](const std::string& name) {
+    for (const auto& [from, to] : options.rename)
+      if (name.rfind(from, 0) == 0) return to + name.substr(from.size());
+    return name;
+  };
+  auto any_match = [](const std::vector<std::string>& patterns, const std::string& name) {
+    return std::any_of(patterns.begin(), patterns.end(),
+                       [&](const std::string& p) { return optim::glob_match(p, name); });
+  };
+  CheckpointInfo info = read_checkpoint_info(file);
+  std::map<std::string, const TensorSpec*> source;  // by target name
+  InitReport report;
+  for (const TensorSpec& spec : info.model) {
+    std::string target = renamed(spec.name);
+    if (!source.emplace(target, &spec).second)
+      throw Error(ExitCode::checkpoint, detail::concat(file.string(), ": tensors '", spec.name,
+                                                       "' and another both map to '", target, "'"));
+  }
+  NamedTensors state = model.named_state();
+  std::vector<TensorSpec> wanted;  // source names, in the model's order
+  NamedTensors targets;
+  std::set<std::string> used;
+  for (const NamedTensor& t : state) {
+    auto it = source.find(t.name);
+    if (it == source.end()) {
+      if (!any_match(options.allow_missing, t.name))
+        throw Error(ExitCode::checkpoint,
+                    detail::concat(file.string(), ": has no tensor for '", t.name,
+                                   "' of the model being initialised"));
+      report.missing.push_back(t.name);
+      continue;
+    }
+    const TensorSpec& s = *it->second;
+    if (s.shape != t.tensor.shape() || s.dtype != t.tensor.dtype())
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": tensor '", s.name, "' is ", dtype_name(s.dtype),
+                                 " ", shape_str(s.shape), " but '", t.name, "' of the model is ",
+                                 dtype_name(t.tensor.dtype()), " ", shape_str(t.tensor.shape())));
+    wanted.push_back(s);
+    targets.push_back(t);
+    used.insert(t.name);
+  }
+  for (const TensorSpec& spec : info.model) {  // in the file's order
+    const std::string target = renamed(spec.name);
+    if (used.count(target)) continue;
+    if (!any_match(options.allow_unexpected, target))
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": tensor '", spec.name,
+                                 "' has no place in the model being initialised"));
+    report.unexpected.push_back(spec.name);
+  }
+  LoadOptions load;
+  load.load_optim = false;
+  load.model_subset = true;
+  CheckpointData data = load_checkpoint(file, wanted, load);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].tensor.copy_(data.model[i].tensor);
+  report.copied = int64_t(targets.size());
+  return report;
 }
 
 namespace {

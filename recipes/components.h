@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "nn/bert.h"
 #include "nn/gpt.h"
@@ -24,6 +27,31 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const
 
 /// A run directory (its latest checkpoint) or a checkpoint file; throws Error(checkpoint) if none.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);
+
+/// How a model takes weights from another model's checkpoint (model.init_from; a student built from
+/// teacher layers; a classifier that drops the LM head).
+struct InitOptions {
+  /// Source-name prefix -> target-name prefix, applied in order, first match wins
+  /// ({"blocks.2.", "blocks.1."} puts teacher block 2 into student block 1).
+  std::vector<std::pair<std::string, std::string>> rename = {};
+  /// Glob patterns of target tensors the checkpoint need not provide (they keep their init).
+  std::vector<std::string> allow_missing = {};
+  /// Glob patterns of (renamed) source tensors the target does not have (they are not read).
+  std::vector<std::string> allow_unexpected = {};
+};
+
+/// Which tensors an initialisation copied and which it left alone.
+struct InitReport {
+  int64_t copied = 0;
+  std::vector<std::string> missing;     ///< target tensors left at their init
+  std::vector<std::string> unexpected;  ///< source tensors not used
+};
+
+/// Copies the state of `file` (a checkpoint) into `model` by name, as `options` maps names. Every
+/// shape and dtype is checked before anything is read or copied. Throws Error(checkpoint) naming
+/// the file and the tensor for a missing, unexpected (unless allowed) or mismatched tensor.
+InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
+                                const InitOptions& options = {});
 
 /// A model and the resolved config stored in a checkpoint, weights loaded, in eval mode.
 template <class Model>

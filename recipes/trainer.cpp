@@ -1,8 +1,9 @@
 // The shared training loop. Every source of randomness in a step is a function of (seed, step):
 // batches come from the recipe's counter-based sampler, dropout from the default generator set to
-// stream ("dropout", step) before each micro-batch. A checkpoint therefore needs only parameters,
-// optimizer state, the step and, for recipes whose loader keeps a cursor, that cursor, to continue
-// exactly the trajectory of an uninterrupted run.
+// stream ("dropout", step) before each forward. A checkpoint therefore needs only the trained
+// parameters, optimizer state, the step and, for recipes whose loader keeps a cursor, that cursor,
+// to continue exactly the trajectory of an uninterrupted run; frozen models and LoRA bases are
+// reloaded from their sources, whose digests the checkpoint records.
 #include "recipes/trainer.h"
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "core/allocator.h"
 #include "core/ops.h"
@@ -61,10 +63,10 @@ optim::ScheduleSpec schedule_spec(const RunConfig& c) {
   return s;
 }
 
-// Dropout masks of micro-batch `micro` of step `step` (micro-batches take disjoint counter ranges).
-void seed_dropout(const RunConfig& c, int64_t step, int64_t micro) {
+// Dropout masks of forward `index` of step `step` (forwards take disjoint counter ranges).
+void seed_dropout(const RunConfig& c, int64_t step, int64_t index) {
   default_generator().set_state({uint64_t(c.seed), rng_stream("dropout", uint64_t(step)),
-                                 uint64_t(micro) << 40});
+                                 uint64_t(index) << 40});
 }
 
 void check_same_model(const RunConfig& config, const std::string& stored_yaml, const fs::path& file) {
@@ -82,8 +84,79 @@ void check_same_model(const RunConfig& config, const std::string& stored_yaml, c
   }
 }
 
-// Loads the latest checkpoint into model and optimizer; returns the step to continue from.
-int64_t resume(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
+// The models of a run as the checkpoint sees them: which tensors are saved (names prefixed by the
+// model's name) and which sources are referenced.
+class RunModels {
+ public:
+  RunModels(const std::vector<RunModel>& models, const optim::Optimizer& optimizer)
+      : models_(models) {
+    std::set<const TensorImpl*> trained;
+    for (const NamedTensor& p : optimizer.parameters()) trained.insert(p.tensor.impl());
+    std::set<std::string> names;
+    int trainable = 0;
+    for (const RunModel& m : models_) {
+      FORGE_CHECK(m.module, "run_training: model '", m.name, "' is null");
+      FORGE_CHECK(names.insert(m.name).second, "run_training: two models named '", m.name, "'");
+      FORGE_CHECK(m.source.empty() == (m.trainable && !m.adapters_only),
+                  "run_training: model '", m.name,
+                  "' needs a source exactly when it is frozen or saves adapters only");
+      if (!m.source.empty()) references_[reference_name(m)] = {m.source.string(), file_digest(m.source)};
+      if (!m.trainable) {
+        for (NamedTensor p : m.module->named_parameters()) p.tensor.set_requires_grad(false);
+        continue;
+      }
+      trainable++;
+      const std::string prefix = m.name.empty() ? "" : m.name + ".";
+      for (const NamedTensor& t : m.module->named_state())
+        if (!m.adapters_only || trained.count(t.tensor.impl()))
+          saved_.push_back({prefix + t.name, t.tensor});
+    }
+    FORGE_CHECK(trainable > 0, "run_training: no trained model");
+  }
+
+  void set_training() const {
+    for (const RunModel& m : models_) m.module->train(m.trainable);
+  }
+  void set_eval() const {
+    for (const RunModel& m : models_) m.module->eval();
+  }
+  const NamedTensors& saved() const { return saved_; }
+  const std::map<std::string, ModelReference>& references() const { return references_; }
+
+  // A checkpoint written against other sources than this run's would continue a different run.
+  void check_references(const CheckpointInfo& info, const fs::path& file) const {
+    for (const auto& [name, ref] : references_) {
+      auto it = info.references.find(name);
+      if (it == info.references.end())
+        throw Error(ExitCode::checkpoint,
+                    detail::concat(file.string(), ": has no reference for model '", name,
+                                   "' (", ref.path, "): it was written by a different run setup"));
+      if (it->second.digest != ref.digest)
+        throw Error(ExitCode::checkpoint,
+                    detail::concat(file.string(), ": model '", name, "' was ", it->second.path,
+                                   " with digest ", it->second.digest, ", but ", ref.path,
+                                   " now has digest ", ref.digest,
+                                   " (the file changed; use another output_dir, or "
+                                   "train.resume: never)"));
+    }
+    for (const auto& [name, ref] : info.references)
+      if (!references_.count(name))
+        throw Error(ExitCode::checkpoint,
+                    detail::concat(file.string(), ": references model '", name, "' (", ref.path,
+                                   ") that this run does not use"));
+  }
+
+ private:
+  static std::string reference_name(const RunModel& m) { return m.name.empty() ? "model" : m.name; }
+
+  std::vector<RunModel> models_;
+  NamedTensors saved_;
+  std::map<std::string, ModelReference> references_;
+};
+
+// Loads the latest checkpoint into the trained models and the optimizer; returns the step to
+// continue from.
+int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimizer& optimizer,
                const Recipe& recipe, ProgressPrinter& progress) {
   std::string warning;
   std::optional<fs::path> file = latest_checkpoint(config.output_dir, &warning);
@@ -91,8 +164,13 @@ int64_t resume(const RunConfig& config, nn::Module& model, optim::Optimizer& opt
   if (!file) return 0;
   CheckpointInfo info = read_checkpoint_info(*file);
   check_same_model(config, info.config_yaml, *file);
-  CheckpointData data = load_checkpoint(*file, specs_of(model.named_state()));
-  model.load_named(data.model);
+  models.check_references(info, *file);
+  CheckpointData data = load_checkpoint(*file, specs_of(models.saved()));
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < data.model.size(); ++i) {
+    Tensor target = models.saved()[i].tensor;
+    target.copy_(data.model[i].tensor);
+  }
   optimizer.load_state(data.optim);
   if (recipe.restore_data_state) recipe.restore_data_state(data.counters);
   progress.message(detail::concat("resuming from ", file->string(), " (step ", data.step, ")"));
@@ -113,18 +191,96 @@ void clear_checkpoints(const fs::path& dir, ProgressPrinter& progress) {
                                     " files of an earlier run in ", ckpt.string()));
 }
 
-void save(const RunConfig& config, int64_t step, nn::Module& model, optim::Optimizer& optimizer,
-          const Recipe& recipe, ProgressPrinter& progress) {
+void save(const RunConfig& config, int64_t step, const RunModels& models,
+          optim::Optimizer& optimizer, const Recipe& recipe, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
-  data.model = model.named_state();
+  data.model = models.saved();
   data.optim = optimizer.state();
+  data.references = models.references();
   data.counters["rng.seed"] = config.seed;
   if (recipe.data_state) data.counters.merge(recipe.data_state());
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));
   progress.message("saved " + file.string());
 }
+
+// The shared update policy behind both step forms.
+class Updater final : public StepContext {
+ public:
+  Updater(const RunConfig& config, optim::Optimizer& optimizer, ProgressPrinter& progress)
+      : config_(config),
+        optimizer_(optimizer),
+        progress_(progress),
+        schedule_(schedule_spec(config)),
+        params_(optimizer.parameters()) {}
+
+  void begin(int64_t step) {
+    step_ = step;
+    forwards_ = 0;
+    seed_dropout(config_, step_, forwards_);
+  }
+  int64_t step() const override { return step_; }
+
+  UpdateResult accumulate_and_update(
+      int64_t n, const std::function<MicroBatchLoss(int64_t micro)>& micro) override {
+    AccumulatedLoss acc = accumulate_gradients(params_, n, [&](int64_t m) {
+      seed_dropout(config_, step_, forwards_++);
+      return micro(m);
+    });
+    return update(std::move(acc));
+  }
+
+  UpdateResult backward_and_update(const MicroBatchLoss& loss) override {
+    forwards_++;
+    AccumulatedLoss acc = accumulate_gradients(params_, 1, [&](int64_t) { return loss; });
+    return update(std::move(acc));
+  }
+
+  const UpdateResult& last() const { return last_; }
+
+ private:
+  UpdateResult update(AccumulatedLoss acc) {
+    UpdateResult r{std::move(acc)};
+    const int64_t step = step_ + 1;
+    const double loss = r.accumulated.loss;
+    std::optional<std::string> bad_grad = optim::first_nonfinite_grad(params_);
+    if (!std::isfinite(loss) || bad_grad) {
+      std::string what =
+          std::isfinite(loss)
+              ? detail::concat("non-finite gradient in '", *bad_grad, "' at step ", step)
+              : detail::concat("non-finite loss (", loss, ") at step ", step,
+                               bad_grad ? "; first non-finite gradient in '" + *bad_grad + "'" : "");
+      if (config_.train.nan_policy == "abort") {
+        progress_.finish();
+        std::optional<fs::path> good = latest_checkpoint(config_.output_dir);
+        throw Error(ExitCode::numerical,
+                    what + (good ? " (last good checkpoint: " + good->string() + ")"
+                                 : " (no checkpoint was written yet)"));
+      }
+      progress_.message("forge: warning: " + what + ": update skipped (train.nan_policy: skip)");
+      optimizer_.zero_grad();
+      r.skipped = true;
+    } else {
+      const double clip = config_.train.clip_grad_norm;
+      r.grad_norm = optim::clip_grad_norm(params_, clip > 0 ? clip : INFINITY);
+      r.lr = optim::learning_rate(schedule_, step_);
+      optimizer_.step(r.lr);
+      optimizer_.zero_grad();
+    }
+    seed_dropout(config_, step_, forwards_);
+    last_ = r;
+    return r;
+  }
+
+  const RunConfig& config_;
+  optim::Optimizer& optimizer_;
+  ProgressPrinter& progress_;
+  const optim::ScheduleSpec schedule_;
+  const NamedTensors params_;
+  int64_t step_ = 0, forwards_ = 0;
+  UpdateResult last_{};
+};
 
 std::string describe_metrics(const Metrics& metrics) {
   std::string s;
@@ -172,15 +328,23 @@ Metrics evaluate_model(nn::Module& model, const Recipe& recipe, bool full) {
 
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
                  const Recipe& recipe) {
+  return run_training(config, std::vector<RunModel>{RunModel{"", &model}}, optimizer, recipe);
+}
+
+int run_training(const RunConfig& config, const std::vector<RunModel>& model_list,
+                 optim::Optimizer& optimizer, const Recipe& recipe) {
+  FORGE_CHECK(bool(recipe.micro_batch) != bool(recipe.custom_step),
+              "run_training: a recipe has either micro_batch or custom_step");
   const TrainConfig& tc = config.train;
   const fs::path dir = config.output_dir;
   fs::create_directories(dir);
   ProgressPrinter progress(tc.max_steps, ProgressPrinter::is_terminal(stderr));
   SignalScope signals;
+  const RunModels models(model_list, optimizer);
 
   int64_t start = 0;
   if (tc.resume == "auto")
-    start = resume(config, model, optimizer, recipe, progress);
+    start = resume(config, models, optimizer, recipe, progress);
   else
     clear_checkpoints(dir, progress);
   write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
@@ -196,8 +360,7 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
   // Fault injection for the kill-and-resume test: die by SIGKILL right after this step.
   const char* crash_env = std::getenv("FORGE_TEST_SIGKILL_AFTER_STEP");
   const int64_t crash_at = crash_env ? std::atoll(crash_env) : -1;
-  const optim::ScheduleSpec schedule = schedule_spec(config);
-  const NamedTensors params = optimizer.parameters();
+  Updater updater(config, optimizer, progress);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -206,7 +369,13 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
   int64_t window_tokens = 0, last_save = start;
 
   auto run_eval = [&](int64_t step, bool full) {
-    Metrics val = evaluate_model(model, recipe, full);
+    Metrics val;
+    {
+      NoGradGuard no_grad;
+      models.set_eval();
+      val = recipe.evaluate(full);
+      models.set_training();
+    }
     metrics.write(step, "val", val);
     progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
     // tokens_per_s measures training: the next window starts after the evaluation.
@@ -214,72 +383,55 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
     window_tokens = 0;
   };
 
-  model.train();
+  models.set_training();
   for (int64_t i = start; i < tc.max_steps; ++i) {
-    const int64_t step = i + 1;  // updates completed after this iteration
+    const int64_t step = i + 1;  // steps completed after this iteration
     optim::apply_unfreezing(optimizer.groups(), i);
+    if (recipe.begin_step) recipe.begin_step(i);
+    updater.begin(i);
 
-    const AccumulatedLoss acc = accumulate_gradients(params, tc.grad_accum, [&](int64_t micro) {
-      seed_dropout(config, i, micro);
-      return recipe.micro_batch(i, micro);
-    });
-    const double loss = acc.loss;
-
-    std::optional<std::string> bad_grad = optim::first_nonfinite_grad(params);
-    if (!std::isfinite(loss) || bad_grad) {
-      std::string what =
-          std::isfinite(loss)
-              ? detail::concat("non-finite gradient in '", *bad_grad, "' at step ", step)
-              : detail::concat("non-finite loss (", loss, ") at step ", step,
-                               bad_grad ? "; first non-finite gradient in '" + *bad_grad + "'" : "");
-      if (tc.nan_policy == "abort") {
-        progress.finish();
-        std::optional<fs::path> good = latest_checkpoint(dir);
-        throw Error(ExitCode::numerical,
-                    what + (good ? " (last good checkpoint: " + good->string() + ")"
-                                 : " (no checkpoint was written yet)"));
-      }
-      progress.message("forge: warning: " + what + ": update skipped (train.nan_policy: skip)");
-      optimizer.zero_grad();
-      continue;
+    StepOutcome outcome;
+    if (recipe.custom_step) {
+      outcome = recipe.custom_step(updater);
+    } else {
+      UpdateResult r = updater.accumulate_and_update(
+          tc.grad_accum, [&](int64_t micro) { return recipe.micro_batch(i, micro); });
+      outcome = {r.accumulated.loss, r.accumulated.sums};
     }
-
-    double grad_norm = optim::clip_grad_norm(
-        params, tc.clip_grad_norm > 0 ? tc.clip_grad_norm : INFINITY);
-    double lr = optim::learning_rate(schedule, i);
-    optimizer.step(lr);
-    optimizer.zero_grad();
-    window_tokens += recipe.tokens_per_step;
-
-    double now = elapsed();
-    ProgressStats stats{step, loss, lr, double(window_tokens) / std::max(now - window_start, 1e-9),
-                        now};
-    progress.step(stats);
-    if (step % tc.log_every == 0 || step == tc.max_steps) {
-      Metrics line = {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                      {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
-                      {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
-      if (recipe.train_metrics) {
-        Metrics extra = recipe.train_metrics(acc.sums);
-        line.insert(line.end(), extra.begin(), extra.end());
+    const UpdateResult& last = updater.last();
+    if (!last.skipped) {
+      window_tokens += recipe.tokens_per_step;
+      double now = elapsed();
+      ProgressStats stats{step, outcome.loss, last.lr,
+                          double(window_tokens) / std::max(now - window_start, 1e-9), now};
+      progress.step(stats);
+      if (step % tc.log_every == 0 || step == tc.max_steps) {
+        Metrics line = {{"loss", outcome.loss}, {"lr", last.lr}, {"grad_norm", last.grad_norm},
+                        {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
+                        {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
+        if (recipe.train_metrics) {
+          Metrics extra = recipe.train_metrics(outcome.sums);
+          line.insert(line.end(), extra.begin(), extra.end());
+        }
+        metrics.write(step, "train", line);
+        progress.log(stats);
+        window_start = now;
+        window_tokens = 0;
       }
-      metrics.write(step, "train", line);
-      progress.log(stats);
-      window_start = now;
-      window_tokens = 0;
+      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
+        run_eval(step, false);
+      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0)
+        progress.message(recipe.sample());
     }
-    if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps) run_eval(step, false);
-    if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0)
-      progress.message(recipe.sample());
     if (g_stop_signal) {
-      save(config, step, model, optimizer, recipe, progress);
+      save(config, step, models, optimizer, recipe, progress);
       progress.finish();
       std::fprintf(stderr, "forge: stopped by %s at step %lld; resume with the same command\n",
                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);
       return g_stop_signal == SIGINT ? 130 : 143;
     }
     if (tc.save_every > 0 && step % tc.save_every == 0) {
-      save(config, step, model, optimizer, recipe, progress);
+      save(config, step, models, optimizer, recipe, progress);
       last_save = step;
     }
     if (step == crash_at) std::raise(SIGKILL);
@@ -287,7 +439,7 @@ int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& o
 
   const int64_t final_step = tc.max_steps;
   run_eval(final_step, /*full=*/true);  // the whole validation split, always
-  if (last_save != final_step) save(config, final_step, model, optimizer, recipe, progress);
+  if (last_save != final_step) save(config, final_step, models, optimizer, recipe, progress);
   progress.finish();
   write_report(dir);
   if (recipe.sample) std::printf("%s\n", recipe.sample().c_str());

@@ -1,13 +1,17 @@
-// The training runtime every recipe shares: gradient accumulation normalised by the true number of
-// targets, the NaN policy, clipping, the optimizer step and schedule, logging, evaluation,
+// The training runtime every recipe shares: the models of a run (trained ones, checkpointed, and
+// frozen ones, referenced by path and digest), gradient accumulation normalised by the true number
+// of targets, the NaN policy, clipping, the optimizer step and schedule, logging, evaluation,
 // checkpointing, exact resume and signal handling. A recipe supplies only what is specific to its
-// objective: how one micro-batch turns into a summed loss, and how to evaluate.
+// objective: how one micro-batch turns into a summed loss (or, for recipes that update several
+// times per step, the whole step), and how to evaluate. docs/architecture.md describes the design.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "nn/module.h"
 #include "optim/optimizer.h"
@@ -30,10 +34,67 @@ struct MicroBatchLoss {
 /// counters; keys are the recipe's own, e.g. "data.epoch".
 using DataState = std::map<std::string, int64_t>;
 
+/// One model of a run. Trained models are written into the run's checkpoints: all their state, or
+/// with `adapters_only` just the parameters the optimizer trains (LoRA), the rest coming from
+/// `source`. Frozen models (a teacher, a reference policy, a reward model) stay in eval mode, get no
+/// gradients and are never written: checkpoints reference them by path and file digest, and resume
+/// refuses a source whose digest changed.
+struct RunModel {
+  /// "" for the run's main model (checkpoint names unprefixed); others are saved as "<name>.<param>".
+  std::string name;
+  nn::Module* module = nullptr;
+  bool trainable = true;
+  bool adapters_only = false;
+  /// The checkpoint the weights were loaded from: required for frozen and adapters_only models.
+  std::filesystem::path source = {};
+};
+
+/// The mean loss of the micro-batches behind one update, and the sums their MicroBatchLoss carried.
+struct AccumulatedLoss {
+  double loss;
+  int64_t num_targets;
+  std::map<std::string, double> sums;  ///< MicroBatchLoss::sums added up
+};
+
+/// What one optimizer update did.
+struct UpdateResult {
+  AccumulatedLoss accumulated;
+  double grad_norm = 0;  ///< before clipping
+  double lr = 0;
+  bool skipped = false;  ///< non-finite loss or gradient under train.nan_policy: skip
+};
+
+/// Handed to a custom step: backpropagation and optimizer updates with the shared policies (exact
+/// token normalisation, NaN policy, clipping, the schedule's lr). Dropout is seeded per forward:
+/// before the step and again after every update, from (seed, step, index of the forward), so a
+/// custom step is as reproducible and resumable as the standard one.
+class StepContext {
+ public:
+  virtual ~StepContext() = default;
+  virtual int64_t step() const = 0;  ///< 0-based index of the step being run
+  /// Runs micro(0) .. micro(n - 1), backpropagating each, then one update on the total.
+  virtual UpdateResult accumulate_and_update(
+      int64_t n, const std::function<MicroBatchLoss(int64_t micro)>& micro) = 0;
+  /// Backward of one already computed micro-batch loss, then one update.
+  virtual UpdateResult backward_and_update(const MicroBatchLoss& loss) = 0;
+};
+
+/// What a custom step reports for its train line: the loss shown and logged, and the sums handed
+/// to Recipe::train_metrics. grad_norm and lr come from its last update.
+struct StepOutcome {
+  double loss = 0;
+  std::map<std::string, double> sums = {};
+};
+
 struct Recipe {
-  /// Forward of micro-batch `micro` of training step `step` (model in train mode, grad on).
+  /// Forward of micro-batch `micro` of training step `step` (trained models in train mode, grad
+  /// on). The standard step: train.grad_accum of these, then one update.
   std::function<MicroBatchLoss(int64_t step, int64_t micro)> micro_batch;
-  /// Evaluation on the validation split (model in eval mode, no grad); `full` covers the whole
+  /// Instead of micro_batch: the whole step, which may update several times (PPO's epochs).
+  std::function<StepOutcome(StepContext& context)> custom_step;
+  /// Optional: called before each step (after gradual unfreezing is applied).
+  std::function<void(int64_t step)> begin_step;
+  /// Evaluation on the validation split (models in eval mode, no grad); `full` covers the whole
   /// split (the final evaluation), otherwise train.eval_batches batches. Must contain "loss".
   std::function<Metrics(bool full)> evaluate;
   /// Optional text shown at the end of the run (a sample from the model).
@@ -51,18 +112,17 @@ struct Recipe {
 /// Runs `micro(0) .. micro(n - 1)`, backpropagating each summed loss, then divides every gradient
 /// of `params` by the total number of targets: k micro-batches of 1 give the gradients of one
 /// batch of k, whatever their lengths. Returns the mean loss over all targets and their count.
-struct AccumulatedLoss {
-  double loss;
-  int64_t num_targets;
-  std::map<std::string, double> sums;  ///< MicroBatchLoss::sums added up
-};
 AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro);
 
-/// Runs `config.train.max_steps` steps of `recipe` on `model` with `optimizer`, resuming from the
-/// run directory's latest checkpoint unless train.resume is "never". Returns the process exit code:
-/// 0, or 130 / 143 after writing a checkpoint when stopped by SIGINT / SIGTERM. Throws
-/// Error(numerical) for a non-finite loss or gradient under nan_policy "abort".
+/// Runs `config.train.max_steps` steps of `recipe` over `models` with `optimizer` (which holds the
+/// trained parameters), resuming from the run directory's latest checkpoint unless train.resume is
+/// "never". Returns the process exit code: 0, or 130 / 143 after writing a checkpoint when stopped
+/// by SIGINT / SIGTERM. Throws Error(numerical) for a non-finite loss or gradient under nan_policy
+/// "abort", Error(checkpoint) when a referenced model changed since the checkpoint.
+int run_training(const RunConfig& config, const std::vector<RunModel>& models,
+                 optim::Optimizer& optimizer, const Recipe& recipe);
+/// The common case: one trained model, saved whole.
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
                  const Recipe& recipe);
 

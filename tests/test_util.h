@@ -147,6 +147,20 @@ inline ExitCode exit_code_of(const std::function<void()>& f) {
   return ExitCode::ok;
 }
 
+/// Expects `f` to throw a one-line forge::Error with `code` whose message contains `part`.
+inline void expect_error(ExitCode code, const std::string& part, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.code(), code) << what;
+    EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    return;
+  }
+  ADD_FAILURE() << "no error thrown (expected one containing '" << part << "')";
+}
+
 /// Each element of `got` within rtol of `want`, relative to max(|want[i]|, largest |want|): the
 /// rule every PyTorch golden comparison uses.
 inline void expect_near_golden(const std::vector<double>& got, const std::vector<double>& want,
