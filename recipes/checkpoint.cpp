@@ -572,13 +572,41 @@ fs::path checkpoint_path(const fs::path& run_dir, int64_t step) {
   return run_dir / "checkpoints" / name;
 }
 
-fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, int keep_last) {
-  quiet_hdf5();
+namespace {
+
+void check_checkpoint_data(const CheckpointData& data) {
   FORGE_CHECK(data.step >= 0, "save_checkpoint: negative step ", data.step);
   check_names(data.model, "model");
   check_names(data.optim, "optim");
   for (const auto& [key, value] : data.counters)
     FORGE_CHECK(!key.empty(), "save_checkpoint: empty counter name");
+}
+
+// Temp file, fsync, rename, fsync of the directory: `file` is the old one or the new one.
+void write_checkpoint_durably(const fs::path& file, const CheckpointData& data) {
+  fs::path tmp = temp_path_for(file);
+  std::error_code ec;
+  try {
+    write_checkpoint_file(tmp, data);  // closes the file before returning
+    fsync_path(tmp, false, ExitCode::checkpoint);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  rename_durably(tmp, file, ExitCode::checkpoint);
+}
+
+}  // namespace
+
+void save_checkpoint_file(const fs::path& file, const CheckpointData& data) {
+  quiet_hdf5();
+  check_checkpoint_data(data);
+  write_checkpoint_durably(file, data);
+}
+
+fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, int keep_last) {
+  quiet_hdf5();
+  check_checkpoint_data(data);
 
   fs::path dir = run_dir / "checkpoints";
   std::error_code ec;
@@ -589,15 +617,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
     if (e.path().extension() == ".tmp") fs::remove(e.path(), ec);
 
   fs::path file = checkpoint_path(run_dir, data.step);
-  fs::path tmp = temp_path_for(file);
-  try {
-    write_checkpoint_file(tmp, data);  // closes the file before returning
-    fsync_path(tmp, false, ExitCode::checkpoint);
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  rename_durably(tmp, file, ExitCode::checkpoint);
+  write_checkpoint_durably(file, data);
   write_file_atomic(dir / "LATEST", file.filename().string() + "\n");
 
   if (keep_last > 0) {

@@ -88,6 +88,9 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int6
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir,
                                       const CheckpointData& data, int keep_last);
 
+/// Writes one checkpoint file at `file` (e.g. `forge export`), atomically and durably as above.
+void save_checkpoint_file(const std::filesystem::path& file, const CheckpointData& data);
+
 /// The newest complete, intact checkpoint of a run: the one LATEST names, or when LATEST is
 /// missing or names a missing/corrupt file, the newest step file that verifies. Temp files of an
 /// interrupted save are ignored. nullopt when the run has none. When a fallback was needed and

@@ -383,6 +383,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
     window_tokens = 0;
   };
 
+  if (start == 0 && recipe.eval_at_start) run_eval(0, /*full=*/true);
   models.set_training();
   for (int64_t i = start; i < tc.max_steps; ++i) {
     const int64_t step = i + 1;  // steps completed after this iteration

@@ -107,6 +107,9 @@ struct Recipe {
   std::function<void(const DataState&)> restore_data_state;
   /// Tokens consumed per optimizer step (for tokens_per_s).
   int64_t tokens_per_step = 0;
+  /// Evaluate the initial model before a fresh run's first step, logged as step 0 (for a
+  /// fine-tune: the base model's numbers on the same split).
+  bool eval_at_start = false;
 };
 
 /// Runs `micro(0) .. micro(n - 1)`, backpropagating each summed loss, then divides every gradient

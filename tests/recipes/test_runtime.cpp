@@ -157,6 +157,7 @@ int train_custom(const fs::path& dir, CustomRun& run) {
     }
     return StepOutcome{total / 2, {{"updates", 2.0}}};
   };
+  recipe.eval_at_start = true;
   recipe.evaluate = [](bool) { return Metrics{{"loss", 0.0}}; };
   recipe.train_metrics = [](const std::map<std::string, double>& sums) {
     return Metrics{{"updates", sums.at("updates")}};
@@ -185,6 +186,13 @@ TEST(Runtime, ACustomStepWithSeveralUpdatesResumesExactly) {
   };
   EXPECT_EQ(lines(split_dir), lines(whole_dir));
   EXPECT_EQ(lines(whole_dir).size(), 4u);
+  // The initial model is evaluated once, at step 0, also when the run was resumed.
+  for (const testing::TempDir* dir : {&whole_dir, &split_dir}) {
+    std::vector<int64_t> val_steps;
+    for (const auto& r : read_metrics(dir->path() / "metrics.jsonl"))
+      if (r.split == "val") val_steps.push_back(r.step);
+    EXPECT_EQ(val_steps, (std::vector<int64_t>{0, 4}));
+  }
   // Two AdamW updates per step: the optimizer's step count is 8 after 4 steps.
   CheckpointData data = load_checkpoint(checkpoint_path(whole_dir.path(), 4),
                                         specs_of(nn::Linear(2, 1).named_state()));
