@@ -97,8 +97,7 @@ std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
 }
 
 std::vector<int32_t> end_of_text_ids(const Tokenizer& tokenizer, const std::string& text) {
-  if (const auto id = tokenizer.special_id(text)) return {*id};
-  return tokenizer.encode(text);
+  return tokenizer.encode(text);  // encode() turns a whole special token into its id
 }
 
 SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& tokenizer,

@@ -50,6 +50,7 @@ SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& 
 
 /// The end-of-text ids for `text`: the special token's id when the tokenizer has `text` as a
 /// special (e.g. "<|endoftext|>" for gpt2), otherwise the text's encoding (e.g. "\n" for bytes).
+/// Both are what encode() gives, which maps special tokens in a text to their ids.
 std::vector<int32_t> end_of_text_ids(const Tokenizer& tokenizer, const std::string& text);
 
 /// 64-bit FNV-1a over the row count, every row's length and ids, and every prompt_len.
