@@ -1,5 +1,6 @@
 // Slice-by-8 CRC-32 (reflected polynomial 0xEDB88320): about a byte per cycle, so verifying a
-// checkpoint or a token dataset costs about as much as reading it from the page cache.
+// checkpoint or a token dataset costs about as much as reading it from the page cache. FNV-1a is
+// the plain byte loop: fingerprints hash a dataset once per run.
 #include "core/checksum.h"
 
 #include <array>
@@ -41,6 +42,12 @@ uint32_t crc32(const void* data, size_t nbytes, uint32_t crc) {
   }
   for (; nbytes > 0; ++p, --nbytes) crc = t[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
   return ~crc;
+}
+
+uint64_t fnv1a64(const void* data, size_t nbytes, uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < nbytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  return hash;
 }
 
 }  // namespace forge

@@ -4,11 +4,14 @@
 #include "data/records.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 #include <sstream>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/batch.h"
@@ -132,12 +135,11 @@ RecordDataset tokenize_records(const std::vector<TextRecord>& records, const Tok
   return out;
 }
 
-RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_fraction,
-                                      uint64_t seed) {
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_by_fraction(
+    int64_t n, double val_fraction, uint64_t seed, std::string_view purpose) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw Error(ExitCode::usage,
                 detail::concat("val_fraction must be in [0, 1), got ", val_fraction));
-  const int64_t n = dataset.size();
   int64_t n_val = std::llround(static_cast<double>(n) * val_fraction);
   if (val_fraction > 0.0) {
     if (n < 2)
@@ -145,20 +147,55 @@ RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_f
                                                  " of ", n, " records: need at least 2"));
     n_val = std::clamp<int64_t>(n_val, 1, n - 1);
   }
-  const std::vector<int64_t> perm = philox_permutation(n, seed, rng_stream("record_split"));
+  const std::vector<int64_t> perm = philox_permutation(n, seed, rng_stream(purpose));
   std::vector<int64_t> val(perm.begin(), perm.begin() + n_val);
   std::vector<int64_t> train(perm.begin() + n_val, perm.end());
   std::sort(val.begin(), val.end());
   std::sort(train.begin(), train.end());
+  return {std::move(train), std::move(val)};
+}
+
+RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_fraction,
+                                      uint64_t seed) {
+  const auto [train, val] = split_rows_by_fraction(dataset.size(), val_fraction, seed,
+                                                   "record_split");
   return {select_rows(dataset, train), select_rows(dataset, val)};
 }
 
+uint64_t fingerprint(const RecordDataset& dataset) {
+  const auto rows = static_cast<uint64_t>(dataset.size());
+  uint64_t h = fnv1a64(&rows, sizeof rows);
+  for (const auto& row : dataset.tokens) {
+    const uint64_t len = row.size();
+    h = fnv1a64(&len, sizeof len, h);
+    h = fnv1a64(row.data(), row.size() * sizeof(int32_t), h);
+  }
+  h = fnv1a64(dataset.labels.data(), dataset.labels.size() * sizeof(int32_t), h);
+  for (const std::string& name : dataset.label_names) h = fnv1a64(name.c_str(), name.size() + 1, h);
+  return h;
+}
+
+namespace {
+
+std::string fingerprint_mismatch(uint64_t saved, uint64_t now) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "the training data changed since this checkpoint (fingerprint %016llx vs %016llx)",
+                static_cast<unsigned long long>(saved), static_cast<unsigned long long>(now));
+  return std::string(buf) + ": use a new output_dir or train.resume: never";
+}
+
+}  // namespace
+
 std::map<std::string, int64_t> LoaderCursor::to_counters(const std::string& prefix) const {
-  return {{prefix + "epoch", epoch}, {prefix + "position", position}};
+  return {{prefix + "epoch", epoch},
+          {prefix + "position", position},
+          {prefix + "fingerprint", std::bit_cast<int64_t>(fingerprint)}};
 }
 
 LoaderCursor LoaderCursor::from_counters(const std::map<std::string, int64_t>& counters,
-                                         const std::string& prefix) {
+                                         const std::string& prefix,
+                                         uint64_t expected_fingerprint) {
   auto get = [&](const std::string& key) {
     const auto it = counters.find(prefix + key);
     if (it == counters.end())
@@ -166,56 +203,102 @@ LoaderCursor LoaderCursor::from_counters(const std::map<std::string, int64_t>& c
                   detail::concat("checkpoint has no data cursor counter '", prefix + key, "'"));
     return it->second;
   };
-  return {get("epoch"), get("position")};
+  const auto saved = std::bit_cast<uint64_t>(get("fingerprint"));
+  if (saved != expected_fingerprint)
+    throw Error(ExitCode::checkpoint, fingerprint_mismatch(saved, expected_fingerprint));
+  return {get("epoch"), get("position"), saved};
 }
 
-RecordLoader::RecordLoader(std::shared_ptr<const RecordDataset> dataset, int64_t batch_size,
-                           uint64_t seed, RecordLoaderOptions options)
-    : dataset_(std::move(dataset)), batch_size_(batch_size), seed_(seed), options_(options) {
-  if (!dataset_ || dataset_->size() == 0)
-    throw Error(ExitCode::data, "record loader: the dataset has no records");
+EpochSampler::EpochSampler(std::string name, int64_t num_rows, int64_t batch_size, uint64_t seed,
+                           bool shuffle, bool drop_last, uint64_t fingerprint)
+    : name_(std::move(name)),
+      num_rows_(num_rows),
+      batch_size_(batch_size),
+      seed_(seed),
+      shuffle_(shuffle),
+      drop_last_(drop_last) {
+  if (num_rows_ <= 0)
+    throw Error(ExitCode::data, name_ + " loader: the dataset has no records");
   if (batch_size_ < 1)
-    throw Error(ExitCode::usage,
-                detail::concat("record loader: batch_size must be at least 1, got ", batch_size_));
-  if (options_.drop_last && dataset_->size() < batch_size_)
-    throw Error(ExitCode::data, detail::concat("record loader: ", dataset_->size(),
+    throw Error(ExitCode::usage, detail::concat(name_, " loader: batch_size must be at least 1, got ",
+                                                batch_size_));
+  if (drop_last_ && num_rows_ < batch_size_)
+    throw Error(ExitCode::data, detail::concat(name_, " loader: ", num_rows_,
                                                " records cannot fill one batch of ", batch_size_,
                                                " with drop_last"));
+  cursor_.fingerprint = fingerprint;
   enter_epoch(0);
 }
 
-bool RecordLoader::batch_fits(int64_t position) const {
-  const int64_t left = dataset_->size() - position;
-  return position >= 0 && left >= (options_.drop_last ? batch_size_ : 1);
+bool EpochSampler::batch_fits(int64_t position) const {
+  const int64_t left = num_rows_ - position;
+  return position >= 0 && left >= (drop_last_ ? batch_size_ : 1);
 }
 
-void RecordLoader::enter_epoch(int64_t epoch) {
+void EpochSampler::enter_epoch(int64_t epoch) {
   order_ = epoch_order(epoch);
-  cursor_ = {epoch, 0};
+  cursor_.epoch = epoch;
+  cursor_.position = 0;
 }
 
-std::vector<int64_t> RecordLoader::epoch_order(int64_t epoch) const {
-  FORGE_CHECK(epoch >= 0, "record loader: epoch must be non-negative, got ", epoch);
-  if (!options_.shuffle) {
-    std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
+std::vector<int64_t> EpochSampler::epoch_order(int64_t epoch) const {
+  FORGE_CHECK(epoch >= 0, name_, " loader: epoch must be non-negative, got ", epoch);
+  if (!shuffle_) {
+    std::vector<int64_t> order(static_cast<size_t>(num_rows_));
     std::iota(order.begin(), order.end(), int64_t{0});
     return order;
   }
-  return philox_permutation(dataset_->size(), seed_,
-                            rng_stream("record_shuffle", static_cast<uint64_t>(epoch)));
+  return philox_permutation(num_rows_, seed_,
+                            rng_stream(name_ + "_shuffle", static_cast<uint64_t>(epoch)));
 }
 
-int64_t RecordLoader::batches_per_epoch() const {
-  const int64_t n = dataset_->size();
-  return options_.drop_last ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+int64_t EpochSampler::batches_per_epoch() const {
+  return drop_last_ ? num_rows_ / batch_size_ : (num_rows_ + batch_size_ - 1) / batch_size_;
 }
+
+std::vector<int64_t> EpochSampler::next() {
+  const int64_t count = std::min(batch_size_, num_rows_ - cursor_.position);
+  std::vector<int64_t> rows(order_.begin() + cursor_.position,
+                            order_.begin() + cursor_.position + count);
+  cursor_.position += count;
+  if (!batch_fits(cursor_.position)) enter_epoch(cursor_.epoch + 1);
+  return rows;
+}
+
+void EpochSampler::restore(const LoaderCursor& cursor) {
+  if (cursor.fingerprint != cursor_.fingerprint)
+    throw Error(ExitCode::checkpoint, fingerprint_mismatch(cursor.fingerprint, cursor_.fingerprint));
+  if (cursor.epoch < 0 || !batch_fits(cursor.position))
+    throw Error(ExitCode::checkpoint,
+                detail::concat(name_, " loader: cursor (epoch ", cursor.epoch, ", position ",
+                               cursor.position, ") does not start a batch of ", batch_size_,
+                               " in a dataset of ", num_rows_, " records",
+                               drop_last_ ? " (drop_last)" : ""));
+  order_ = epoch_order(cursor.epoch);
+  cursor_ = cursor;
+}
+
+namespace {
+
+std::shared_ptr<const RecordDataset> non_null(std::shared_ptr<const RecordDataset> dataset) {
+  if (!dataset) throw Error(ExitCode::data, "record loader: the dataset has no records");
+  return dataset;
+}
+
+}  // namespace
+
+RecordLoader::RecordLoader(std::shared_ptr<const RecordDataset> dataset, int64_t batch_size,
+                           uint64_t seed, RecordLoaderOptions options)
+    : dataset_(non_null(std::move(dataset))),
+      options_(options),
+      sampler_("record", dataset_->size(), batch_size, seed, options.shuffle, options.drop_last,
+               fingerprint(*dataset_)) {}
 
 RecordBatch RecordLoader::next() {
-  // [B, L] with B = batch_size_ (or the rows left in the epoch), L = the longest of those rows.
-  const int64_t count = std::min(batch_size_, dataset_->size() - cursor_.position);
+  // [B, L] with B = batch_size (or the rows left in the epoch), L = the longest of those rows.
   RecordBatch batch;
-  batch.indices.assign(order_.begin() + cursor_.position,
-                       order_.begin() + cursor_.position + count);
+  batch.indices = sampler_.next();
+  const auto count = static_cast<int64_t>(batch.indices.size());
   std::vector<std::vector<int32_t>> rows;
   rows.reserve(static_cast<size_t>(count));
   batch.labels = empty({count}, DType::i64);
@@ -228,21 +311,7 @@ RecordBatch RecordLoader::next() {
   const int64_t width = longest_row(rows);
   batch.ids = pad_rows(rows, width, options_.pad_id);
   batch.mask = padding_mask(rows, width);
-
-  cursor_.position += count;
-  if (!batch_fits(cursor_.position)) enter_epoch(cursor_.epoch + 1);
   return batch;
-}
-
-void RecordLoader::restore(const LoaderCursor& cursor) {
-  if (cursor.epoch < 0 || !batch_fits(cursor.position))
-    throw Error(ExitCode::checkpoint,
-                detail::concat("record loader: cursor (epoch ", cursor.epoch, ", position ",
-                               cursor.position, ") does not start a batch of ", batch_size_,
-                               " in a dataset of ", dataset_->size(), " records",
-                               options_.drop_last ? " (drop_last)" : ""));
-  order_ = epoch_order(cursor.epoch);
-  cursor_ = cursor;
 }
 
 }  // namespace forge

@@ -1,7 +1,8 @@
 // Labelled record datasets for fine-tuning recipes (classification and the like): text records
 // whose label is the name of the file they come from, tokenized with optional [CLS]/[SEP] framing,
 // split by a seeded permutation, and served by a loader whose epoch order is a pure function of
-// (seed, epoch), so that a checkpointed two-integer cursor resumes the exact batch stream.
+// (seed, epoch), so that a checkpointed cursor (two integers and the dataset's fingerprint) resumes
+// the exact batch stream, and refuses to resume over changed data.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -62,17 +65,69 @@ struct RecordSplit {
 RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_fraction,
                                       uint64_t seed);
 
-/// Where a RecordLoader is: the next batch starts at row `position` of epoch `epoch`'s order.
+/// The row split behind split_records_by_fraction (and the SFT split) for `n` rows, with the
+/// permutation drawn from (seed, rng_stream(purpose)): {train rows, val rows}, each ascending.
+/// Same rules and errors.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_by_fraction(
+    int64_t n, double val_fraction, uint64_t seed, std::string_view purpose);
+
+/// Where a loader is: the next batch starts at row `position` of epoch `epoch`'s order, over the
+/// dataset whose fingerprint() is `fingerprint`.
 struct LoaderCursor {
   int64_t epoch = 0;
   int64_t position = 0;
+  uint64_t fingerprint = 0;
   bool operator==(const LoaderCursor&) const = default;
 
-  /// {prefix + "epoch", prefix + "position"}, for a checkpoint's integer counters.
+  /// {prefix + "epoch", prefix + "position", prefix + "fingerprint"} (the fingerprint's bits as an
+  /// int64), for a checkpoint's integer counters.
   std::map<std::string, int64_t> to_counters(const std::string& prefix) const;
-  /// The inverse of to_counters; throws Error(checkpoint) naming a missing key.
+  /// The inverse of to_counters. Throws Error(checkpoint) naming a missing key, or saying that the
+  /// training data changed when the saved fingerprint is not `expected_fingerprint` (the
+  /// fingerprint of the dataset the run now loads).
   static LoaderCursor from_counters(const std::map<std::string, int64_t>& counters,
-                                    const std::string& prefix);
+                                    const std::string& prefix, uint64_t expected_fingerprint);
+};
+
+/// 64-bit FNV-1a over the row count, every row's length and ids, the labels and the label names:
+/// any change to the tokenized data changes it (with probability 1 - 2^-64).
+uint64_t fingerprint(const RecordDataset& dataset);
+
+/// The row-choosing half of a loader, shared by RecordLoader and SFTLoader: each epoch's order (a
+/// Fisher-Yates shuffle drawn from Philox under (seed, rng_stream(name + "_shuffle", epoch)), or
+/// 0..n-1 without shuffle), served in consecutive batches of batch_size; an epoch's last batch is
+/// short (drop_last = false) or skipped (drop_last = true), then the next epoch starts. The cursor
+/// always names the next batch.
+class EpochSampler {
+ public:
+  /// `name` ("record", "sft") names the shuffle stream and the loader in messages. Throws
+  /// Error(data) for no rows (or fewer than batch_size with drop_last), Error(usage) for
+  /// batch_size < 1.
+  EpochSampler(std::string name, int64_t num_rows, int64_t batch_size, uint64_t seed,
+               bool shuffle, bool drop_last, uint64_t fingerprint);
+
+  /// The dataset rows of the batch at the cursor; moves the cursor past them.
+  std::vector<int64_t> next();
+  const LoaderCursor& cursor() const { return cursor_; }
+  /// Continues from `cursor` as if next() had been called up to it. Throws Error(checkpoint) for
+  /// another dataset's fingerprint, a negative epoch or a position where no batch can start.
+  void restore(const LoaderCursor& cursor);
+
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  int64_t batches_per_epoch() const;
+  int64_t batch_size() const { return batch_size_; }
+  int64_t num_rows() const { return num_rows_; }
+
+ private:
+  bool batch_fits(int64_t position) const;
+  void enter_epoch(int64_t epoch);
+
+  std::string name_;
+  int64_t num_rows_, batch_size_;
+  uint64_t seed_;
+  bool shuffle_, drop_last_;
+  LoaderCursor cursor_;
+  std::vector<int64_t> order_;  // epoch_order(cursor_.epoch)
 };
 
 /// ids and mask i64 [B, L] (L: the batch's longest row; mask 1 on real tokens, 0 on padding),
@@ -88,9 +143,7 @@ struct RecordLoaderOptions {
   int32_t pad_id = 0;      ///< id written into padding (masked out anyway)
 };
 
-/// Batches of a RecordDataset, epoch after epoch. An epoch serves its order in consecutive batches
-/// of batch_size; its last batch is short (drop_last = false) or skipped (drop_last = true), and
-/// the next batch is the first of the next epoch. The cursor always names the next batch to serve.
+/// Batches of a RecordDataset, epoch after epoch, in the order of an EpochSampler named "record".
 class RecordLoader {
  public:
   /// Throws Error(data) for an empty dataset (or one smaller than batch_size with drop_last),
@@ -100,28 +153,23 @@ class RecordLoader {
 
   /// The batch at the cursor; moves the cursor past it.
   RecordBatch next();
-  const LoaderCursor& cursor() const { return cursor_; }
+  const LoaderCursor& cursor() const { return sampler_.cursor(); }
   /// Continues from `cursor` as if next() had been called up to it. Throws Error(checkpoint) for a
-  /// negative epoch or a position where no batch of this dataset can start.
-  void restore(const LoaderCursor& cursor);
+  /// cursor of another dataset, a negative epoch or a position where no batch of this dataset can
+  /// start.
+  void restore(const LoaderCursor& cursor) { sampler_.restore(cursor); }
 
   /// Row order of `epoch`: a Fisher-Yates shuffle drawn from Philox under (seed,
   /// rng_stream("record_shuffle", epoch)), or 0..n-1 without shuffle.
-  std::vector<int64_t> epoch_order(int64_t epoch) const;
-  int64_t batches_per_epoch() const;
-  int64_t batch_size() const { return batch_size_; }
+  std::vector<int64_t> epoch_order(int64_t epoch) const { return sampler_.epoch_order(epoch); }
+  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  int64_t batch_size() const { return sampler_.batch_size(); }
   const RecordDataset& dataset() const { return *dataset_; }
 
  private:
-  bool batch_fits(int64_t position) const;
-  void enter_epoch(int64_t epoch);
-
   std::shared_ptr<const RecordDataset> dataset_;
-  int64_t batch_size_;
-  uint64_t seed_;
   RecordLoaderOptions options_;
-  LoaderCursor cursor_;
-  std::vector<int64_t> order_;  // epoch_order(cursor_.epoch)
+  EpochSampler sampler_;
 };
 
 }  // namespace forge

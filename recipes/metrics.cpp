@@ -1,6 +1,6 @@
-// metrics.jsonl writer and reader, and the progress line. The reader handles exactly the flat
-// schema the writer produces (an object of numbers, strings and nulls), which keeps it a page long
-// instead of pulling in a JSON library.
+// metrics.jsonl writer and reader, and the progress line. JSON strings are escaped and lines parsed
+// by nlohmann-json (ordered_json, so a line's keys keep file order); numbers are still laid out
+// here, because the line format (Python's repr digits, ", " and ": " separators) is the contract.
 #include "recipes/metrics.h"
 
 #include <unistd.h>
@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
@@ -49,26 +51,9 @@ const std::string& MetricValue::as_string() const {
 
 namespace {
 
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
-          out += buf;
-        } else {
-          out += c;  // UTF-8 passes through unchanged
-        }
-    }
-  }
-  out += '"';
+// `s` as a JSON string. Bytes that are not UTF-8 become U+FFFD, so a log line is always valid JSON.
+std::string json_string(std::string_view s) {
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 bool is_snake_case(std::string_view key) {
@@ -96,19 +81,14 @@ std::string MetricValue::json() const {
       return std::string(buf, res.ptr);
     }
     case Kind::integer: return std::to_string(integer_);
-    case Kind::string: {
-      std::string out;
-      append_json_string(out, string_);
-      return out;
-    }
+    case Kind::string: return json_string(string_);
     case Kind::null: break;
   }
   return "null";
 }
 
 std::string format_metrics_line(int64_t step, std::string_view split, const Metrics& metrics) {
-  std::string out = "{\"step\": " + std::to_string(step) + ", \"split\": ";
-  append_json_string(out, split);
+  std::string out = "{\"step\": " + std::to_string(step) + ", \"split\": " + json_string(split);
   std::set<std::string_view> seen;
   for (const Metric& m : metrics) {
     FORGE_CHECK(is_snake_case(m.key), "metrics: key '", m.key, "' is not snake_case");
@@ -146,162 +126,28 @@ void MetricsWriter::write(int64_t step, std::string_view split, const Metrics& m
 
 namespace {
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
+// A JSON value of a flat line as a MetricValue: true/false read as 1/0, integers beyond int64 as
+// numbers; nullopt for arrays and objects (not flat) and non-finite numbers (1e999).
+std::optional<MetricValue> metric_value(const nlohmann::ordered_json& v) {
+  using Type = nlohmann::ordered_json::value_t;
+  switch (v.type()) {
+    case Type::null: return MetricValue();
+    case Type::boolean: return MetricValue(int64_t{v.get<bool>()});
+    case Type::number_integer: return MetricValue(v.get<int64_t>());
+    case Type::number_unsigned: {
+      const auto u = v.get<uint64_t>();
+      if (u <= uint64_t(std::numeric_limits<int64_t>::max())) return MetricValue(int64_t(u));
+      return MetricValue(double(u));
+    }
+    case Type::number_float: {
+      const auto d = v.get<double>();
+      if (!std::isfinite(d)) return std::nullopt;
+      return MetricValue(d);
+    }
+    case Type::string: return MetricValue(v.get<std::string>());
+    default: return std::nullopt;
   }
 }
-
-/// A recursive-descent parser for one flat JSON object; every method returns false on bad input.
-class FlatJsonParser {
- public:
-  explicit FlatJsonParser(std::string_view s) : s_(s) {}
-
-  bool parse_object(Metrics& out) {
-    skip_ws();
-    if (!eat('{')) return false;
-    skip_ws();
-    if (eat('}')) return at_end();
-    while (true) {
-      Metric m;
-      skip_ws();
-      if (!parse_string(m.key)) return false;
-      skip_ws();
-      if (!eat(':')) return false;
-      skip_ws();
-      if (!parse_value(m.value)) return false;
-      out.push_back(std::move(m));
-      skip_ws();
-      if (eat('}')) return at_end();
-      if (!eat(',')) return false;
-    }
-  }
-
- private:
-  bool at_end() {
-    skip_ws();
-    return i_ == s_.size();
-  }
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n'))
-      ++i_;
-  }
-  bool eat(char c) {
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  bool eat_word(std::string_view w) {
-    if (s_.substr(i_, w.size()) != w) return false;
-    i_ += w.size();
-    return true;
-  }
-  bool parse_hex4(uint32_t& v) {
-    if (i_ + 4 > s_.size()) return false;
-    auto res = std::from_chars(s_.data() + i_, s_.data() + i_ + 4, v, 16);
-    if (res.ptr != s_.data() + i_ + 4) return false;
-    i_ += 4;
-    return true;
-  }
-  bool parse_string(std::string& out) {
-    if (!eat('"')) return false;
-    while (i_ < s_.size()) {
-      char c = s_[i_++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) return false;
-      char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!parse_hex4(cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair encodes one code point
-            uint32_t lo = 0;
-            if (!eat('\\') || !eat('u') || !parse_hex4(lo) || lo < 0xDC00 || lo >= 0xE000)
-              return false;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: return false;
-      }
-    }
-    return false;  // unterminated
-  }
-  bool parse_value(MetricValue& out) {
-    if (i_ >= s_.size()) return false;
-    char c = s_[i_];
-    if (c == '"') {
-      std::string str;
-      if (!parse_string(str)) return false;
-      out = MetricValue(std::move(str));
-      return true;
-    }
-    if (eat_word("null")) {
-      out = MetricValue();
-      return true;
-    }
-    if (eat_word("true")) {
-      out = MetricValue(int64_t(1));
-      return true;
-    }
-    if (eat_word("false")) {
-      out = MetricValue(int64_t(0));
-      return true;
-    }
-    if (c != '-' && (c < '0' || c > '9')) return false;  // also rejects from_chars' "inf"/"nan"
-    size_t start = i_;
-    bool integral = true;
-    while (i_ < s_.size() && std::string_view("+-0123456789.eE").find(s_[i_]) != std::string_view::npos) {
-      if (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E') integral = false;
-      ++i_;
-    }
-    const char* first = s_.data() + start;
-    const char* last = s_.data() + i_;
-    if (integral) {
-      int64_t v;
-      auto res = std::from_chars(first, last, v);
-      if (res.ec == std::errc() && res.ptr == last) {
-        out = MetricValue(v);
-        return true;
-      }
-    }
-    double d;
-    auto res = std::from_chars(first, last, d);
-    if (res.ec != std::errc() || res.ptr != last) return false;
-    out = MetricValue(d);
-    return true;
-  }
-
-  std::string_view s_;
-  size_t i_ = 0;
-};
 
 std::vector<std::string> read_lines(const fs::path& path, bool& exists) {
   std::ifstream in(path, std::ios::binary);
@@ -327,21 +173,24 @@ std::optional<double> MetricsRecord::number(std::string_view key) const {
 }
 
 std::optional<MetricsRecord> parse_metrics_line(std::string_view line) {
-  Metrics fields;
-  if (!FlatJsonParser(line).parse_object(fields)) return std::nullopt;
+  const auto json = nlohmann::ordered_json::parse(line.begin(), line.end(), nullptr,
+                                                  /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::nullopt;  // also a parse error (a discarded value)
   MetricsRecord rec;
   bool has_step = false, has_split = false;
-  for (Metric& f : fields) {
-    if (f.key == "step") {
-      if (f.value.kind() != MetricValue::Kind::integer) return std::nullopt;
-      rec.step = int64_t(f.value.as_double());
+  for (const auto& [key, value] : json.items()) {
+    std::optional<MetricValue> v = metric_value(value);
+    if (!v) return std::nullopt;
+    if (key == "step") {
+      if (v->kind() != MetricValue::Kind::integer) return std::nullopt;
+      rec.step = int64_t(v->as_double());
       has_step = true;
-    } else if (f.key == "split") {
-      if (f.value.kind() != MetricValue::Kind::string) return std::nullopt;
-      rec.split = f.value.as_string();
+    } else if (key == "split") {
+      if (v->kind() != MetricValue::Kind::string) return std::nullopt;
+      rec.split = v->as_string();
       has_split = true;
     } else {
-      rec.values.push_back(std::move(f));
+      rec.values.push_back({key, std::move(*v)});
     }
   }
   if (!has_step || !has_split) return std::nullopt;

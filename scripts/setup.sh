@@ -5,7 +5,8 @@
 FORGE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build}"
 
-forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev)
+forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
+                nlohmann-json3-dev)
 
 forge_install_missing() {
   local missing=()

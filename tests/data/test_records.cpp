@@ -167,7 +167,7 @@ TEST(Records, EachEpochIsASeededPermutation) {
     served.insert(served.end(), batch.indices.begin(), batch.indices.end());
   }
   EXPECT_EQ(served, e0);
-  EXPECT_EQ(a.cursor(), (LoaderCursor{1, 0}));
+  EXPECT_EQ(a.cursor(), (LoaderCursor{1, 0, fingerprint(*d)}));
   EXPECT_EQ(a.next().indices, std::vector<int64_t>(e1.begin(), e1.begin() + 8));
 }
 
@@ -178,13 +178,13 @@ TEST(Records, LastBatchOfAnEpochIsShortOrDropped) {
   std::vector<int64_t> sizes;
   for (int b = 0; b < 4; ++b) sizes.push_back(keep.next().labels.numel());
   EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 2, 4}));
-  EXPECT_EQ(keep.cursor(), (LoaderCursor{1, 4}));
+  EXPECT_EQ(keep.cursor(), (LoaderCursor{1, 4, fingerprint(*d)}));
 
   RecordLoader drop(d, 4, 3, {.drop_last = true});
   EXPECT_EQ(drop.batches_per_epoch(), 2);
   drop.next();
   EXPECT_EQ(drop.next().indices.size(), 4u);
-  EXPECT_EQ(drop.cursor(), (LoaderCursor{1, 0}));  // rows 8 and 9 of epoch 0's order skipped
+  EXPECT_EQ(drop.cursor(), (LoaderCursor{1, 0, fingerprint(*d)}));  // rows 8 and 9 of epoch 0's order skipped
   const std::vector<int64_t> e1 = drop.epoch_order(1);
   EXPECT_EQ(drop.next().indices, std::vector<int64_t>(e1.begin(), e1.begin() + 4));
 }
@@ -222,10 +222,11 @@ TEST(Records, RestoredCursorContinuesTheUninterruptedStream) {
       RecordLoader first(d, 4, 11, options);
       for (int b = 0; b < k; ++b) first.next();
       const auto counters = first.cursor().to_counters("data.");
-      ASSERT_EQ(counters.size(), 2u);
-      ASSERT_TRUE(counters.count("data.epoch") && counters.count("data.position"));
+      ASSERT_EQ(counters.size(), 3u);
+      ASSERT_TRUE(counters.count("data.epoch") && counters.count("data.position") &&
+                  counters.count("data.fingerprint"));
       RecordLoader resumed(d, 4, 11, options);
-      resumed.restore(LoaderCursor::from_counters(counters, "data."));
+      resumed.restore(LoaderCursor::from_counters(counters, "data.", fingerprint(*d)));
       EXPECT_EQ(resumed.cursor(), first.cursor());
       for (int b = k; b < 9; ++b)
         expect_same_batch(resumed.next(), stream[static_cast<size_t>(b)],
@@ -235,22 +236,57 @@ TEST(Records, RestoredCursorContinuesTheUninterruptedStream) {
   }
 }
 
+TEST(Records, FingerprintNamesTheDataAndGuardsResume) {
+  const auto d = numbered(10);
+  const uint64_t f = fingerprint(*d);
+  EXPECT_EQ(fingerprint(*numbered(10)), f);
+  // Each part of the data changes it: a token, a label, a label name, a row moved between rows.
+  for (int part = 0; part < 4; ++part) {
+    RecordDataset changed = *d;
+    if (part == 0) changed.tokens[3][0] = 99;
+    if (part == 1) changed.labels[9] = 1;
+    if (part == 2) changed.label_names[0] = "zero";
+    if (part == 3) changed.tokens[1].push_back(changed.tokens[2][0]), changed.tokens[2].pop_back();
+    EXPECT_NE(fingerprint(changed), f) << part;
+  }
+  EXPECT_NE(fingerprint(*numbered(9)), f);
+
+  RecordLoader loader(d, 4, 0);
+  loader.next();
+  const auto counters = loader.cursor().to_counters("data.");
+  EXPECT_EQ(static_cast<uint64_t>(counters.at("data.fingerprint")), f);
+  try {
+    LoaderCursor::from_counters(counters, "data.", fingerprint(*numbered(11)));
+    ADD_FAILURE() << "restored a cursor of other data";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::checkpoint);
+    EXPECT_NE(std::string(e.what()).find("the training data changed since this checkpoint"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.resume: never"), std::string::npos) << e.what();
+  }
+  RecordLoader other(numbered(11), 4, 0);
+  EXPECT_EQ(testing::exit_code_of([&] { other.restore(loader.cursor()); }), ExitCode::checkpoint);
+}
+
 TEST(Records, BadCursorsAndLoaderArgumentsAreRejected) {
   const auto d = numbered(10);
+  const uint64_t f = fingerprint(*d);
   RecordLoader loader(d, 4, 0);
-  for (const LoaderCursor& bad : {LoaderCursor{0, 10}, LoaderCursor{-1, 0}, LoaderCursor{0, -1}})
+  for (const LoaderCursor& bad : {LoaderCursor{0, 10, f}, LoaderCursor{-1, 0, f},
+                                  LoaderCursor{0, -1, f}, LoaderCursor{0, 0, f + 1}})
     EXPECT_EQ(testing::exit_code_of([&] { loader.restore(bad); }), ExitCode::checkpoint)
         << bad.epoch << " " << bad.position;
-  EXPECT_EQ(loader.cursor(), (LoaderCursor{0, 0}));  // unchanged by a rejected restore
+  EXPECT_EQ(loader.cursor(), (LoaderCursor{0, 0, f}));  // unchanged by a rejected restore
   RecordLoader drop(d, 4, 0, {.drop_last = true});
-  EXPECT_EQ(testing::exit_code_of([&] { drop.restore({0, 8}); }), ExitCode::checkpoint);
-  EXPECT_NO_THROW(drop.restore({2, 6}));
+  EXPECT_EQ(testing::exit_code_of([&] { drop.restore({0, 8, f}); }), ExitCode::checkpoint);
+  EXPECT_NO_THROW(drop.restore({2, 6, f}));
   EXPECT_EQ(testing::exit_code_of([&] {
-              LoaderCursor::from_counters({{"data.epoch", 1}}, "data.");
+              LoaderCursor::from_counters({{"data.epoch", 1}, {"data.fingerprint", 0}}, "data.", 0);
             }),
             ExitCode::checkpoint);
   EXPECT_EQ(testing::exit_code_of([&] {
-              LoaderCursor::from_counters({{"epoch", 1}, {"position", 0}}, "d.");
+              LoaderCursor::from_counters({{"epoch", 1}, {"position", 0}, {"fingerprint", 0}},
+                                          "d.", 0);
             }),
             ExitCode::checkpoint);
 

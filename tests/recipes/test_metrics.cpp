@@ -134,6 +134,35 @@ TEST(Metrics, ReaderAcceptsJsonWrittenByOthersAndSkipsBrokenLines) {
   EXPECT_EQ(skipped, 2);
 }
 
+TEST(Metrics, JsonLibraryCasesRoundTripOrAreRejected) {
+  // Every control character and \b \f escaped so the reader gets the exact bytes back; bytes that
+  // are not UTF-8 become U+FFFD, so the line stays valid JSON.
+  std::string controls;
+  for (char c = 1; c < 0x20; ++c) controls += c;
+  const std::string line = format_metrics_line(3, "val", {{"s", controls}, {"raw", "a\xff"}});
+  EXPECT_NE(line.find(R"("s": "\u0001\u0002)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"(\b\t\n\u000b\f\r)"), std::string::npos) << line;
+  auto rec = parse_metrics_line(line);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->find("s")->as_string(), controls);
+  EXPECT_EQ(rec->find("raw")->as_string(), "a\xef\xbf\xbd");
+  // Keys stay in file order whatever their alphabetical order; integers beyond int64 are numbers.
+  rec = parse_metrics_line(R"({"zeta": 1, "step": 2, "alpha": 18446744073709551615, "split": "x"})");
+  ASSERT_TRUE(rec);
+  ASSERT_EQ(rec->values.size(), 2u);
+  EXPECT_EQ(rec->values[0].key, "zeta");
+  EXPECT_EQ(rec->values[1].key, "alpha");
+  EXPECT_EQ(rec->find("alpha")->kind(), MetricValue::Kind::number);
+  EXPECT_EQ(*rec->number("alpha"), 18446744073709551615.0);
+  // Not flat (nested objects), a lone surrogate, a raw control character, an overflowing number.
+  for (const char* bad : {R"({"step": 1, "split": "val", "x": {"a": 1}})",
+                          R"({"step": 1, "split": {"name": "val"}})",
+                          R"({"step": 1, "split": "val", "s": "\udc00"})",
+                          "{\"step\": 1, \"split\": \"v\tal\"}",
+                          R"({"step": 1, "split": "val", "x": 1e999})"})
+    EXPECT_FALSE(parse_metrics_line(bad)) << bad;
+}
+
 TEST(Metrics, TruncateAfterStepForResume) {
   TempDir tmp;
   fs::path path = tmp.path() / "metrics.jsonl";

@@ -1,0 +1,212 @@
+// SFT records through nlohmann-json, one object a line. The reader is strict like the configs: an
+// unknown field is an error, not ignored, so a typo ("completon") cannot silently train on nothing.
+#include "data/sft.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "data/batch.h"
+#include "data/lm_data.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The reason in a nlohmann parse error, without its "[json.exception...] parse error at line 1,
+// column 7: " prefix (the line is ours to name, the byte comes from e.byte).
+std::string parse_reason(const nlohmann::json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon = column == std::string::npos ? what.find(": ") : what.find(": ", column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+std::string read_checked(const fs::path& file) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(file, ec);
+  if (!fs::exists(status)) throw Error(ExitCode::data, file.string() + ": no such file");
+  if (!fs::is_regular_file(status))
+    throw Error(ExitCode::data, file.string() + ": not a regular file");
+  const auto bytes = fs::file_size(file, ec);
+  if (ec) throw Error(ExitCode::data, file.string() + ": cannot stat (" + ec.message() + ")");
+  if (bytes > static_cast<uintmax_t>(kMaxSFTFileBytes))
+    throw Error(ExitCode::data, detail::concat(file.string(), ": ", bytes,
+                                               " bytes, more than the SFT file limit of ",
+                                               kMaxSFTFileBytes));
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, file.string() + ": cannot open for reading");
+  std::string text(static_cast<size_t>(bytes), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(bytes));
+  if (in.gcount() != static_cast<std::streamsize>(bytes))
+    throw Error(ExitCode::data, file.string() + ": read error");
+  return text;
+}
+
+SFTRecord parse_record(std::string_view line, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ExitCode::data, detail::concat(where, ": not JSON (byte ", e.byte, ": ",
+                                               parse_reason(e), ")"));
+  }
+  if (!j.is_object())
+    throw Error(ExitCode::data, detail::concat(where, ": expected an object with \"prompt\" and ",
+                                               "\"completion\", got ", j.type_name()));
+  for (const auto& [key, value] : j.items())
+    if (key != "prompt" && key != "completion")
+      throw Error(ExitCode::data, detail::concat(where, ": unknown field \"", key,
+                                                 "\" (an SFT record has \"prompt\" and ",
+                                                 "\"completion\")"));
+  auto field = [&](const char* name) {
+    const auto it = j.find(name);
+    if (it == j.end())
+      throw Error(ExitCode::data, detail::concat(where, ": missing field \"", name, "\""));
+    if (!it->is_string())
+      throw Error(ExitCode::data, detail::concat(where, ": field \"", name,
+                                                 "\" must be a string, got ", it->type_name()));
+    return it->get<std::string>();
+  };
+  return {field("prompt"), field("completion")};
+}
+
+}  // namespace
+
+std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
+  const std::string text = read_checked(file);
+  std::vector<SFTRecord> records;
+  size_t start = 0;
+  for (int64_t line_no = 1; start < text.size(); ++line_no) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    records.push_back(parse_record(line, detail::concat(file.string(), ":", line_no)));
+  }
+  if (records.empty())
+    throw Error(ExitCode::data, file.string() + (text.empty() ? ": empty file, no SFT records"
+                                                              : ": no SFT records (blank lines only)"));
+  return records;
+}
+
+std::vector<int32_t> end_of_text_ids(const Tokenizer& tokenizer, const std::string& text) {
+  return tokenizer.encode(text);  // encode() turns a whole special token into its id
+}
+
+SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& tokenizer,
+                        const std::vector<int32_t>& end_of_text, int64_t max_len) {
+  if (max_len < 2)
+    throw Error(ExitCode::usage, detail::concat("SFT max_len must be at least 2, got ", max_len));
+  if (end_of_text.empty()) throw Error(ExitCode::usage, "SFT end-of-text has no token ids");
+  SFTDataset out;
+  out.tokens.reserve(records.size());
+  out.prompt_len.reserve(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    std::vector<int32_t> row = tokenizer.encode(records[i].prompt);
+    const auto prompt_len = static_cast<int64_t>(row.size());
+    if (prompt_len + 1 > max_len)
+      throw Error(ExitCode::data,
+                  detail::concat("SFT record ", i, ": the prompt is ", prompt_len,
+                                 " tokens, leaving no room for a completion token in max_len ",
+                                 max_len));
+    const std::vector<int32_t> completion = tokenizer.encode(records[i].completion);
+    row.insert(row.end(), completion.begin(), completion.end());
+    row.insert(row.end(), end_of_text.begin(), end_of_text.end());
+    if (static_cast<int64_t>(row.size()) > max_len) row.resize(static_cast<size_t>(max_len));
+    if (row.size() < 2)
+      throw Error(ExitCode::data, detail::concat("SFT record ", i, ": ", row.size(),
+                                                 " token, nothing to predict"));
+    out.tokens.push_back(std::move(row));
+    out.prompt_len.push_back(prompt_len);
+  }
+  return out;
+}
+
+uint64_t fingerprint(const SFTDataset& dataset) {
+  const auto rows = static_cast<uint64_t>(dataset.size());
+  uint64_t h = fnv1a64(&rows, sizeof rows);
+  for (const auto& row : dataset.tokens) {
+    const uint64_t len = row.size();
+    h = fnv1a64(&len, sizeof len, h);
+    h = fnv1a64(row.data(), row.size() * sizeof(int32_t), h);
+  }
+  return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+}
+
+SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, uint64_t seed) {
+  const auto [train_rows, val_rows] =
+      split_rows_by_fraction(dataset.size(), val_fraction, seed, "sft_split");
+  auto select = [&](const std::vector<int64_t>& rows) {
+    auto out = std::make_shared<SFTDataset>();
+    for (int64_t r : rows) {
+      out->tokens.push_back(dataset.tokens[static_cast<size_t>(r)]);
+      out->prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+    }
+    return std::shared_ptr<const SFTDataset>(std::move(out));
+  };
+  return {select(train_rows), select(val_rows)};
+}
+
+namespace {
+
+std::shared_ptr<const SFTDataset> non_null(std::shared_ptr<const SFTDataset> dataset) {
+  if (!dataset) throw Error(ExitCode::data, "sft loader: the dataset has no records");
+  return dataset;
+}
+
+}  // namespace
+
+SFTLoader::SFTLoader(std::shared_ptr<const SFTDataset> dataset, int64_t batch_size, uint64_t seed,
+                     bool shuffle)
+    : dataset_(non_null(std::move(dataset))),
+      sampler_("sft", dataset_->size(), batch_size, seed, shuffle, /*drop_last=*/false,
+               forge::fingerprint(*dataset_)) {}
+
+SFTBatch SFTLoader::make_batch(const SFTDataset& dataset, std::vector<int64_t> rows) {
+  // [B, L-1]: inputs are a row without its last token, targets the row shifted by one.
+  std::vector<std::vector<int32_t>> inputs, targets;
+  inputs.reserve(rows.size());
+  targets.reserve(rows.size());
+  int64_t num_targets = 0;
+  for (int64_t r : rows) {
+    const std::vector<int32_t>& row = dataset.tokens[static_cast<size_t>(r)];
+    const int64_t prompt_len = dataset.prompt_len[static_cast<size_t>(r)];
+    inputs.emplace_back(row.begin(), row.end() - 1);
+    std::vector<int32_t>& target = targets.emplace_back(row.begin() + 1, row.end());
+    for (size_t j = 0; j < target.size(); ++j) {
+      if (static_cast<int64_t>(j) + 1 < prompt_len)
+        target[j] = static_cast<int32_t>(LMWindows::kIgnoreTarget);
+      else
+        ++num_targets;
+    }
+  }
+  const int64_t width = longest_row(inputs);
+  SFTBatch batch;
+  batch.ids = pad_rows(inputs, width, 0);
+  batch.targets = pad_rows(targets, width, LMWindows::kIgnoreTarget);
+  batch.mask = padding_mask(inputs, width);
+  batch.num_targets = num_targets;
+  batch.indices = std::move(rows);
+  return batch;
+}
+
+SFTBatch SFTLoader::next() { return make_batch(*dataset_, sampler_.next()); }
+
+SFTBatch SFTLoader::batch_at(int64_t first, int64_t count) const {
+  const int64_t n = dataset_->size();
+  if (first < 0 || first >= n || count < 1)
+    throw Error(ExitCode::usage, detail::concat("sft loader: no batch of ", count, " at row ",
+                                                first, " of ", n));
+  std::vector<int64_t> rows(static_cast<size_t>(std::min(count, n - first)));
+  for (size_t b = 0; b < rows.size(); ++b) rows[b] = first + static_cast<int64_t>(b);
+  return make_batch(*dataset_, std::move(rows));
+}
+
+}  // namespace forge
