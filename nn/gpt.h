@@ -54,22 +54,24 @@ double gpt_residual_init_std(const GPTConfig& config);
 
 /// Position-wise feed-forward, [B, T, C] -> [B, T, C]. GELU: "fc" C -> hidden, gelu(tanh), "proj"
 /// hidden -> C. SwiGLU: proj(silu(gate(x)) * up(x)) with "gate", "up" C -> hidden. GPT-2 init.
+/// The Linear children are replaceable by any UnaryModule (LoRA).
 class MLP : public UnaryModule {
  public:
   MLP(const GPTConfig& config, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const override;
 
-  std::shared_ptr<Linear> fc;    ///< GELU only
-  std::shared_ptr<Linear> gate;  ///< SwiGLU only
-  std::shared_ptr<Linear> up;    ///< SwiGLU only
-  std::shared_ptr<Linear> proj;
+  std::shared_ptr<UnaryModule> fc;    ///< GELU only
+  std::shared_ptr<UnaryModule> gate;  ///< SwiGLU only
+  std::shared_ptr<UnaryModule> up;    ///< SwiGLU only
+  std::shared_ptr<UnaryModule> proj;
   std::shared_ptr<Dropout> drop;
 
  private:
   MLPType type_;
 };
 
-/// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init.
+/// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init. ln1, ln2 and mlp
+/// are replaceable by any UnaryModule.
 class Block : public Module {
  public:
   Block(const GPTConfig& config, Generator& gen = default_generator());
@@ -79,7 +81,7 @@ class Block : public Module {
   std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<UnaryModule> ln2;
-  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<UnaryModule> mlp;  ///< an MLP as built
 };
 
 /// What GPT::forward returns.
@@ -122,7 +124,7 @@ class GPT : public Module {
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ModuleList<Block>> blocks;
   std::shared_ptr<UnaryModule> ln_f;
-  std::shared_ptr<Linear> lm_head;     ///< null when tied to tok_emb
+  std::shared_ptr<UnaryModule> lm_head;  ///< a Linear without bias as built; null when tied
 
  private:
   Tensor hidden_states(const Tensor& ids, KVCache* cache) const;
