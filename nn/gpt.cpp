@@ -33,7 +33,8 @@ void check_config(const GPTConfig& c) {
   require(c.d_model > 0 && c.d_model % c.n_heads == 0,
           "d_model " + str(c.d_model) + " must be a positive multiple of n_heads " + str(c.n_heads));
   require(c.dropout >= 0.0 && c.dropout < 1.0, "dropout must be in [0, 1), got " + str(c.dropout));
-  require(c.ffn_mult > 0, "ffn_mult must be positive, got " + str(c.ffn_mult));
+  require(c.ffn_mult > 0 && std::llround(c.ffn_mult * double(c.d_model)) > 0,
+          "ffn_mult must be positive, got " + str(c.ffn_mult));
   require(c.position != PositionType::rotary || (c.d_model / c.n_heads) % 2 == 0,
           "rotary positions need an even head dimension, got d_model / n_heads = " +
               str(c.d_model / c.n_heads));
@@ -42,7 +43,7 @@ void check_config(const GPTConfig& c) {
 }
 
 int64_t mlp_hidden_size(const GPTConfig& c) {
-  const int64_t hidden = c.ffn_mult * c.d_model;
+  const int64_t hidden = std::llround(c.ffn_mult * double(c.d_model));
   if (c.mlp == MLPType::gelu) return hidden;
   const int64_t multiple = 8;
   return (2 * hidden / 3 + multiple - 1) / multiple * multiple;

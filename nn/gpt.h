@@ -32,7 +32,7 @@ struct GPTConfig {
   NormType norm = NormType::layernorm;
   PositionType position = PositionType::learned;
   MLPType mlp = MLPType::gelu;
-  int64_t ffn_mult = 4;        ///< MLP hidden size is ffn_mult * d_model (see mlp_hidden_size)
+  double ffn_mult = 4;         ///< MLP hidden size is round(ffn_mult * d_model) (mlp_hidden_size)
   bool tie_embeddings = true;  ///< LM head reuses tok_emb.weight
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
@@ -40,8 +40,9 @@ struct GPTConfig {
 
 /// Throws Error(usage) naming the first inconsistent field (sizes, divisibility, odd rotary dim).
 void check_config(const GPTConfig& config);
-/// GELU: ffn_mult * d_model. SwiGLU (LLaMA convention, so parameters match the GELU MLP):
-/// 2/3 of that, truncated, rounded up to a multiple of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
+/// GELU: ffn_mult * d_model, rounded to the nearest integer (as BERT's d_ff). SwiGLU (LLaMA
+/// convention, so parameters match the GELU MLP): 2/3 of that, truncated, rounded up to a multiple
+/// of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
 int64_t mlp_hidden_size(const GPTConfig& config);
 /// Parameter count of GPT(config) without building it (for `forge validate` estimates).
 int64_t gpt_num_parameters(const GPTConfig& config);
