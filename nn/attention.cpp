@@ -54,10 +54,10 @@ SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
     : config_(config) {
   FORGE_CHECK(config.n_heads > 0 && config.d_model % config.n_heads == 0, "attention: d_model ",
               config.d_model, " must be a positive multiple of n_heads ", config.n_heads);
-  qkv = register_module("qkv", std::make_shared<Linear>(config.d_model, 3 * config.d_model,
-                                                        config.bias, gen, config.init_std));
-  proj = register_module("proj", std::make_shared<Linear>(config.d_model, config.d_model,
-                                                          config.bias, gen, config.proj_init_std));
+  register_module("qkv", std::make_shared<Linear>(config.d_model, 3 * config.d_model, config.bias,
+                                                  gen, config.init_std), qkv);
+  register_module("proj", std::make_shared<Linear>(config.d_model, config.d_model, config.bias, gen,
+                                                   config.proj_init_std), proj);
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(config.dropout));
   if (config.rotary) {
     rope_ = rotary_tables(config.context, head_dim(), config.rope_theta);

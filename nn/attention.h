@@ -57,8 +57,8 @@ struct AttentionConfig {
 };
 
 /// x [B, T, C] -> [B, T, C]. Children "qkv" (Linear C -> 3C, output laid out [q | k | v], heads
-/// contiguous within each) and "proj" (Linear C -> C); non-persistent buffers "rope_cos",
-/// "rope_sin" with rotary.
+/// contiguous within each) and "proj" (Linear C -> C), both replaceable by any UnaryModule (LoRA);
+/// non-persistent buffers "rope_cos", "rope_sin" with rotary.
 class SelfAttention : public Module {
  public:
   SelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
@@ -79,8 +79,8 @@ class SelfAttention : public Module {
   int64_t n_heads() const { return config_.n_heads; }
   int64_t head_dim() const { return config_.d_model / config_.n_heads; }
 
-  std::shared_ptr<Linear> qkv;
-  std::shared_ptr<Linear> proj;
+  std::shared_ptr<UnaryModule> qkv;   ///< a Linear as built
+  std::shared_ptr<UnaryModule> proj;  ///< a Linear as built
   std::shared_ptr<Dropout> resid_drop;
 
  private:

@@ -52,8 +52,8 @@ int64_t bert_num_parameters(const BertConfig& c) {
 }
 
 BertFeedForward::BertFeedForward(const BertConfig& c, Generator& gen) {
-  fc = register_module("fc", make_linear(c, c.d_model, c.d_ff, gen));
-  proj = register_module("proj", make_linear(c, c.d_ff, c.d_model, gen));
+  register_module("fc", make_linear(c, c.d_model, c.d_ff, gen), fc);
+  register_module("proj", make_linear(c, c.d_ff, c.d_model, gen), proj);
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
 }
 
@@ -72,9 +72,9 @@ BertBlock::BertBlock(const BertConfig& c, Generator& gen) : pre_norm_(c.pre_norm
   a.init_std = c.init_std;
   a.proj_init_std = c.init_std;
   attn = register_module("attn", std::make_shared<SelfAttention>(a, gen));
-  ln1 = register_module("ln1", std::make_shared<LayerNorm>(c.d_model, c.norm_eps));
-  ff = register_module("ff", std::make_shared<BertFeedForward>(c, gen));
-  ln2 = register_module("ln2", std::make_shared<LayerNorm>(c.d_model, c.norm_eps));
+  register_module("ln1", std::make_shared<LayerNorm>(c.d_model, c.norm_eps), ln1);
+  register_module("ff", std::make_shared<BertFeedForward>(c, gen), ff);
+  register_module("ln2", std::make_shared<LayerNorm>(c.d_model, c.norm_eps), ln2);
 }
 
 // x [B, T, C], attention_mask [B, T] -> [B, T, C]
@@ -88,8 +88,8 @@ Tensor BertBlock::forward(const Tensor& x, const Tensor& attention_mask) const {
 }
 
 BertMLMHead::BertMLMHead(const BertConfig& c, Generator& gen) {
-  dense = register_module("dense", make_linear(c, c.d_model, c.d_model, gen));
-  ln = register_module("ln", std::make_shared<LayerNorm>(c.d_model, c.norm_eps));
+  register_module("dense", make_linear(c, c.d_model, c.d_model, gen), dense);
+  register_module("ln", std::make_shared<LayerNorm>(c.d_model, c.norm_eps), ln);
   bias = register_parameter("bias", zeros({c.vocab_size}));
 }
 
@@ -115,9 +115,9 @@ Bert::Bert(const BertConfig& c, Generator& gen) : config_(c) {
   blocks = register_module("blocks", std::make_shared<ModuleList<BertBlock>>());
   for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<BertBlock>(c, gen));
   if (c.pre_norm) ln_f = register_module("ln_f", std::make_shared<LayerNorm>(C, c.norm_eps));
-  pooler = register_module("pooler", make_linear(c, C, C, gen));
+  register_module("pooler", make_linear(c, C, C, gen), pooler);
   mlm = register_module("mlm", std::make_shared<BertMLMHead>(c, gen));
-  nsp = register_module("nsp", make_linear(c, C, 2, gen));
+  register_module("nsp", make_linear(c, C, 2, gen), nsp);
 }
 
 // ids, segments, attention_mask [B, T] -> hidden [B, T, C], pooled [B, C]

@@ -46,20 +46,21 @@ void check_config(const BertConfig& config);
 int64_t bert_num_parameters(const BertConfig& config);
 
 /// Position-wise feed-forward, [..., C] -> [..., C]: "fc" C -> d_ff, exact (erf) GELU, "proj"
-/// d_ff -> C, hidden dropout.
+/// d_ff -> C, hidden dropout. fc and proj are replaceable by any UnaryModule (LoRA).
 class BertFeedForward : public UnaryModule {
  public:
   BertFeedForward(const BertConfig& config, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const override;
 
-  std::shared_ptr<Linear> fc;
-  std::shared_ptr<Linear> proj;
+  std::shared_ptr<UnaryModule> fc;    ///< a Linear as built
+  std::shared_ptr<UnaryModule> proj;  ///< a Linear as built
   std::shared_ptr<Dropout> drop;
 };
 
 /// One encoder block: children "attn" (bidirectional SelfAttention with hidden dropout on its
 /// output), "ln1" (normalises the attention sublayer: its output sum in post-norm, its input in
-/// pre-norm), "ff", "ln2" (likewise for the feed-forward sublayer).
+/// pre-norm), "ff", "ln2" (likewise for the feed-forward sublayer). ln1, ff and ln2 are
+/// replaceable by any UnaryModule.
 class BertBlock : public Module {
  public:
   BertBlock(const BertConfig& config, Generator& gen = default_generator());
@@ -67,24 +68,25 @@ class BertBlock : public Module {
   Tensor forward(const Tensor& x, const Tensor& attention_mask) const;
 
   std::shared_ptr<SelfAttention> attn;
-  std::shared_ptr<LayerNorm> ln1;
-  std::shared_ptr<BertFeedForward> ff;
-  std::shared_ptr<LayerNorm> ln2;
+  std::shared_ptr<UnaryModule> ln1;  ///< a LayerNorm as built
+  std::shared_ptr<UnaryModule> ff;   ///< a BertFeedForward as built
+  std::shared_ptr<UnaryModule> ln2;  ///< a LayerNorm as built
 
  private:
   bool pre_norm_;
 };
 
 /// The MLM prediction head: "dense" C -> C, exact GELU, "ln", then a decoder whose weight is the
-/// token embedding (passed in, so it stays tied) plus this head's own output "bias" [V].
+/// token embedding (passed in, so it stays tied) plus this head's own output "bias" [V]. dense and
+/// ln are replaceable by any UnaryModule.
 class BertMLMHead : public Module {
  public:
   BertMLMHead(const BertConfig& config, Generator& gen = default_generator());
   /// hidden_rows [..., C], decoder_weight [V, C] -> logits [..., V].
   Tensor forward(const Tensor& hidden_rows, const Tensor& decoder_weight) const;
 
-  std::shared_ptr<Linear> dense;
-  std::shared_ptr<LayerNorm> ln;
+  std::shared_ptr<UnaryModule> dense;  ///< a Linear as built
+  std::shared_ptr<UnaryModule> ln;     ///< a LayerNorm as built
   Tensor bias;
 };
 
@@ -137,9 +139,9 @@ class Bert : public Module {
   std::shared_ptr<Dropout> emb_drop;
   std::shared_ptr<ModuleList<BertBlock>> blocks;
   std::shared_ptr<LayerNorm> ln_f;  ///< null in post-norm
-  std::shared_ptr<Linear> pooler;
+  std::shared_ptr<UnaryModule> pooler;  ///< a Linear as built; replaceable (LoRA)
   std::shared_ptr<BertMLMHead> mlm;
-  std::shared_ptr<Linear> nsp;
+  std::shared_ptr<UnaryModule> nsp;     ///< a Linear as built; replaceable (LoRA)
 
  private:
   BertConfig config_;

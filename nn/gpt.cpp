@@ -33,7 +33,8 @@ void check_config(const GPTConfig& c) {
   require(c.d_model > 0 && c.d_model % c.n_heads == 0,
           "d_model " + str(c.d_model) + " must be a positive multiple of n_heads " + str(c.n_heads));
   require(c.dropout >= 0.0 && c.dropout < 1.0, "dropout must be in [0, 1), got " + str(c.dropout));
-  require(c.ffn_mult > 0, "ffn_mult must be positive, got " + str(c.ffn_mult));
+  require(c.ffn_mult > 0 && std::llround(c.ffn_mult * double(c.d_model)) > 0,
+          "ffn_mult must be positive, got " + str(c.ffn_mult));
   require(c.position != PositionType::rotary || (c.d_model / c.n_heads) % 2 == 0,
           "rotary positions need an even head dimension, got d_model / n_heads = " +
               str(c.d_model / c.n_heads));
@@ -42,7 +43,7 @@ void check_config(const GPTConfig& c) {
 }
 
 int64_t mlp_hidden_size(const GPTConfig& c) {
-  const int64_t hidden = c.ffn_mult * c.d_model;
+  const int64_t hidden = std::llround(c.ffn_mult * double(c.d_model));
   if (c.mlp == MLPType::gelu) return hidden;
   const int64_t multiple = 8;
   return (2 * hidden / 3 + multiple - 1) / multiple * multiple;
@@ -68,12 +69,12 @@ MLP::MLP(const GPTConfig& c, Generator& gen) : type_(c.mlp) {
     return std::make_shared<Linear>(in, out, c.bias, gen, init_std);
   };
   if (type_ == MLPType::gelu) {
-    fc = register_module("fc", make_linear(C, hidden, kGPTInitStd));
+    register_module("fc", make_linear(C, hidden, kGPTInitStd), fc);
   } else {
-    gate = register_module("gate", make_linear(C, hidden, kGPTInitStd));
-    up = register_module("up", make_linear(C, hidden, kGPTInitStd));
+    register_module("gate", make_linear(C, hidden, kGPTInitStd), gate);
+    register_module("up", make_linear(C, hidden, kGPTInitStd), up);
   }
-  proj = register_module("proj", make_linear(hidden, C, gpt_residual_init_std(c)));
+  register_module("proj", make_linear(hidden, C, gpt_residual_init_std(c)), proj);
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
 }
 
@@ -95,10 +96,10 @@ Block::Block(const GPTConfig& c, Generator& gen) {
   a.rope_theta = c.rope_theta;
   a.init_std = kGPTInitStd;
   a.proj_init_std = gpt_residual_init_std(c);
-  ln1 = register_module("ln1", make_norm(c));
+  register_module("ln1", make_norm(c), ln1);
   attn = register_module("attn", std::make_shared<SelfAttention>(a, gen));
-  ln2 = register_module("ln2", make_norm(c));
-  mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
+  register_module("ln2", make_norm(c), ln2);
+  register_module("mlp", std::make_shared<MLP>(c, gen), mlp);
 }
 
 Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
@@ -116,10 +117,11 @@ GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList<Block>>());
   for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<Block>(c, gen));
-  ln_f = register_module("ln_f", make_norm(c));
+  register_module("ln_f", make_norm(c), ln_f);
   if (!c.tie_embeddings)
-    lm_head = register_module(
-        "lm_head", std::make_shared<Linear>(c.d_model, c.vocab_size, false, gen, kGPTInitStd));
+    register_module("lm_head",
+                    std::make_shared<Linear>(c.d_model, c.vocab_size, false, gen, kGPTInitStd),
+                    lm_head);
 }
 
 // ids [B, T] -> hidden [B, T, C] after ln_f; positions start at the cache's length.
@@ -146,7 +148,7 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
 }
 
 Tensor GPT::head(const Tensor& hidden) const {
-  return linear(hidden, lm_head ? lm_head->weight : tok_emb->weight);
+  return lm_head ? lm_head->forward(hidden) : linear(hidden, tok_emb->weight);
 }
 
 Tensor GPT::output(const Tensor& hidden, GPTOutput what) const {

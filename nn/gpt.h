@@ -32,7 +32,7 @@ struct GPTConfig {
   NormType norm = NormType::layernorm;
   PositionType position = PositionType::learned;
   MLPType mlp = MLPType::gelu;
-  int64_t ffn_mult = 4;        ///< MLP hidden size is ffn_mult * d_model (see mlp_hidden_size)
+  double ffn_mult = 4;         ///< MLP hidden size is round(ffn_mult * d_model) (mlp_hidden_size)
   bool tie_embeddings = true;  ///< LM head reuses tok_emb.weight
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
@@ -40,8 +40,9 @@ struct GPTConfig {
 
 /// Throws Error(usage) naming the first inconsistent field (sizes, divisibility, odd rotary dim).
 void check_config(const GPTConfig& config);
-/// GELU: ffn_mult * d_model. SwiGLU (LLaMA convention, so parameters match the GELU MLP):
-/// 2/3 of that, truncated, rounded up to a multiple of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
+/// GELU: ffn_mult * d_model, rounded to the nearest integer (as BERT's d_ff). SwiGLU (LLaMA
+/// convention, so parameters match the GELU MLP): 2/3 of that, truncated, rounded up to a multiple
+/// of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
 int64_t mlp_hidden_size(const GPTConfig& config);
 /// Parameter count of GPT(config) without building it (for `forge validate` estimates).
 int64_t gpt_num_parameters(const GPTConfig& config);
@@ -54,22 +55,24 @@ double gpt_residual_init_std(const GPTConfig& config);
 
 /// Position-wise feed-forward, [B, T, C] -> [B, T, C]. GELU: "fc" C -> hidden, gelu(tanh), "proj"
 /// hidden -> C. SwiGLU: proj(silu(gate(x)) * up(x)) with "gate", "up" C -> hidden. GPT-2 init.
+/// The Linear children are replaceable by any UnaryModule (LoRA).
 class MLP : public UnaryModule {
  public:
   MLP(const GPTConfig& config, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const override;
 
-  std::shared_ptr<Linear> fc;    ///< GELU only
-  std::shared_ptr<Linear> gate;  ///< SwiGLU only
-  std::shared_ptr<Linear> up;    ///< SwiGLU only
-  std::shared_ptr<Linear> proj;
+  std::shared_ptr<UnaryModule> fc;    ///< GELU only
+  std::shared_ptr<UnaryModule> gate;  ///< SwiGLU only
+  std::shared_ptr<UnaryModule> up;    ///< SwiGLU only
+  std::shared_ptr<UnaryModule> proj;
   std::shared_ptr<Dropout> drop;
 
  private:
   MLPType type_;
 };
 
-/// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init.
+/// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init. ln1, ln2 and mlp
+/// are replaceable by any UnaryModule.
 class Block : public Module {
  public:
   Block(const GPTConfig& config, Generator& gen = default_generator());
@@ -79,7 +82,7 @@ class Block : public Module {
   std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<UnaryModule> ln2;
-  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<UnaryModule> mlp;  ///< an MLP as built
 };
 
 /// What GPT::forward returns.
@@ -122,7 +125,7 @@ class GPT : public Module {
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ModuleList<Block>> blocks;
   std::shared_ptr<UnaryModule> ln_f;
-  std::shared_ptr<Linear> lm_head;     ///< null when tied to tok_emb
+  std::shared_ptr<UnaryModule> lm_head;  ///< a Linear without bias as built; null when tied
 
  private:
   Tensor hidden_states(const Tensor& ids, KVCache* cache) const;

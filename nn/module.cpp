@@ -3,7 +3,12 @@
 // built — checkpoints and optimizer groups rely on that.
 #include "nn/module.h"
 
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -22,21 +27,71 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool r
   FORGE_CHECK(tensor.defined(), "Module: parameter '", name, "' is undefined");
   FORGE_CHECK(tensor.is_leaf(), "Module: parameter '", name, "' must be a leaf (detach() it)");
   tensor.set_requires_grad(requires_grad);
-  entries_.push_back({Kind::parameter, name, tensor, true, nullptr});
+  entries_.push_back({Kind::parameter, name, tensor, true, nullptr, nullptr, nullptr});
   return tensor;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor tensor, bool persistent) {
   check_new_name(name);
   FORGE_CHECK(tensor.defined(), "Module: buffer '", name, "' is undefined");
-  entries_.push_back({Kind::buffer, name, tensor, persistent, nullptr});
+  entries_.push_back({Kind::buffer, name, tensor, persistent, nullptr, nullptr, nullptr});
   return tensor;
 }
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module,
+                       const std::type_info* slot_type,
+                       std::function<bool(const std::shared_ptr<Module>&)> rebind) {
   check_new_name(name);
   FORGE_CHECK(module != nullptr, "Module: child '", name, "' is null");
-  entries_.push_back({Kind::module, name, Tensor(), true, std::move(module)});
+  entries_.push_back(
+      {Kind::module, name, Tensor(), true, std::move(module), slot_type, std::move(rebind)});
+}
+
+std::string type_name(const std::type_info& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : type.name();
+  std::free(demangled);
+  for (std::string_view ns : {"forge::nn::", "forge::"})
+    for (size_t at; (at = name.find(ns)) != std::string::npos;) name.erase(at, ns.size());
+  return name;
+}
+
+Module* Module::find_module(const std::string& path) {
+  Module* m = this;
+  size_t begin = 0;
+  while (m && begin <= path.size() && !path.empty()) {
+    const size_t dot = std::min(path.find('.', begin), path.size());
+    const std::string part = path.substr(begin, dot - begin);
+    Module* next = nullptr;
+    for (const Entry& e : m->entries_)
+      if (e.kind == Kind::module && e.name == part) next = e.module.get();
+    m = next;
+    begin = dot + 1;
+  }
+  return m;
+}
+
+void Module::replace(const std::string& path, std::shared_ptr<Module> module) {
+  auto fail = [&](const std::string& why) {
+    throw Error(ExitCode::usage, "Module::replace: '" + path + "' " + why);
+  };
+  const size_t dot = path.rfind('.');
+  const std::string parent_path = dot == std::string::npos ? "" : path.substr(0, dot);
+  const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+  Module* parent = find_module(parent_path);
+  if (path.empty() || !parent) fail("is not a module of this model");
+  auto it = std::find_if(parent->entries_.begin(), parent->entries_.end(), [&](const Entry& e) {
+    return e.kind == Kind::module && e.name == name;
+  });
+  if (it == parent->entries_.end()) fail("is not a module of this model");
+  if (!module) fail("cannot be replaced by null");
+  if (!it->rebind)
+    fail("is held by its parent as a " + type_name(*it->module) + " and cannot be replaced");
+  if (!it->rebind(module))
+    fail("needs a " + type_name(*it->slot_type) + ", got a " + type_name(*module));
+  it->module = std::move(module);
+  it->module->train(parent->is_training());
 }
 
 void Module::collect(const std::string& prefix, Kind kind, bool persistent_only,

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -32,9 +35,32 @@ class Module {
   /// Registers a child under `name` and returns it, typed.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
-    add_child(name, module);
+    add_child(name, module, nullptr, nullptr);
     return module;
   }
+  /// Registers a child that replace() may swap for any other I: `slot` (the member of this module
+  /// that forward reads) is set to `module` now and re-pointed on replacement, so forward pays
+  /// nothing for the indirection. Modules never move (copy is deleted), so the slot stays valid.
+  template <class I, class M>
+  void register_module(const std::string& name, std::shared_ptr<M> module,
+                       std::shared_ptr<I>& slot) {
+    static_assert(std::is_base_of_v<I, M>, "register_module: the slot must hold a base of M");
+    slot = module;
+    add_child(name, std::move(module), &typeid(I), [&slot](const std::shared_ptr<Module>& m) {
+      std::shared_ptr<I> typed = std::dynamic_pointer_cast<I>(m);
+      if (!typed) return false;
+      slot = std::move(typed);
+      return true;
+    });
+  }
+
+  /// Swaps the child at dotted `path` ("blocks.0.attn.qkv") for `module`, which takes on this
+  /// model's training mode; the parent's forward uses it from then on. Throws Error(usage) naming
+  /// the path when it does not exist, when its parent holds it as a concrete type (not replaceable),
+  /// or when `module` is not of the interface the parent needs.
+  void replace(const std::string& path, std::shared_ptr<Module> module);
+  /// The descendant at dotted `path`, or nullptr when there is none ("" is this module).
+  Module* find_module(const std::string& path);
 
   /// Dotted names of this module's and all descendants' parameters, in registration order.
   NamedTensors named_parameters() const;
@@ -71,14 +97,22 @@ class Module {
     Tensor tensor;                    // parameter or buffer
     bool persistent = true;           // buffer
     std::shared_ptr<Module> module;   // child
+    const std::type_info* slot_type = nullptr;  // replaceable child: the interface its slot holds
+    std::function<bool(const std::shared_ptr<Module>&)> rebind;  // re-points the slot, or false
   };
-  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void add_child(const std::string& name, std::shared_ptr<Module> module,
+                 const std::type_info* slot_type,
+                 std::function<bool(const std::shared_ptr<Module>&)> rebind);
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, Kind kind, bool persistent_only, NamedTensors& out) const;
 
   std::vector<Entry> entries_;  // registration order across all kinds
   bool training_ = true;
 };
+
+/// A readable class name for error messages ("Linear", "SelfAttention"; namespaces dropped).
+std::string type_name(const std::type_info& type);
+inline std::string type_name(const Module& m) { return type_name(typeid(m)); }
 
 /// Children named "0", "1", ... (the blocks of a transformer), typed.
 template <class M>

@@ -57,25 +57,6 @@ bool is_frozen(int64_t layer, int64_t step, int64_t n_blocks, int64_t unfreeze_e
   return step < unfreeze_step(layer, n_blocks, unfreeze_every);
 }
 
-bool glob_match(const std::string& pattern, const std::string& name) {
-  // Greedy with one backtrack point: on a mismatch after a '*', let that star swallow one more
-  // character. Linear in practice, no recursion.
-  size_t p = 0, n = 0, star = std::string::npos, resume = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p, ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, resume = n;
-    } else if (star != std::string::npos) {
-      p = star + 1, n = ++resume;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 std::vector<ParamGroup> build_param_groups(const std::vector<NamedTensor>& params,
                                            const GroupSpec& spec) {
   require(std::isfinite(spec.weight_decay) && spec.weight_decay >= 0, "weight_decay must be >= 0",

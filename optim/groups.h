@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/glob.h"
 #include "optim/optimizer.h"
 
 namespace forge::optim {
@@ -57,8 +58,8 @@ int64_t unfreeze_step(int64_t layer, int64_t n_blocks, int64_t unfreeze_every);
 /// Whether a layer is still frozen at `step` under gradual unfreezing.
 bool is_frozen(int64_t layer, int64_t step, int64_t n_blocks, int64_t unfreeze_every);
 
-/// fnmatch-style match of the whole name: '*' any run of characters (dots included), '?' one.
-bool glob_match(const std::string& pattern, const std::string& name);
+/// fnmatch-style match of the whole name (core/glob.h; here for optim's callers).
+using forge::glob_match;
 
 /// Splits params into groups of equal (lr_mult, weight_decay, frozen, trainable_from), in order of
 /// first appearance. Parameters frozen at step 0 (by pattern or by gradual unfreezing) get

@@ -26,7 +26,7 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   g.norm = m.norm == "rmsnorm" ? nn::NormType::rmsnorm : nn::NormType::layernorm;
   g.position = m.position == "rotary" ? nn::PositionType::rotary : nn::PositionType::learned;
   g.mlp = m.mlp == "swiglu" ? nn::MLPType::swiglu : nn::MLPType::gelu;
-  g.ffn_mult = int64_t(m.ffn_mult);
+  g.ffn_mult = m.ffn_mult;
   g.tie_embeddings = m.tie_embeddings;
   g.rope_theta = m.rope_theta;
   g.norm_eps = m.norm_eps;

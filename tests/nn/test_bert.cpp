@@ -333,13 +333,15 @@ TEST(NnSelfAttention, BidirectionalWithPaddingMatchesPlainOps) {
   Tensor x = normal({B, T, C}, 0, 1, gen);
   Tensor mask = i64({1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {B, T});
   Tensor got = attn.forward(x, mask);
-  std::vector<Tensor> qkv = split(linear(x, attn.qkv->weight, attn.qkv->bias), C, 2);
+  const Linear& qkv_layer = dynamic_cast<const Linear&>(*attn.qkv);
+  const Linear& proj_layer = dynamic_cast<const Linear&>(*attn.proj);
+  std::vector<Tensor> qkv = split(linear(x, qkv_layer.weight, qkv_layer.bias), C, 2);
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, H, D}), 1, 2); };
   Tensor att = matmul(heads(qkv[0]), transpose(heads(qkv[1]), 2, 3)) / std::sqrt(double(D));
   Tensor padded = from_vector(std::vector<double>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}, {B, 1, 1, T});
   att = softmax(masked_fill(att, padded, -INFINITY), -1);  // [B, 1, 1, S] broadcasts
   Tensor y = reshape(transpose(matmul(att, heads(qkv[2])), 1, 2), {B, T, C});
-  EXPECT_LT(max_abs_diff(got, linear(y, attn.proj->weight, attn.proj->bias)), 1e-5);
+  EXPECT_LT(max_abs_diff(got, linear(y, proj_layer.weight, proj_layer.bias)), 1e-5);
 
   AttentionConfig causal = a;
   causal.causal = true;

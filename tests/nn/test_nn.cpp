@@ -252,6 +252,22 @@ TEST(NnGPT, ParameterCount) {
   EXPECT_EQ(mlp_hidden_size(big), 344);  // 2/3 * 512 = 341 -> 344
 }
 
+// ffn_mult is a double rounded like BERT's d_ff: 2.5 gives 2.5 * d_model, not 2 * d_model.
+TEST(NnGPT, FractionalFfnMultRoundsLikeBert) {
+  GPTConfig c = tiny_config();
+  c.ffn_mult = 2.5;
+  EXPECT_EQ(mlp_hidden_size(c), 40);
+  Generator gen(0);
+  GPT m(c, gen);
+  EXPECT_EQ(dynamic_cast<Linear&>(*m.find_module("blocks.0.mlp.fc")).weight.shape(),
+            Shape({40, 16}));
+  EXPECT_EQ(m.num_parameters(), gpt_num_parameters(c));
+  c.mlp = MLPType::swiglu;
+  EXPECT_EQ(mlp_hidden_size(c), 32);  // 2/3 of 40 = 26, up to a multiple of 8
+  c.ffn_mult = 0.01;                  // rounds to a 0-wide MLP
+  EXPECT_THROW(check_config(c), Error);
+}
+
 TEST(NnGPT, ConfigErrorsAreUsageErrors) {
   Generator gen(0);
   GPTConfig c = tiny_config();

@@ -55,6 +55,15 @@ class GPTRecipe : public testing::RecipeTest {
   }
 };
 
+// model.ffn_mult reaches the GPT config unrounded (it was truncated to an integer: 2.5 -> 2).
+TEST(GPTComponents, FractionalFfnMultReachesTheModel) {
+  ModelConfig m;
+  m.d_model = 32;
+  m.n_heads = 2;
+  m.ffn_mult = 2.5;
+  EXPECT_EQ(nn::mlp_hidden_size(gpt_config(m)), 80);
+}
+
 TEST_F(GPTRecipe, MicroBatchesOfOneEqualOneBatchWithPadding) {
   RunConfig config = load_config(write_config("accum").string());
   config.model.dropout = 0.0;

@@ -1,0 +1,239 @@
+// LoRALinear's forward (base linear plus two thin matmuls, never an [out, in] temporary), merging,
+// and the name-driven parts: resolving target globs against module paths (shared by inject_lora
+// and the allocation-free count), and selecting trainable parameters.
+#include "nn/lora.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/glob.h"
+#include "core/ops.h"
+
+namespace forge::nn {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(ExitCode::usage, "lora: " + message);
+}
+
+void check_values(const LoRAConfig& c) {
+  require(c.rank > 0, "rank must be positive, got " + std::to_string(c.rank));
+  require(std::isfinite(c.alpha) && c.alpha > 0, "alpha must be positive, got " +
+                                                     std::to_string(c.alpha));
+  require(c.dropout >= 0 && c.dropout < 1, "dropout must be in [0, 1), got " +
+                                               std::to_string(c.dropout));
+}
+
+void check_config(const LoRAConfig& c) {
+  check_values(c);
+  require(!c.targets.empty(), "targets is empty: name the Linear layers to adapt");
+}
+
+// A module as target resolution sees it: its path, and its shape when it is a Linear.
+struct ModuleInfo {
+  std::string path;
+  std::string type;  // type_name(); "Linear" for Linear layers
+  bool linear = false;
+  int64_t in = 0, out = 0;
+};
+
+// The Linear modules (indices into `modules`, in model order) that some pattern matches. Every
+// pattern must match at least one Linear; one that does not is an error naming what it matched.
+std::vector<size_t> resolve_targets(const std::vector<ModuleInfo>& modules,
+                                    const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    const ModuleInfo* other = nullptr;
+    bool any = false;
+    for (const ModuleInfo& m : modules) {
+      if (!glob_match(pattern, m.path)) continue;
+      any = any || m.linear;
+      if (!m.linear && !other) other = &m;
+    }
+    if (any) continue;
+    std::string message = "target '" + pattern + "' matches no Linear layer";
+    if (other) message += " (it matches '" + other->path + "', a " + other->type + ")";
+    require(false, message);
+  }
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (!modules[i].linear) continue;
+    for (const std::string& pattern : patterns)
+      if (glob_match(pattern, modules[i].path)) {
+        chosen.push_back(i);
+        break;
+      }
+  }
+  return chosen;
+}
+
+}  // namespace
+
+double lora_scale(const LoRAConfig& c) {
+  return c.rslora ? c.alpha / std::sqrt(double(c.rank)) : c.alpha / double(c.rank);
+}
+
+LoRALinear::LoRALinear(const Linear& base, const LoRAConfig& c, Generator& gen)
+    : scale_(lora_scale(c)), dropout_(c.dropout) {
+  check_values(c);
+  const int64_t in = base.in_features(), out = base.out_features();
+  const double bound = 1.0 / std::sqrt(double(in));
+  adopt(base.weight, base.bias, uniform({c.rank, in}, -bound, bound, gen, base.weight.dtype()),
+        zeros({out, c.rank}, base.weight.dtype()));
+}
+
+LoRALinear::LoRALinear(Tensor w, Tensor b, Tensor a, Tensor bb, double scale, double dropout)
+    : scale_(scale), dropout_(dropout) {
+  adopt(std::move(w), std::move(b), std::move(a), std::move(bb));
+}
+
+void LoRALinear::adopt(Tensor w, Tensor b, Tensor a, Tensor bb) {
+  FORGE_CHECK(w.defined() && w.dim() == 2, "LoRALinear: weight must be [out, in]");
+  const int64_t out = w.size(0), in = w.size(1);
+  FORGE_CHECK(a.defined() && a.dim() == 2 && a.size(1) == in && a.size(0) > 0,
+              "LoRALinear: lora_A must be [r, ", in, "], got ",
+              a.defined() ? shape_str(a.shape()) : "undefined");
+  FORGE_CHECK(bb.defined() && bb.shape() == Shape({out, a.size(0)}), "LoRALinear: lora_B must be [",
+              out, ", ", a.size(0), "], got ", bb.defined() ? shape_str(bb.shape()) : "undefined");
+  FORGE_CHECK(!b.defined() || b.shape() == Shape({out}), "LoRALinear: bias must be [", out,
+              "], got ", b.defined() ? shape_str(b.shape()) : "");
+  FORGE_CHECK(std::isfinite(scale_), "LoRALinear: scale must be finite, got ", scale_);
+  FORGE_CHECK(dropout_ >= 0 && dropout_ < 1, "LoRALinear: dropout must be in [0, 1), got ",
+              dropout_);
+  weight = register_parameter("weight", w, /*requires_grad=*/false);
+  if (b.defined()) bias = register_parameter("bias", b, /*requires_grad=*/false);
+  lora_A = register_parameter("lora_A", a);
+  lora_B = register_parameter("lora_B", bb);
+}
+
+// x [..., in] -> [..., out]: base, plus the branch through [..., r] (scaled there, where it is
+// smallest).
+Tensor LoRALinear::forward(const Tensor& x) const {
+  Tensor y = linear(x, weight, bias);
+  if (merged_) return y;
+  Tensor h = dropout_ > 0 ? dropout(x, dropout_, is_training()) : x;
+  return y + linear(linear(h, lora_A) * scale_, lora_B);
+}
+
+void LoRALinear::merge() {
+  if (merged_) throw Error(ExitCode::usage, "LoRALinear: merge() on a layer already merged");
+  NoGradGuard no_grad;
+  weight.copy_(weight + matmul(lora_B, lora_A) * scale_);
+  merged_ = true;
+}
+
+void LoRALinear::unmerge() {
+  if (!merged_) throw Error(ExitCode::usage, "LoRALinear: unmerge() on a layer not merged");
+  NoGradGuard no_grad;
+  weight.copy_(weight - matmul(lora_B, lora_A) * scale_);
+  merged_ = false;
+}
+
+std::vector<std::string> inject_lora(Module& model, const LoRAConfig& config, Generator& gen) {
+  check_config(config);
+  std::vector<std::pair<std::string, Module*>> modules = model.named_modules();
+  std::vector<ModuleInfo> infos;
+  for (const auto& [path, m] : modules) {
+    ModuleInfo info{path, type_name(*m)};
+    info.linear = dynamic_cast<const Linear*>(m) != nullptr;
+    infos.push_back(info);
+  }
+  std::vector<std::string> replaced;
+  for (size_t i : resolve_targets(infos, config.targets)) {
+    const Linear& base = dynamic_cast<const Linear&>(*modules[i].second);
+    auto adapted = std::make_shared<LoRALinear>(base, config, gen);
+    model.replace(infos[i].path, std::move(adapted));  // may free `base`
+    replaced.push_back(infos[i].path);
+  }
+  return replaced;
+}
+
+namespace {
+
+template <class F>
+void for_each_lora(Module& model, const char* what, F f) {
+  bool any = false;
+  for (auto& [path, m] : model.named_modules())
+    if (auto* lora = dynamic_cast<LoRALinear*>(m)) {
+      f(*lora);
+      any = true;
+    }
+  if (!any) throw Error(ExitCode::usage, std::string(what) + ": the model has no LoRA layers");
+}
+
+}  // namespace
+
+void merge_lora(Module& model) {
+  for_each_lora(model, "merge_lora", [](LoRALinear& l) { l.merge(); });
+}
+
+void unmerge_lora(Module& model) {
+  for_each_lora(model, "unmerge_lora", [](LoRALinear& l) { l.unmerge(); });
+}
+
+NamedTensors select_trainable(const NamedTensors& params, const std::vector<std::string>& include) {
+  for (const std::string& pattern : include) {
+    bool any = false;
+    for (const NamedTensor& p : params) any = any || glob_match(pattern, p.name);
+    if (!any)
+      throw Error(ExitCode::usage,
+                  "select_trainable: pattern '" + pattern + "' matches no parameter");
+  }
+  NamedTensors selected;
+  for (const NamedTensor& p : params) {
+    bool on = false;
+    for (const std::string& pattern : include) on = on || glob_match(pattern, p.name);
+    Tensor t = p.tensor;
+    t.set_requires_grad(on);
+    if (on) {
+      selected.push_back(p);
+    } else {
+      t.set_grad(Tensor());
+    }
+  }
+  return selected;
+}
+
+int64_t lora_parameter_count(const GPTConfig& c, const LoRAConfig& config) {
+  check_config(config);
+  // The module paths GPT(c) registers, in order, with the Linear shapes (see GPT's constructor).
+  const int64_t C = c.d_model, h = mlp_hidden_size(c);
+  std::vector<ModuleInfo> m;
+  auto add = [&](const std::string& path, const std::string& type) { m.push_back({path, type}); };
+  auto add_linear = [&](const std::string& path, int64_t in, int64_t out) {
+    m.push_back({path, "Linear", true, in, out});
+  };
+  const std::string norm = c.norm == NormType::layernorm ? "LayerNorm" : "RMSNorm";
+  add("", "GPT");
+  add("tok_emb", "Embedding");
+  if (c.position == PositionType::learned) add("pos_emb", "Embedding");
+  add("drop", "Dropout");
+  add("blocks", "ModuleList<Block>");
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blocks." + std::to_string(l);
+    add(b, "Block");
+    add(b + ".ln1", norm);
+    add(b + ".attn", "SelfAttention");
+    add_linear(b + ".attn.qkv", C, 3 * C);
+    add_linear(b + ".attn.proj", C, C);
+    add(b + ".attn.resid_drop", "Dropout");
+    add(b + ".ln2", norm);
+    add(b + ".mlp", "MLP");
+    if (c.mlp == MLPType::gelu) {
+      add_linear(b + ".mlp.fc", C, h);
+    } else {
+      add_linear(b + ".mlp.gate", C, h);
+      add_linear(b + ".mlp.up", C, h);
+    }
+    add_linear(b + ".mlp.proj", h, C);
+    add(b + ".mlp.drop", "Dropout");
+  }
+  add("ln_f", norm);
+  if (!c.tie_embeddings) add_linear("lm_head", C, c.vocab_size);
+  int64_t n = 0;
+  for (size_t i : resolve_targets(m, config.targets)) n += config.rank * (m[i].in + m[i].out);
+  return n;
+}
+
+}  // namespace forge::nn
