@@ -61,8 +61,8 @@ inline void write_file(const std::filesystem::path& p, const std::string& s) {
 /// comments. `file` is relative to tests/golden/.
 using Goldens = std::map<std::string, std::vector<double>>;
 inline Goldens load_goldens(const std::string& file) {
-  std::string here = __FILE__;
-  std::string path = here.substr(0, here.rfind('/')) + "/golden/" + file;
+  // The source tree from CMake, not __FILE__: compiler caches may rewrite __FILE__ relative.
+  std::string path = std::string(FORGE_SOURCE_DIR) + "/tests/golden/" + file;
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   Goldens table;
