@@ -61,7 +61,8 @@ std::vector<ParamGroup> build_param_groups(const std::vector<NamedTensor>& param
                                            const GroupSpec& spec) {
   require(std::isfinite(spec.weight_decay) && spec.weight_decay >= 0, "weight_decay must be >= 0",
           spec.weight_decay);
-  require(std::isfinite(spec.layer_lr_decay) && spec.layer_lr_decay > 0, "layer_lr_decay must be > 0",
+  require(std::isfinite(spec.layer_lr_decay) && spec.layer_lr_decay >= 1,
+          "layer_lr_decay must be >= 1 (the factor dividing the lr per block going down; 1 = off)",
           spec.layer_lr_decay);
   require(spec.unfreeze_every >= 0, "unfreeze_every must be >= 0", spec.unfreeze_every);
   LayerMap map = layer_map(params);

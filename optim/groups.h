@@ -31,7 +31,8 @@ struct GroupSpec {
   double weight_decay = 0.0;
   /// Decay 1-D tensors (biases, norm gains) too; by default only tensors with dim() >= 2 decay.
   bool decay_1d = false;
-  /// 1 = off; D > 1 divides the rate by D per layer going down (see above).
+  /// The ULMFiT factor D >= 1 (config optimizer.layer_lr_decay): each layer going down trains at
+  /// 1/D the rate of the layer above it (see above); 1 = off. Values below 1 are refused.
   double layer_lr_decay = 1.0;
   /// Glob patterns on names ('*' any run of characters, dots included; '?' one character):
   /// matching parameters never train.
@@ -50,7 +51,8 @@ struct LayerMap {
 };
 LayerMap layer_map(const std::vector<NamedTensor>& params);
 
-/// lr multiplier of a layer: 1/decay^max(0, n_blocks-1-layer).
+/// lr multiplier of a layer: decay^-max(0, n_blocks-1-layer), i.e. block i gets 1/D^(L-1-i), the
+/// embeddings (layer -1) 1/D^L, and layers above the blocks 1.
 double layer_lr_mult(int64_t layer, int64_t n_blocks, double layer_lr_decay);
 /// First step at which a layer trains under gradual unfreezing: (n_blocks-layer)*unfreeze_every
 /// (0 when unfreeze_every is 0).

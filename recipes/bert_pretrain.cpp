@@ -41,11 +41,12 @@ std::string read_text(const std::string& path) {
 
 BertData load_data(const RunConfig& config) {
   const DataConfig& d = config.data;
+  const BertSettings bert = bert_settings(config);
   BertData data;
   data.tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   DocumentOptions documents;
-  documents.paragraphs_per_document = d.paragraphs_per_document;
-  documents.sentence_breaks = d.sentence_breaks;
+  documents.paragraphs_per_document = bert.paragraphs_per_document;
+  documents.sentence_breaks = bert.sentence_breaks;
   SentenceCorpus train = build_sentence_corpus(read_text(d.train), *data.tokenizer, documents);
   SentenceCorpus val;
   if (d.val.empty())
@@ -57,7 +58,7 @@ BertData load_data(const RunConfig& config) {
                                  "or data.val_fraction > 0");
   BertPairOptions pairs;
   pairs.max_len = config.model.context;
-  pairs.mask_prob = d.mask_prob;
+  pairs.mask_prob = bert.mask_prob;
   const BertSpecialIds specials = bert_special_ids(*data.tokenizer);
   const auto V = int32_t(config.model.vocab_size);
   auto sampler = [&](SentenceCorpus corpus) {
@@ -140,12 +141,75 @@ Metrics bert_eval(const nn::Bert& model, const BertPairs& val, uint64_t seed, in
   return m;
 }
 
+// Rules of the recipe besides the bert family's (components.h): the pair format needs its specials.
+void check_bert_pretrain(ConfigChecker& checker) {
+  check_model_family(checker);
+  const std::vector<std::string>& specials = checker.config().data.special_tokens;
+  std::string missing;
+  for (const char* token : {"[PAD]", "[CLS]", "[SEP]", "[MASK]"})
+    if (std::find(specials.begin(), specials.end(), token) == specials.end())
+      missing += std::string(missing.empty() ? "" : ", ") + token;
+  checker.cross({"data.special_tokens", "recipe"}, missing.empty(),
+                "data.special_tokens: recipe bert_pretrain needs [PAD], [CLS], [SEP] and [MASK]; "
+                "missing " + missing);
+}
+
+// The MLM head runs on the chosen positions only (~mask_prob of the tokens).
+MemoryEstimate estimate_bert(const RunConfig& config) {
+  nn::BertConfig b = bert_config(config);
+  nn::check_config(b);
+  int64_t params = nn::bert_num_parameters(b);
+  double tokens = double(config.train.batch_size * config.model.context);
+  return estimate_memory(config, params, params, tokens * bert_settings(config).mask_prob);
+}
+
 }  // namespace
+
+BertSettings bert_settings(const RunConfig& c) {
+  return {.type_vocab_size = c.get<int64_t>("bert.type_vocab_size"),
+          .mask_prob = c.get<double>("bert.mask_prob"),
+          .eval_pairs = c.get<int64_t>("bert.eval_pairs"),
+          .paragraphs_per_document = c.get<int64_t>("bert.paragraphs_per_document"),
+          .sentence_breaks = c.get<bool>("bert.sentence_breaks")};
+}
+
+ConfigSection bert_section() {
+  return {"bert",
+          "what only BERT pre-training reads: segments, masking, documents and evaluation pairs",
+          {section_key("bert.type_vocab_size",
+                       integer_key(2, ">= 1").aka({"n_segments", "num_token_types"}).fixes_architecture(),
+                       "number of segment (token-type) embeddings"),
+           section_key("bert.mask_prob",
+                       number_key(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
+                       "share of non-special tokens chosen for masked-LM"),
+           section_key("bert.eval_pairs", integer_key(2048, ">= 1"),
+                       "sentence pairs of the validation documents scored by the final evaluation"),
+           section_key("bert.paragraphs_per_document", integer_key(1, ">= 1"),
+                       "consecutive blank-line paragraphs that form one document (lines are "
+                       "sentences)"),
+           section_key("bert.sentence_breaks", boolean_key(false),
+                       "a sentence also ends after . ! or ? and a space (prose with a paragraph "
+                       "per line)")}};
+}
+
+RecipeSpec bert_pretrain_recipe() {
+  return {.name = "bert_pretrain",
+          .doc = "a BERT encoder pre-trained with masked-LM plus next-sentence prediction",
+          .families = {"bert"},
+          .sections = {"bert"},
+          .check = check_bert_pretrain,
+          .train = train_bert,
+          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint) {
+            return eval_bert(config, checkpoint.string());
+          },
+          .estimate = estimate_bert};
+}
 
 int train_bert(const RunConfig& config) {
   BertData data = load_data(config);
   Generator init(uint64_t(config.seed), rng_stream("init"));
-  nn::Bert model(bert_config(config.model), init);
+  nn::Bert model(bert_config(config), init);
+  init_weights(model, config);
   model.set_activation_checkpointing(config.train.activation_checkpointing);
   std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, model.named_parameters());
 
@@ -172,10 +236,11 @@ int train_bert(const RunConfig& config) {
     return MicroBatchLoss{add(mul(r.mlm_sum, mlm_scale), r.nsp_sum), B, std::move(r.sums)};
   };
   recipe.train_metrics = pair_metrics;
+  const int64_t eval_pairs = bert_settings(config).eval_pairs;
   recipe.evaluate = [&](bool full) {
     int64_t pairs = full || config.train.eval_batches == 0
-                        ? config.data.eval_pairs
-                        : std::min(config.data.eval_pairs, config.train.eval_batches * B);
+                        ? eval_pairs
+                        : std::min(eval_pairs, config.train.eval_batches * B);
     return bert_eval(model, *data.val, seed, B, pairs);
   };
   return run_training(config, model, *optimizer, recipe);
@@ -186,7 +251,7 @@ int eval_bert(const RunConfig& config, const std::string& checkpoint_file) {
   BertData data = load_data(config);
   NoGradGuard no_grad;
   Metrics m = bert_eval(*loaded.model, *data.val, uint64_t(config.seed), config.train.batch_size,
-                        config.data.eval_pairs);
+                        bert_settings(config).eval_pairs);
   print_eval(checkpoint_file, loaded.step, m);
   return 0;
 }

@@ -33,11 +33,12 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   return g;
 }
 
-nn::BertConfig bert_config(const ModelConfig& m) {
+nn::BertConfig bert_config(const RunConfig& config) {
+  const ModelConfig& m = config.model;
   nn::BertConfig b;
   b.vocab_size = m.vocab_size;
   b.max_positions = m.context;
-  b.type_vocab_size = m.type_vocab_size;
+  b.type_vocab_size = config.get<int64_t>("bert.type_vocab_size");
   b.d_model = m.d_model;
   b.n_layers = m.n_layers;
   b.n_heads = m.n_heads;
@@ -46,6 +47,40 @@ nn::BertConfig bert_config(const ModelConfig& m) {
   b.pre_norm = m.norm_placement == "pre";
   b.norm_eps = m.norm_eps;
   return b;
+}
+
+void check_model_family(ConfigChecker& checker) {
+  const ModelConfig& m = checker.config().model;
+  if (m.arch == "gpt")
+    checker.cross({"model.norm_placement", "model.arch"}, m.norm_placement == "pre",
+                  "model.norm_placement: gpt blocks are pre-norm, got '" + m.norm_placement + "'");
+  if (m.arch == "bert") {
+    auto bert_fixed = [&](const std::string& key, bool ok, const std::string& want) {
+      checker.cross({key, "model.arch"}, ok, key + ": model.arch 'bert' needs " + want);
+    };
+    bert_fixed("model.position", m.position == "learned", "learned positions");
+    bert_fixed("model.norm", m.norm == "layernorm", "layernorm");
+    bert_fixed("model.mlp", m.mlp == "gelu", "the gelu feed-forward");
+    bert_fixed("model.tie_embeddings", m.tie_embeddings,
+               "tie_embeddings: true (the MLM decoder is the token embedding)");
+    bert_fixed("model.bias", m.bias, "bias: true");
+  }
+}
+
+MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
+                               int64_t trainable_parameters, double logit_rows) {
+  MemoryEstimate e;
+  e.parameters = parameters;
+  e.trainable_parameters = trainable_parameters;
+  double tokens = double(c.train.batch_size * c.model.context);
+  double per_block = 16.0 * tokens * double(c.model.d_model) * 4;
+  e.activation_bytes = c.train.activation_checkpointing
+                           ? double(c.model.n_layers) * tokens * double(c.model.d_model) * 4 +
+                                 per_block
+                           : double(c.model.n_layers) * per_block;
+  e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
+  e.state_bytes = 8.0 * double(parameters) + 8.0 * double(trainable_parameters);
+  return e;
 }
 
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {
@@ -144,10 +179,15 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
   return report;
 }
 
+void init_weights(nn::Module& model, const RunConfig& config) {
+  if (config.model.init_from.empty()) return;
+  init_from_checkpoint(model, resolve_checkpoint(config.model.init_from));
+}
+
 namespace {
 template <class Model, class Config>
 LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
-                              Config (*model_config)(const ModelConfig&)) {
+                              Config (*model_config)(const RunConfig&)) {
   CheckpointInfo info = read_checkpoint_info(file);
   RunConfig config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
   if (config.model.arch != arch)
@@ -155,7 +195,7 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
                 detail::concat(file.string(), ": holds a ", config.model.arch,
                                " model; this command needs a ", arch, " checkpoint"));
   Generator gen(uint64_t(config.seed));
-  auto model = std::make_unique<Model>(model_config(config.model), gen);
+  auto model = std::make_unique<Model>(model_config(config), gen);
   LoadOptions options;
   options.load_optim = false;
   CheckpointData data = load_checkpoint(file, specs_of(model->named_state()), options);
@@ -166,7 +206,7 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
 }  // namespace
 
 LoadedGPT load_gpt(const std::filesystem::path& file) {
-  return load_model<nn::GPT>(file, "gpt", gpt_config);
+  return load_model<nn::GPT>(file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); });
 }
 
 LoadedBert load_bert(const std::filesystem::path& file) {

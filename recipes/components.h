@@ -1,5 +1,6 @@
-// Building shared pieces from a config: the model config structs nn understands, optimizer groups
-// from parameter names, and models restored from checkpoints (for generate, eval, inspect).
+// Building shared pieces from a config: the model config structs nn understands and the rules of
+// each model family, optimizer groups from parameter names, the memory estimate of `forge
+// validate`, and models restored from checkpoints (for generate, eval, inspect).
 #pragma once
 
 #include <filesystem>
@@ -13,11 +14,25 @@
 #include "optim/optimizer.h"
 #include "recipes/config.h"
 #include "recipes/metrics.h"
+#include "recipes/registry.h"
 
 namespace forge {
 
 nn::GPTConfig gpt_config(const ModelConfig& model);
-nn::BertConfig bert_config(const ModelConfig& model);
+/// Reads bert.type_vocab_size besides `model`.
+nn::BertConfig bert_config(const RunConfig& config);
+
+/// What a model family supports, for the check of every recipe that trains it: gpt blocks are
+/// pre-norm; bert needs learned positions, layernorm, the gelu feed-forward, biases and tied
+/// embeddings.
+void check_model_family(ConfigChecker& checker);
+
+/// Rough peak of a training step in f32: weights and gradients (8 bytes a parameter) plus AdamW
+/// moments of the trainable ones (8 bytes), the activations each block keeps for backward (~16
+/// values per token and channel, one block's worth with checkpointing) and the logits of
+/// `logit_rows` rows with their gradient.
+MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
+                               int64_t trainable_parameters, double logit_rows);
 
 /// `forge eval` output: the checkpoint and its step, then one "val_<key> <value>" line per metric.
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics);
@@ -52,6 +67,10 @@ struct InitReport {
 /// the file and the tensor for a missing, unexpected (unless allowed) or mismatched tensor.
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
+
+/// Loads model.init_from's weights into `model` (the same names and shapes); a no-op when it is
+/// empty. A resumed run then overwrites them with its own checkpoint.
+void init_weights(nn::Module& model, const RunConfig& config);
 
 /// A model and the resolved config stored in a checkpoint, weights loaded, in eval mode.
 template <class Model>

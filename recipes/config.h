@@ -1,12 +1,14 @@
 // The run config: YAML recipes and `key.path=value` overrides loaded into typed structs. One schema
-// table (config.cpp) knows every key with its type, default, range and doc; loading, overrides,
-// printing the resolved config and docs/config.md all follow it, so a key exists in one place.
-// Errors come back all at once as forge::Error(usage) with one `forge: config error:` line each.
+// (config_schema.cpp for the common sections, each recipe file for its own section) knows every key
+// with its type, default, range and doc; loading, overrides, printing the resolved config and
+// docs/config.md all follow it, so a key exists in one place. Errors come back all at once as
+// forge::Error(usage) with one `forge: config error:` line each.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -34,7 +36,7 @@ struct ModelConfig {
   double rope_theta{};
   double norm_eps{};
   std::string norm_placement;  // pre | post (resolved from "auto": gpt pre, bert post)
-  int64_t type_vocab_size{};
+  std::string init_from;       // run directory or checkpoint file; empty = from scratch
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -44,10 +46,6 @@ struct DataConfig {
   std::string train;  // path, required
   std::string val;    // path, empty = split val_fraction off train
   double val_fraction{};
-  int64_t paragraphs_per_document{};
-  bool sentence_breaks{};
-  double mask_prob{};
-  int64_t eval_pairs{};
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -94,6 +92,10 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+/// A value of any config key (std::array<double, 2> fields travel as a 2-element vector).
+using ConfigValue =
+    std::variant<int64_t, double, bool, std::string, std::vector<double>, std::vector<std::string>>;
+
 struct RunConfig {
   std::string recipe;
   int64_t seed{};
@@ -103,17 +105,23 @@ struct RunConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainConfig train;
+  /// Keys of the recipe sections (registry.h), by full dotted path ("bert.mask_prob"); every
+  /// registered section's keys are present, with their defaults unless the config set them.
+  std::map<std::string, ConfigValue> sections;
   bool operator==(const RunConfig&) const = default;
+
+  /// The value of a section key. T is int64_t, double, bool, std::string, std::vector<double> or
+  /// std::vector<std::string> (section keys cannot be std::array<double, 2>: use a number list).
+  /// Throws Error(internal) naming the path when it is absent or holds another type.
+  template <class T>
+  const T& get(const std::string& path) const;
 };
 
-// ---- the schema ------------------------------------------------------------------------------
-
-/// A value of any config key (std::array<double, 2> fields travel as a 2-element vector).
-using ConfigValue =
-    std::variant<int64_t, double, bool, std::string, std::vector<double>, std::vector<std::string>>;
-
-/// What a key accepts. `path` is a string naming a file that must exist when non-empty.
-enum class ConfigType { integer, number, boolean, string, path, choice, number_list, string_list };
+/// What a key accepts. `path` is a string naming a file that must exist when non-empty;
+/// `checkpoint` names a checkpoint file or a run directory whose latest checkpoint is meant.
+enum class ConfigType {
+  integer, number, boolean, string, path, checkpoint, choice, number_list, string_list
+};
 
 /// A numeric interval written as in the docs: ">= 0", "> 0", "[0, 1)", "(0, 1]"; "" = any.
 struct ConfigRange {
@@ -124,7 +132,8 @@ struct ConfigRange {
   bool contains(double x) const;
 };
 
-/// One key of the schema. The table in config.cpp is the only place defaults are written.
+/// One key of the schema. The tables (config_schema.cpp, the recipe files' sections) are the only
+/// place defaults are written.
 struct ConfigKey {
   std::string path;  ///< dotted, e.g. "optimizer.lr"
   ConfigType type;
@@ -136,11 +145,13 @@ struct ConfigKey {
   std::string shown_default;         ///< docs text when the default is derived ("" = the value)
   std::vector<std::string> aliases;  ///< names other tools use; only feed "did you mean"
   std::string doc;                   ///< one line
+  bool architecture;                 ///< the weights fix it: model.init_from's checkpoint decides
   std::function<void(RunConfig&, const ConfigValue&)> set;
   std::function<ConfigValue(const RunConfig&)> get;
 };
 
-/// Every key, in the order to_yaml() prints them (top-level keys, then one section after another).
+/// Every key, in the order to_yaml() prints them: the common keys (top-level keys, then one section
+/// after another), then every recipe section's keys (config_sections() in registry.h).
 const std::vector<ConfigKey>& config_schema();
 
 /// The schema key with this dotted path, or nullptr.
@@ -149,11 +160,15 @@ const ConfigKey* find_config_key(const std::string& path);
 /// The schema defaults (required keys empty, derived keys unresolved).
 RunConfig default_config();
 
-/// Whether load checks that data.train / data.val exist (skip for a config read from a checkpoint).
+/// Whether load checks that path and checkpoint keys exist and follows model.init_from (skip for a
+/// config read from a checkpoint).
 enum class ConfigFiles { check, skip };
 
 /// Loads a YAML recipe, applies `key.path=value` overrides in order, fills defaults and derived
-/// keys, and validates everything. Throws forge::Error(usage) listing every problem, one line each.
+/// keys, and validates everything. Throws forge::Error(usage) listing every problem, one line each;
+/// when there is none but a checkpoint key names no checkpoint (or its stored config is unusable),
+/// throws Error(checkpoint). With model.init_from, the keys the weights fix come from the source
+/// checkpoint's stored config; setting one to another value is a config error.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 /// As load_config on YAML text; `name` stands in for the file in error lines and output_dir.
@@ -161,8 +176,8 @@ RunConfig load_config_string(const std::string& text, const std::string& name,
                              const std::vector<std::string>& overrides = {},
                              ConfigFiles files = ConfigFiles::check);
 
-/// The fully resolved config as YAML: every key, schema order, grouped by section. Round-trips
-/// through load_config_string.
+/// The fully resolved config as YAML: every common key and the keys of the active recipe's own
+/// sections, schema order, grouped by section. Round-trips through load_config_string.
 std::string to_yaml(const RunConfig& config);
 
 /// A value as YAML text ("0.001", "[0.9, 0.99]", "true", "\"*.bias\"").

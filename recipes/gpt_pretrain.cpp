@@ -102,13 +102,34 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
+MemoryEstimate estimate_gpt(const RunConfig& config) {
+  nn::GPTConfig g = gpt_config(config.model);
+  nn::check_config(g);
+  int64_t params = nn::gpt_num_parameters(g);
+  return estimate_memory(config, params, params,
+                         double(config.train.batch_size * config.model.context));
+}
 
 }  // namespace
+
+RecipeSpec gpt_pretrain_recipe() {
+  return {.name = "gpt_pretrain",
+          .doc = "a GPT trained with next-token cross-entropy",
+          .families = {"gpt"},
+          .sections = {},
+          .check = check_model_family,
+          .train = train_gpt,
+          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint) {
+            return eval_gpt(config, checkpoint.string());
+          },
+          .estimate = estimate_gpt};
+}
 
 int train_gpt(const RunConfig& config) {
   LMSplits data = load_data(config);
   Generator init(uint64_t(config.seed), rng_stream("init"));
   nn::GPT model(gpt_config(config.model), init);
+  init_weights(model, config);
   model.set_activation_checkpointing(config.train.activation_checkpointing);
   std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, model.named_parameters());
 

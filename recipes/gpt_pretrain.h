@@ -2,8 +2,12 @@
 #pragma once
 
 #include "recipes/config.h"
+#include "recipes/registry.h"
 
 namespace forge {
+
+/// gpt_pretrain for the registry.
+RecipeSpec gpt_pretrain_recipe();
 
 /// Trains per `config` (DESIGN.md §1 run directory); returns the process exit code.
 int train_gpt(const RunConfig& config);

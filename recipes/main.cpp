@@ -1,5 +1,5 @@
 // The forge command line: parses the subcommand and its options, dispatches to the recipe the
-// config names, and turns every forge::Error into one line on stderr and the exit code of
+// config names through the registry (registry.h), and turns every forge::Error into one line on stderr and the exit code of
 // DESIGN.md §1. Nothing here knows how a recipe trains.
 #include <climits>
 #include <cstdio>
@@ -22,9 +22,8 @@
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
-#include "recipes/bert_pretrain.h"
 #include "recipes/config.h"
-#include "recipes/gpt_pretrain.h"
+#include "recipes/registry.h"
 
 namespace forge {
 namespace {
@@ -40,7 +39,7 @@ constexpr const char* kUsage =
     "  validate CONFIG [key.path=value ...]  check a config, print it resolved with the parameter\n"
     "                                      count and a peak-memory estimate; trains nothing\n"
     "  eval CONFIG-or-RUN-DIR              validation metrics of the latest checkpoint (loss,\n"
-    "                                      perplexity; bert: MLM and NSP accuracy)\n"
+    "                                      perplexity and the recipe's task accuracies)\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
@@ -50,7 +49,19 @@ constexpr const char* kUsage =
     "\n"
     "forge COMMAND --help prints the usage of one command. Exit codes: 0 ok, 1 internal error,\n"
     "2 usage or config error, 3 data error, 4 checkpoint error, 5 non-finite loss or gradient,\n"
-    "130/143 stopped by SIGINT/SIGTERM after writing a checkpoint.\n";
+    "130/143 stopped by SIGINT/SIGTERM after writing a checkpoint.\n"
+    "\n"
+    "recipes (the config's `recipe` key):\n";
+
+// kUsage and one line per recipe of the registry.
+std::string usage_text() {
+  std::string out = kUsage;
+  for (const RecipeSpec& recipe : recipe_registry()) {
+    std::string name = "  " + recipe.name;
+    out += name + std::string(name.size() < 38 ? 38 - name.size() : 1, ' ') + recipe.doc + "\n";
+  }
+  return out;
+}
 
 const std::map<std::string, std::string> kCommandUsage = {
     {"train",
@@ -64,9 +75,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "estimate of peak training memory. Trains nothing.\n"},
     {"eval",
      "usage: forge eval CONFIG-or-RUN-DIR\n"
-     "Validation metrics of the run's latest checkpoint: for gpt, loss and perplexity over the\n"
-     "whole validation split; for bert, MLM accuracy, loss and perplexity and NSP accuracy and\n"
-     "loss over data.eval_pairs fixed pairs of the validation documents.\n"},
+     "Validation metrics of the run's latest checkpoint as its recipe defines them: loss and\n"
+     "perplexity over the validation split, and the recipe's task metrics (docs/recipes/).\n"},
     {"generate",
      "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
      "  --max-new-tokens N   tokens to generate (default 200)\n"
@@ -155,40 +165,21 @@ RunConfig config_from_args(const std::string& command, const std::vector<std::st
 
 int cmd_train(const std::vector<std::string>& args) {
   RunConfig config = config_from_args("train", args);
-  return config.recipe == "bert_pretrain" ? train_bert(config) : train_gpt(config);
+  return find_recipe(config.recipe).train(config);
 }
 
-// Rough peak of a training step in f32: weights, gradients and AdamW moments (16 bytes a
-// parameter), the activations each block keeps for backward (~16 values per token and channel,
-// one block's worth with checkpointing) and the logits with their gradient (bert: only the ~15% of
-// positions the MLM head scores).
 int cmd_validate(const std::vector<std::string>& args) {
   RunConfig c = config_from_args("validate", args);
-  int64_t params = 0;
-  if (c.model.arch == "bert") {
-    nn::BertConfig b = bert_config(c.model);
-    nn::check_config(b);
-    params = nn::bert_num_parameters(b);
-  } else {
-    nn::GPTConfig g = gpt_config(c.model);
-    nn::check_config(g);
-    params = nn::gpt_num_parameters(g);
-  }
-  double tokens = double(c.train.batch_size * c.model.context);
-  double per_block = 16.0 * tokens * double(c.model.d_model) * 4;
-  double blocks = c.train.activation_checkpointing
-                      ? double(c.model.n_layers) * tokens * double(c.model.d_model) * 4 + per_block
-                      : double(c.model.n_layers) * per_block;
-  // BERT's MLM head runs on the chosen positions only.
-  double logit_rows = c.model.arch == "bert" ? tokens * c.data.mask_prob : tokens;
-  double logits = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
-  double state = 16.0 * double(params);
+  MemoryEstimate e = find_recipe(c.recipe).estimate(c);
+  double total = e.state_bytes + e.activation_bytes + e.logits_bytes;
   std::fputs(to_yaml(c).c_str(), stdout);
-  std::printf("# parameters: %lld\n", (long long)params);
+  std::printf("# parameters: %lld\n", (long long)e.parameters);
+  std::printf("# trainable parameters: %lld (%.2f%%)\n", (long long)e.trainable_parameters,
+              e.parameters ? 100.0 * double(e.trainable_parameters) / double(e.parameters) : 0.0);
   std::printf("# estimated peak training memory: %.1f MiB (weights+grads+optimizer %.1f, "
               "activations %.1f, logits %.1f)\n",
-              (state + blocks + logits) / 1048576.0, state / 1048576.0, blocks / 1048576.0,
-              logits / 1048576.0);
+              total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
+              e.logits_bytes / 1048576.0);
   return 0;
 }
 
@@ -198,8 +189,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   RunConfig config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
                                               : load_config(target.string());
   fs::path file = resolve_checkpoint(config.output_dir);
-  return config.recipe == "bert_pretrain" ? eval_bert(config, file.string())
-                                          : eval_gpt(config, file.string());
+  return find_recipe(config.recipe).eval(config, file);
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -354,7 +344,7 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
 
 int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage_text().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   std::string command = argv[1];

@@ -30,7 +30,7 @@ case "$suite" in
     default_configs=(configs/bert_shakespeare.yaml)
     large_at=1e11 large_note="(BERT-base)"
     # The final evaluation scores one batch of fixed validation pairs instead of eval_pairs.
-    suite_overrides() { base+=("data.eval_pairs=32"); }
+    suite_overrides() { base+=("bert.eval_pairs=32"); }
     ;;
   *)
     echo "bench_train: unknown suite '$suite' (gpt or bert)" >&2

@@ -454,8 +454,9 @@ TEST(Groups, LayerwiseLearningRates) {
   EXPECT_NEAR(layer_lr_mult(0, 4, 2.6), 1 / (2.6 * 2.6 * 2.6), 1e-15);
   expect_error([] { build_param_groups({{"w", zeros({2, 2})}}, {.layer_lr_decay = 2.6}); }, ExitCode::usage,
                "need parameters named blocks.<i>.*, but none is, got e.g. 'w'");
-  expect_error([&] { build_param_groups(ps, {.layer_lr_decay = 0.0}); }, ExitCode::usage,
-               "optimizer: layer_lr_decay must be > 0, got 0");
+  expect_error([&] { build_param_groups(ps, {.layer_lr_decay = 0.8}); }, ExitCode::usage,
+               "optimizer: layer_lr_decay must be >= 1 (the factor dividing the lr per block going "
+               "down; 1 = off), got 0.8");
 }
 
 TEST(Groups, FreezePatterns) {

@@ -32,7 +32,8 @@ class BertRecipe : public testing::RecipeTest {
         << "data: {tokenizer: bytes, special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]'], "
            "train: "
         << (dir_ / "corpus.txt").string()
-        << ", val_fraction: 0.1, paragraphs_per_document: 5, eval_pairs: 64}\n"
+        << ", val_fraction: 0.1}\n"
+        << "bert: {paragraphs_per_document: 5, eval_pairs: 64}\n"
         << "optimizer: {name: adamw, lr: 2.0e-3, weight_decay: 0.01}\n"
         << "schedule: {name: warmup_linear, warmup_steps: 3}\n"
         << "train:\n  batch_size: 8\n  max_steps: 20\n  eval_every: 10\n  eval_batches: 2\n"

@@ -1,6 +1,7 @@
 // Config loading against the schema: values and defaults, every error kind with its exact line
 // (file:line:col and message), did-you-mean, overrides, derived defaults, cross-field checks, the
-// resolved-config round trip, and docs/config.md staying in step with the schema.
+// recipe registry and its sections, checkpoint keys and model.init_from, the resolved-config round
+// trip, and docs/config.md staying in step with the schema.
 // Tests run from the repository root, so fixture paths are repo-relative.
 #include <gtest/gtest.h>
 
@@ -12,7 +13,12 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "optim/optimizer.h"
+#include "recipes/bert_pretrain.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
 #include "recipes/config.h"
+#include "recipes/registry.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -188,8 +194,8 @@ TEST(ConfigErrors, OutOfRangeNamesTheRange) {
             line("x.yaml:4:17", "optimizer.lr: must be > 0, got 0"));
   EXPECT_EQ(errors_of(minimal("optimizer: {betas: [0.9, 1.0]}\n")),
             line("x.yaml:4:26", "optimizer.betas[1]: must be in [0, 1), got 1.0"));
-  EXPECT_EQ(errors_of(minimal("optimizer: {layer_lr_decay: 1.01}\n")),
-            line("x.yaml:4:29", "optimizer.layer_lr_decay: must be in (0, 1], got 1.01"));
+  EXPECT_EQ(errors_of(minimal("optimizer: {layer_lr_decay: 0.8}\n")),
+            line("x.yaml:4:29", "optimizer.layer_lr_decay: must be >= 1, got 0.8"));
   EXPECT_EQ(errors_of(minimal("train: {batch_size: 0}\n")),
             line("x.yaml:4:21", "train.batch_size: must be >= 1, got 0"));
   EXPECT_EQ(errors_of(minimal("seed: 99999999999999999999\n")),
@@ -448,12 +454,266 @@ TEST(ConfigRoundTrip, EveryKeyIsPrintedInSchemaOrderUnderItsSection) {
     }
     printed.push_back(nested ? section + "." + name : name);
   }
+  // gpt_pretrain reads no recipe section: only the common keys are printed.
+  std::set<std::string> sections;
+  for (const ConfigSection& section : config_sections()) sections.insert(section.name);
   std::vector<std::string> schema;
-  for (const ConfigKey& key : config_schema()) schema.push_back(key.path);
+  for (const ConfigKey& key : config_schema())
+    if (!sections.count(key.path.substr(0, key.path.find('.')))) schema.push_back(key.path);
   EXPECT_EQ(printed, schema) << yaml;
   EXPECT_NE(yaml.find("\nmodel:\n  arch: gpt\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("  betas: [0.9, 0.999]\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("  eps: 1.0e-08\n"), std::string::npos) << yaml;  // a float to YAML 1.1 too
+}
+
+// ---- the recipe registry and recipe sections --------------------------------------------------
+
+const std::string kBert = "recipe: bert_pretrain\nmodel: {arch: bert, vocab_size: 260}\ndata:\n"
+                          "  train: " + std::string(kTiny) +
+                          "\n  special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]']\n";
+
+TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
+  std::vector<std::string> names;
+  for (const RecipeSpec& recipe : recipe_registry()) {
+    names.push_back(recipe.name);
+    EXPECT_FALSE(recipe.doc.empty()) << recipe.name;
+    EXPECT_FALSE(recipe.families.empty()) << recipe.name;
+    EXPECT_TRUE(recipe.train && recipe.eval && recipe.estimate) << recipe.name;
+    for (const std::string& section : recipe.sections)
+      EXPECT_TRUE(std::any_of(config_sections().begin(), config_sections().end(),
+                              [&](const ConfigSection& s) { return s.name == section; }))
+          << recipe.name << " reads an unknown section " << section;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"gpt_pretrain", "bert_pretrain"}));
+  EXPECT_EQ(find_config_key("recipe")->choices, names);
+  EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
+  try {
+    find_recipe("dpo");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::usage);
+    EXPECT_EQ(std::string(e.what()),
+              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain)");
+  }
+  EXPECT_EQ(recipes_reading("bert"), std::vector<std::string>{"bert_pretrain"});
+  // Section keys are schema keys, after the common ones, under their section's name.
+  for (const ConfigSection& section : config_sections())
+    for (const ConfigKey& key : section.keys) {
+      EXPECT_EQ(key.path.rfind(section.name + ".", 0), 0u) << key.path;
+      EXPECT_EQ(find_config_key(key.path), &*std::find_if(
+                                                config_schema().begin(), config_schema().end(),
+                                                [&](const ConfigKey& k) { return k.path == key.path; }));
+    }
+}
+
+TEST(ConfigSections, NotReadByTheRecipeIsOneErrorAtTheSection) {
+  EXPECT_EQ(errors_of(minimal("bert: {mask_prob: 0.2, eval_pairs: 5}\n")),
+            line("x.yaml:4:1", "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
+                               "bert_pretrain)"));
+  EXPECT_EQ(errors_of(minimal(), {"bert.mask_prob=0.2"}),
+            line("override 'bert.mask_prob=0.2'",
+                 "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
+                 "bert_pretrain)"));
+  // The recipe may come after the section, or from an override.
+  EXPECT_NO_THROW(load_config_string(kBert, "x.yaml", {"bert.mask_prob=0.2"}));
+  EXPECT_EQ(errors_of("bert: {eval_pairs: 5}\n" + kBert, {"recipe=gpt_pretrain",
+                                                           "model.arch=gpt"}),
+            line("x.yaml:1:1", "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
+                               "bert_pretrain)"));
+}
+
+TEST(ConfigSections, KeysHaveDefaultsOverridesRangesAndRoundTrip) {
+  RunConfig d = default_config();
+  EXPECT_EQ(d.get<int64_t>("bert.type_vocab_size"), 2);
+  EXPECT_EQ(d.get<double>("bert.mask_prob"), 0.15);
+  EXPECT_EQ(d.get<int64_t>("bert.eval_pairs"), 2048);
+  EXPECT_EQ(d.get<int64_t>("bert.paragraphs_per_document"), 1);
+  EXPECT_FALSE(d.get<bool>("bert.sentence_breaks"));
+  RunConfig c = load_config_string(kBert + "bert: {mask_prob: 0.2, sentence_breaks: true}\n",
+                                   "x.yaml", {"bert.eval_pairs=64"});
+  BertSettings b = bert_settings(c);
+  EXPECT_EQ(b.mask_prob, 0.2);
+  EXPECT_TRUE(b.sentence_breaks);
+  EXPECT_EQ(b.eval_pairs, 64);
+  EXPECT_EQ(b.type_vocab_size, 2);
+  EXPECT_EQ(b.paragraphs_per_document, 1);
+  EXPECT_EQ(errors_of(kBert + "bert: {mask_prob: 1.5}\n"),
+            line("x.yaml:6:19", "bert.mask_prob: must be in (0, 1), got 1.5"));
+  EXPECT_EQ(errors_of(kBert + "bert: {mask_porb: 0.2}\n"),
+            line("x.yaml:6:8", "unknown key 'bert.mask_porb' (did you mean 'mask_prob'?)"));
+  // The resolved config shows the active recipe's own section, and loads back to the same config.
+  std::string yaml = to_yaml(c);
+  EXPECT_NE(yaml.find("\nbert:\n  type_vocab_size: 2\n  mask_prob: 0.2\n  eval_pairs: 64\n"),
+            std::string::npos)
+      << yaml;
+  RunConfig back = load_config_string(yaml, "config.yaml");
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(to_yaml(back), yaml);
+  EXPECT_EQ(to_yaml(load_config_string(minimal(), "x.yaml")).find("bert"), std::string::npos);
+  // Typed access names the key it cannot give.
+  try {
+    (void)c.get<int64_t>("bert.mask_prob");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::internal);
+    EXPECT_NE(std::string(e.what()).find("'bert.mask_prob'"), std::string::npos) << e.what();
+  }
+  try {
+    (void)c.get<double>("lora.alpha");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::internal);
+    EXPECT_NE(std::string(e.what()).find("'lora.alpha'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigSections, OldBertSpellingsSuggestTheNewKeys) {
+  EXPECT_EQ(errors_of(minimal("  mask_prob: 0.2\n")),
+            line("x.yaml:4:3", "unknown key 'data.mask_prob' (did you mean 'bert.mask_prob'?)"));
+  for (const std::string old : {"data.mask_prob", "data.eval_pairs", "data.paragraphs_per_document",
+                                "data.sentence_breaks", "model.type_vocab_size"}) {
+    std::string now = "bert." + old.substr(old.find('.') + 1);
+    EXPECT_EQ(errors_of(kBert, {old + "=1"}),
+              line("override '" + old + "=1'",
+                   "unknown key '" + old + "' (did you mean '" + now + "'?)"));
+  }
+}
+
+// ---- checkpoint keys and model.init_from --------------------------------------------------------
+
+// A run directory holding one checkpoint whose stored config is `config_yaml`.
+std::filesystem::path write_run(const std::filesystem::path& dir, const std::string& config_yaml) {
+  CheckpointData data;
+  data.step = 2;
+  data.config_yaml = config_yaml;
+  data.model = {{"w", zeros({2})}};
+  save_checkpoint(dir, data, 0);
+  return dir;
+}
+
+// Loads `text` expecting Error(checkpoint); returns its message.
+std::string checkpoint_error_of(const std::string& text,
+                                const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config_string(text, "x.yaml", overrides);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::checkpoint) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a checkpoint error for:\n" << text;
+  return "";
+}
+
+TEST(ConfigCheckpoint, AKeyNamesARunDirectoryOrACheckpointFile) {
+  EXPECT_EQ(find_config_key("model.init_from")->type, ConfigType::checkpoint);
+  EXPECT_EQ(config_type_name(*find_config_key("model.init_from")), "checkpoint");
+  testing::TempDir tmp;
+  std::string run = write_run(tmp.path() / "base", to_yaml(load_config_string(minimal(), "x.yaml")))
+                        .string();
+  RunConfig c = load_config_string(minimal(), "x.yaml", {"model.init_from=" + run});
+  EXPECT_EQ(c.model.init_from, run);
+  std::string file = latest_checkpoint(run)->string();
+  EXPECT_EQ(load_config_string(minimal(), "x.yaml", {"model.init_from=" + file}).model.init_from,
+            file);
+  // Not a config mistake: exit 4, with the message resolve_checkpoint gives.
+  std::string empty = (tmp.path() / "empty").string();
+  std::filesystem::create_directories(empty);
+  EXPECT_EQ(checkpoint_error_of(minimal(), {"model.init_from=" + empty}),
+            empty + ": no checkpoint in this run directory");
+  EXPECT_EQ(checkpoint_error_of(minimal("model: {init_from: runs/nope}\n")),
+            "runs/nope: no such checkpoint file or run directory");
+  // Config problems come first, with exit 2.
+  EXPECT_EQ(errors_of(minimal("model: {init_from: runs/nope, dropout: 2.0}\n")),
+            line("x.yaml:4:40", "model.dropout: must be in [0, 1), got 2.0"));
+  // A config read back from a checkpoint does not follow it.
+  EXPECT_NO_THROW(load_config_string(minimal("model: {init_from: runs/nope}\n"), "ckpt", {},
+                                     ConfigFiles::skip));
+}
+
+TEST(ConfigInitFrom, TheWeightsFixTheArchitecture) {
+  std::set<std::string> fixed;
+  for (const ConfigKey& key : config_schema())
+    if (key.architecture) fixed.insert(key.path);
+  EXPECT_EQ(fixed, (std::set<std::string>{
+                       "model.arch", "model.vocab_size", "model.context", "model.d_model",
+                       "model.n_layers", "model.n_heads", "model.bias", "model.norm",
+                       "model.position", "model.mlp", "model.ffn_mult", "model.tie_embeddings",
+                       "model.rope_theta", "model.norm_eps", "model.norm_placement",
+                       "data.tokenizer", "data.special_tokens", "bert.type_vocab_size"}));
+  testing::TempDir tmp;
+  RunConfig base = load_config_string(
+      minimal("model: {d_model: 64, n_layers: 3, norm: rmsnorm, dropout: 0.1}\n"), "base.yaml");
+  std::string run = write_run(tmp.path() / "base", to_yaml(base)).string();
+  // Left out: taken from the checkpoint (and derived keys follow); dropout is not fixed.
+  RunConfig c = load_config_string(minimal("model: {init_from: " + run + ", dropout: 0.2}\n"),
+                                   "x.yaml");
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.n_layers, 3);
+  EXPECT_EQ(c.model.norm, "rmsnorm");
+  EXPECT_EQ(c.model.dropout, 0.2);
+  EXPECT_EQ(c.schedule.noam_d_model, 64);
+  // Set to the same value: fine; to another: an error at that key.
+  EXPECT_NO_THROW(load_config_string(minimal("model: {init_from: " + run + ", d_model: 64}\n"),
+                                     "x.yaml"));
+  EXPECT_EQ(errors_of(minimal("model:\n  init_from: " + run + "\n  d_model: 256\n"),
+                      {"model.norm=layernorm"}),
+            line("x.yaml:6:12", "model.d_model: the config says 256, but model.init_from '" + run +
+                                    "' was trained with 64") +
+                "\n" +
+                line("override 'model.norm=layernorm'",
+                     "model.norm: the config says layernorm, but model.init_from '" + run +
+                         "' was trained with rmsnorm"));
+}
+
+TEST(ConfigInitFrom, SectionKeysCountWhenBothRecipesReadTheSection) {
+  testing::TempDir tmp;
+  RunConfig base = load_config_string(kBert + "bert: {type_vocab_size: 3, mask_prob: 0.3}\n",
+                                      "base.yaml");
+  std::string run = write_run(tmp.path() / "bert", to_yaml(base)).string();
+  RunConfig c = load_config_string(kBert, "x.yaml", {"model.init_from=" + run});
+  EXPECT_EQ(c.get<int64_t>("bert.type_vocab_size"), 3);
+  EXPECT_EQ(c.get<double>("bert.mask_prob"), 0.15);  // not fixed by the weights
+  EXPECT_EQ(errors_of(kBert + "bert: {type_vocab_size: 2}\n", {"model.init_from=" + run}),
+            line("x.yaml:6:25", "bert.type_vocab_size: the config says 2, but model.init_from '" +
+                                    run + "' was trained with 3"));
+  // A gpt_pretrain config from that checkpoint does not read bert: and gets the bert family,
+  // which its recipe refuses.
+  EXPECT_EQ(errors_of(minimal(), {"model.init_from=" + run}),
+            line("x.yaml:1:9", "recipe gpt_pretrain trains model.arch 'gpt', the config says "
+                               "'bert'"));
+}
+
+TEST(ConfigInitFrom, AStoredConfigThatDoesNotLoadIsACheckpointError) {
+  testing::TempDir tmp;
+  std::string run = write_run(tmp.path() / "bad", "recipe: gpt_pretrain\nzebra: 1\n").string();
+  std::string file = latest_checkpoint(run)->string();
+  std::string message = checkpoint_error_of(minimal(), {"model.init_from=" + run});
+  EXPECT_EQ(message.rfind(file + ": the stored config does not load: ", 0), 0u) << message;
+  EXPECT_NE(message.find("unknown key 'zebra'"), std::string::npos) << message;
+}
+
+// ---- optimizer.layer_lr_decay ------------------------------------------------------------------
+
+// ULMFiT's factor from the YAML key to each group: 4 blocks, D = 2.
+TEST(ConfigLayerLrDecay, DividesTheRatePerBlockGoingDown) {
+  RunConfig c = load_config_string(minimal("optimizer: {layer_lr_decay: 2}\n"), "x.yaml");
+  NamedTensors params = {{"tok_emb.weight", zeros({4, 2})}};
+  for (int i = 0; i < 4; ++i)
+    params.push_back({"blocks." + std::to_string(i) + ".w", zeros({2, 2})});
+  params.push_back({"ln_f.weight", zeros({2})});
+  params.push_back({"head.weight", zeros({4, 2})});
+  std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, params);
+  std::map<std::string, double> mult;
+  for (const optim::ParamGroup& g : opt->groups())
+    for (const NamedTensor& p : g.params) mult[p.name] = g.lr_mult;
+  EXPECT_EQ(mult, (std::map<std::string, double>{{"tok_emb.weight", 1.0 / 16},
+                                                  {"blocks.0.w", 1.0 / 8},
+                                                  {"blocks.1.w", 1.0 / 4},
+                                                  {"blocks.2.w", 1.0 / 2},
+                                                  {"blocks.3.w", 1.0},
+                                                  {"ln_f.weight", 1.0},
+                                                  {"head.weight", 1.0}}));
+  EXPECT_NO_THROW(load_config_string(minimal("optimizer: {layer_lr_decay: 2.6}\n"), "x.yaml"));
 }
 
 // ---- docs/config.md ---------------------------------------------------------------------------

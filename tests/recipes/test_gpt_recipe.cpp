@@ -201,6 +201,33 @@ TEST_F(GPTRecipe, NonFiniteLossStopsWithExit5AndKeepsTheLastCheckpoint) {
   EXPECT_NE(message.find("last good checkpoint"), std::string::npos) << message;
 }
 
+// model.init_from: a second run starts from the first run's final weights (architecture and all
+// taken from its checkpoint), and a run from scratch does not.
+TEST_F(GPTRecipe, InitFromStartsFromTheSourceWeights) {
+  fs::path base_cfg = write_config("base", "", "3.0e-3");
+  ASSERT_EQ(forge("train " + base_cfg.string() + " train.max_steps=2 schedule.warmup_steps=1"), 0);
+  LoadedGPT base = load_gpt(resolve_checkpoint(dir_ / "base"));
+  std::ofstream(dir_ / "child.yaml") << "recipe: gpt_pretrain\nmodel: {init_from: "
+                                     << (dir_ / "base").string() << "}\ndata: {train: "
+                                     << (dir_ / "corpus.txt").string() << "}\n";
+  RunConfig child = load_config((dir_ / "child.yaml").string());
+  ModelConfig want_model = base.config.model;
+  want_model.init_from = child.model.init_from;
+  want_model.dropout = 0.0;  // not fixed by the weights: the schema default
+  EXPECT_EQ(child.model, want_model);
+  Generator gen(1);
+  nn::GPT model(gpt_config(child.model), gen);
+  init_weights(model, child);
+  NamedTensors want = base.model->named_state(), got = model.named_state();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i].tensor.to_vector<float>(), want[i].tensor.to_vector<float>()) << got[i].name;
+  child.model.init_from.clear();
+  nn::GPT fresh(gpt_config(child.model), gen);
+  init_weights(fresh, child);
+  EXPECT_NE(fresh.named_state()[0].tensor.to_vector<float>(), want[0].tensor.to_vector<float>());
+}
+
 TEST_F(GPTRecipe, CliExitCodes) {
   EXPECT_EQ(forge("--help"), 0);
   EXPECT_EQ(forge("frobnicate"), 2);
@@ -208,6 +235,10 @@ TEST_F(GPTRecipe, CliExitCodes) {
   fs::path cfg = write_config("cli");
   EXPECT_EQ(forge("validate " + cfg.string()), 0);
   EXPECT_EQ(forge("validate " + cfg.string() + " optimizer.lerning_rate=1"), 2);
+  EXPECT_EQ(forge("validate " + cfg.string() + " model.init_from=" + (dir_ / "nope").string()), 4);
+  EXPECT_EQ(forge("validate " + cfg.string() + " model.init_from=" + (dir_ / "nope").string() +
+                  " seed=-1"),
+            2);  // config errors come first
   EXPECT_EQ(forge("inspect " + (dir_ / "cli").string()), 4);  // nothing trained yet
   std::ofstream(dir_ / "bogus.h5") << "not a checkpoint";
   EXPECT_EQ(forge("inspect " + (dir_ / "bogus.h5").string()), 4);

@@ -1,0 +1,109 @@
+// The recipes Forge knows and the config sections they own. Each recipe file declares its
+// RecipeSpec (what it trains, the sections it reads, its cross-key checks, train / eval / memory
+// estimate) and its sections; registry.cpp lists them in one explicit list, so the loader, the CLI
+// and the docs follow the registry and never name a recipe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "recipes/config.h"
+
+namespace forge {
+
+/// A section of keys that belongs to recipes, not to every run ("bert", "lora", ...).
+struct ConfigSection {
+  std::string name;
+  std::string doc;
+  std::vector<ConfigKey> keys;
+};
+
+/// Lets a recipe add cross-key rules to the loader: a rule names the keys it reads (the first one
+/// the file/override set is blamed, as today's `cross`), and is skipped when one of them was
+/// already rejected.
+class ConfigChecker {
+ public:
+  virtual ~ConfigChecker() = default;
+  virtual void cross(std::initializer_list<std::string> keys, bool ok,
+                     const std::string& message) = 0;
+  virtual const RunConfig& config() const = 0;
+};
+
+/// What `forge validate` prints: parameter counts and a rough peak of a training step, in bytes.
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  int64_t trainable_parameters = 0;
+  double state_bytes = 0, activation_bytes = 0, logits_bytes = 0;
+};
+
+struct RecipeSpec {
+  std::string name;                   // "gpt_pretrain"
+  std::string doc;                    // one line, for --help / docs
+  std::vector<std::string> families;  // model.arch values it trains, e.g. {"gpt"}
+  std::vector<std::string> sections;  // recipe sections it reads, e.g. {"bert"} or {"lora", "finetune"}
+  std::function<void(ConfigChecker&)> check;   // optional cross-key checks
+  std::function<int(const RunConfig&)> train;  // forge train
+  std::function<int(const RunConfig&, const std::filesystem::path& checkpoint)> eval;  // forge eval
+  std::function<MemoryEstimate(const RunConfig&)> estimate;                    // forge validate
+};
+
+/// Every recipe, in one explicit list in registry.cpp (no static-init self-registration: static
+/// libraries drop unreferenced objects).
+const std::vector<RecipeSpec>& recipe_registry();
+
+/// The recipe with this name; Error(usage) naming the known recipes.
+const RecipeSpec& find_recipe(const std::string& name);
+
+/// Every recipe section, in one explicit list in registry.cpp.
+const std::vector<ConfigSection>& config_sections();
+
+/// The recipes that list `section` among theirs, in registry order.
+std::vector<std::string> recipes_reading(const std::string& section);
+
+// ---- declaring keys ---------------------------------------------------------------------------
+
+/// What a key accepts and its default, before it gets a path, a doc and a place to live. Built by
+/// the functions below; the common schema (config_schema.cpp) and recipe sections use the same.
+struct KeySpec {
+  ConfigType type{};
+  ConfigValue def{};
+  bool required = false;
+  std::string range{};
+  std::vector<std::string> choices{};
+  size_t list_size = 0;
+  std::string shown{};
+  std::vector<std::string> aliases{};
+  bool architecture = false;
+  /// Names other tools use for the key; they only feed "did you mean".
+  KeySpec aka(std::vector<std::string> names) &&;
+  /// The default as the docs show it, when it is derived.
+  KeySpec shown_as(std::string text) &&;
+  /// The weights fix this key (ConfigKey::architecture).
+  KeySpec fixes_architecture() &&;
+};
+
+KeySpec integer_key(int64_t def, std::string range);
+KeySpec number_key(double def, std::string range);
+KeySpec boolean_key(bool def);
+KeySpec string_key(std::string def);
+KeySpec optional_path_key();
+KeySpec required_path_key();
+KeySpec checkpoint_key();
+/// An empty default makes the key required.
+KeySpec choice_key(std::string def, std::vector<std::string> choices);
+KeySpec number_list_key(std::vector<double> def, std::string range);
+KeySpec string_list_key();
+
+/// A key of `set`/`get` functions and the parts a spec and a doc give.
+ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,
+                          std::function<void(RunConfig&, const ConfigValue&)> set,
+                          std::function<ConfigValue(const RunConfig&)> get);
+
+/// A key of a recipe section: its value lives in RunConfig::sections under `path`.
+ConfigKey section_key(std::string path, KeySpec spec, std::string doc);
+
+}  // namespace forge
