@@ -1,0 +1,110 @@
+// The language-model objective GPT recipes share; see lm_objective.h.
+#include "recipes/lm_objective.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "core/ops.h"
+#include "data/token_dataset.h"
+#include "nn/generate.h"
+
+namespace forge {
+namespace {
+
+// Token ids of a text file (tokenized now) or of a prepared dataset (validated against the
+// tokenizer and the model's vocabulary).
+std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
+                                                        const Tokenizer& tokenizer,
+                                                        const TokenizerInfo& info,
+                                                        int64_t vocab_size,
+                                                        std::optional<TokenDataset>* dataset) {
+  if (std::filesystem::path(path).extension() == ".h5") {
+    TokenDataset ds = open_token_dataset(path, &info, vocab_size);
+    auto tokens = ds.tokens();
+    if (dataset) dataset->emplace(std::move(ds));
+    return tokens;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::vector<int32_t> ids = tokenizer.encode(text.str());
+  return std::make_shared<const std::vector<int32_t>>(std::move(ids));
+}
+
+}  // namespace
+
+LMSplits load_lm_splits(const RunConfig& config) {
+  const DataConfig& d = config.data;
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
+  const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
+  const int64_t V = config.model.vocab_size;
+  std::optional<TokenDataset> dataset;
+  auto train = load_tokens(d.train, *tokenizer, info, V, &dataset);
+  TokenSplit split;
+  if (!d.val.empty())
+    split = {train, load_tokens(d.val, *tokenizer, info, V, nullptr)};
+  else if (dataset)
+    split = dataset->split_by_document(d.val_fraction);  // documents are never cut
+  else
+    split = split_by_position(std::vector<int32_t>(*train), d.val_fraction);
+  int64_t T = config.model.context;
+  return {std::move(tokenizer), std::make_unique<LMWindows>(split.train, T),
+          std::make_unique<LMWindows>(split.val, T)};
+}
+
+MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch) {
+  Tensor logits = model.forward(batch.ids);
+  int64_t V = logits.size(-1);
+  CrossEntropyOptions ce;
+  ce.reduction = Reduction::sum;
+  ce.ignore_index = LMWindows::kIgnoreTarget;
+  Tensor flat_targets = reshape(batch.targets, {-1});
+  Tensor loss = cross_entropy(reshape(logits, {-1, V}), flat_targets, ce);
+  int64_t scored = 0;
+  const int64_t* t = flat_targets.contiguous().data<int64_t>();
+  for (int64_t i = 0; i < flat_targets.numel(); ++i) scored += t[i] != LMWindows::kIgnoreTarget;
+  return {loss, scored};
+}
+
+Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
+                bool full) {
+  int64_t windows = val.num_eval_windows();
+  double total = 0;
+  int64_t targets = 0;
+  auto run = [&](int64_t first) {
+    MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
+    total += r.loss_sum.item();
+    targets += r.num_targets;
+  };
+  if (full || batches == 0 || batches * batch_size >= windows) {
+    for (int64_t first = 0; first < windows; first += batch_size) run(first);
+  } else {
+    // Evenly spread blocks, so a partial evaluation samples the whole split, not its beginning.
+    for (int64_t j = 0; j < batches; ++j)
+      run(batches == 1 ? 0 : j * (windows - batch_size) / (batches - 1));
+  }
+  double loss = total / double(targets);
+  return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
+}
+
+std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+                        const RunConfig& config) {
+  nn::SamplingOptions options;
+  options.max_new_tokens = config.train.sample_tokens;
+  options.temperature = 0.8;
+  options.top_k = 200;
+  options.seed = uint64_t(config.seed);
+  const bool training = model.is_training();
+  model.eval();
+  std::vector<int32_t> ids = tokenizer.encode(prompt);
+  std::vector<int64_t> out = nn::generate(model, {ids.begin(), ids.end()}, options);
+  model.train(training);
+  return "--- sample (" + std::to_string(options.max_new_tokens) + " tokens) ---\n" + prompt +
+         tokenizer.decode({out.begin(), out.end()});
+}
+
+}  // namespace forge

@@ -1,0 +1,41 @@
+// The language-model objective that GPT recipes share (gpt_pretrain, finetune on text): the token
+// stream of a text file or prepared dataset split into training and validation windows, summed
+// next-token cross-entropy per batch, validation loss over the windows, and a sample.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/lm_data.h"
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+#include "recipes/config.h"
+#include "recipes/metrics.h"
+#include "recipes/trainer.h"
+
+namespace forge {
+
+struct LMSplits {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<LMWindows> train, val;
+};
+
+/// data.train (a text file, tokenized now, or a prepared .h5 dataset validated against the
+/// tokenizer and model.vocab_size) and its validation split: data.val, or the last
+/// data.val_fraction (whole documents of a dataset).
+LMSplits load_lm_splits(const RunConfig& config);
+
+/// Summed cross-entropy of a batch and its number of scored targets.
+MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch);
+
+/// Validation loss, perplexity and scored tokens: over every window (`full`, or `batches` 0), else
+/// over `batches` evenly spread blocks of windows.
+Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
+                bool full);
+
+/// train.sample_tokens sampled after `prompt` (temperature 0.8, top-k 200, the run's seed), as
+/// the end-of-run sample shows them; the model is back in training mode after.
+std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+                        const RunConfig& config);
+
+}  // namespace forge
