@@ -10,7 +10,9 @@
 
 #include "core/autograd.h"
 #include "optim/groups.h"
+#include "nn/lora.h"
 #include "recipes/checkpoint.h"
+#include "recipes/lora_config.h"
 
 namespace forge {
 
@@ -185,15 +187,21 @@ void init_weights(nn::Module& model, const RunConfig& config) {
 }
 
 namespace {
-template <class Model, class Config>
-LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
-                              Config (*model_config)(const RunConfig&)) {
-  CheckpointInfo info = read_checkpoint_info(file);
+RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path& file,
+                        const std::string& arch) {
   RunConfig config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
   if (config.model.arch != arch)
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": holds a ", config.model.arch,
                                " model; this command needs a ", arch, " checkpoint"));
+  return config;
+}
+
+template <class Model, class Config>
+LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
+                              Config (*model_config)(const RunConfig&)) {
+  CheckpointInfo info = read_checkpoint_info(file);
+  RunConfig config = stored_config(info, file, arch);
   Generator gen(uint64_t(config.seed));
   auto model = std::make_unique<Model>(model_config(config), gen);
   LoadOptions options;
@@ -203,10 +211,55 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
   model->eval();
   return {config, std::move(model), data.step};
 }
+
+// An adapters-only checkpoint (a LoRA run): the base it references (whose digest must still
+// match), adapters injected as in training, then the checkpoint's tensors on top.
+LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointInfo& info) {
+  RunConfig config = stored_config(info, file, "gpt");
+  const ModelReference& base = info.references.at("model");
+  if (const std::string digest = file_digest(base.path); digest != base.digest)
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": its base model ", base.path,
+                               " changed since the adapters were trained (digest ", base.digest,
+                               ", now ", digest, ")"));
+  Generator gen(uint64_t(config.seed));
+  auto model = std::make_unique<nn::GPT>(gpt_config(config.model), gen);
+  load_initial_weights(*model, base.path);
+  Generator adapters(uint64_t(config.seed), rng_stream("lora"));
+  nn::inject_lora(*model, lora_settings(config), adapters);
+  InitOptions only_saved;
+  only_saved.allow_missing = {"*"};
+  init_from_checkpoint(*model, file, only_saved);
+  model->eval();
+  return {config, std::move(model), info.step};
+}
+
 }  // namespace
 
 LoadedGPT load_gpt(const std::filesystem::path& file) {
+  CheckpointInfo info = read_checkpoint_info(file);
+  if (info.references.count("model")) return load_gpt_adapters(file, info);
   return load_model<nn::GPT>(file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); });
+}
+
+void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {
+  if (!read_checkpoint_info(file).references.count("model")) {
+    init_from_checkpoint(model, file);
+    return;
+  }
+  LoadedGPT source = load_gpt(file);
+  nn::merge_lora(*source.model);
+  std::map<std::string, Tensor> merged;
+  for (const NamedTensor& t : source.model->named_state()) merged[t.name] = t.tensor;
+  NoGradGuard no_grad;
+  for (NamedTensor t : model.named_state()) {
+    auto it = merged.find(t.name);
+    if (it == merged.end() || it->second.shape() != t.tensor.shape())
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": the merged model has no tensor '", t.name,
+                                 "' of shape ", shape_str(t.tensor.shape())));
+    t.tensor.copy_(it->second);
+  }
 }
 
 LoadedBert load_bert(const std::filesystem::path& file) {

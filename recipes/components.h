@@ -68,6 +68,10 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// `model`'s weights from `file`: a checkpoint of the same architecture, or an adapters-only one
+/// (a LoRA run), whose base and adapters are merged first. Error(checkpoint) naming the tensor.
+void load_initial_weights(nn::GPT& model, const std::filesystem::path& file);
+
 /// Loads model.init_from's weights into `model` (the same names and shapes); a no-op when it is
 /// empty. A resumed run then overwrites them with its own checkpoint.
 void init_weights(nn::Module& model, const RunConfig& config);
@@ -82,6 +86,7 @@ struct LoadedModel {
 using LoadedGPT = LoadedModel<nn::GPT>;
 using LoadedBert = LoadedModel<nn::Bert>;
 /// Throw Error(checkpoint) when the checkpoint holds another model family.
+/// A LoRA run's checkpoint (adapters only) loads as its base with the adapters injected (unmerged).
 LoadedGPT load_gpt(const std::filesystem::path& checkpoint_file);
 LoadedBert load_bert(const std::filesystem::path& checkpoint_file);
 

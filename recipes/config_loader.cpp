@@ -53,6 +53,15 @@ std::string joined(const std::vector<std::string>& names, const std::string& sep
   return out;
 }
 
+// Keys that moved into a recipe section; configs stored in older checkpoints still spell them so.
+const std::map<std::string, std::string> kMovedKeys = {
+    {"model.type_vocab_size", "bert.type_vocab_size"},
+    {"data.mask_prob", "bert.mask_prob"},
+    {"data.eval_pairs", "bert.eval_pairs"},
+    {"data.paragraphs_per_document", "bert.paragraphs_per_document"},
+    {"data.sentence_breaks", "bert.sentence_breaks"},
+};
+
 class Loader : public ConfigChecker {
  public:
   Loader(std::string name, ConfigFiles files)
@@ -199,6 +208,11 @@ class Loader : public ConfigChecker {
           error(at(v.Mark()),
                 "'" + path + "' is a section: expected a mapping of its keys, got " + describe(v));
         }
+      } else if (files_ == ConfigFiles::skip && kMovedKeys.count(path)) {
+        // A checkpoint written before the key moved: its value still counts where it now lives.
+        const std::string& moved = kMovedKeys.at(path);
+        if (recipe_reads(config_, recipe_section_of(moved)))
+          assign(*find_config_key(moved), v, at(v.Mark()));
       } else {
         std::string guess = suggest_key(prefix, name);
         if (!guess.empty() && parent_of(guess) == prefix) guess = leaf_of(guess);
@@ -387,9 +401,16 @@ class Loader : public ConfigChecker {
       auto status = std::filesystem::status(file, ec);
       if (!std::filesystem::exists(status))
         error(blame({key.path}), key.path + ": file not found: '" + file + "'");
-      else if (std::filesystem::is_directory(status))
+      else if (std::filesystem::is_directory(status) && !(key.path.rfind("data.", 0) == 0 &&
+                                                          recipe_reads_data_directories()))
         error(blame({key.path}), key.path + ": '" + file + "' is a directory, expected a file");
     }
+  }
+
+  bool recipe_reads_data_directories() const {
+    for (const RecipeSpec& recipe : recipe_registry())
+      if (recipe.name == config_.recipe) return recipe.data_directories;
+    return false;
   }
 
   // A recipe section's keys count only where the active recipe reads the section: one error for

@@ -89,8 +89,8 @@ KeySpec number_list_key(std::vector<double> def, std::string range) {
           .range = std::move(range),
           .list_size = n};
 }
-KeySpec string_list_key() {
-  return {.type = ConfigType::string_list, .def = std::vector<std::string>()};
+KeySpec string_list_key(std::vector<std::string> def) {
+  return {.type = ConfigType::string_list, .def = std::move(def)};
 }
 
 ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,

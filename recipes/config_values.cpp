@@ -192,9 +192,13 @@ std::string suggest_key(const std::string& prefix, const std::string& name) {
         for (const auto& alias : k->second->aliases) consider(alias, path);
     }
   }
-  if (!best.empty()) return best;
+  // A sibling's exact alias beats the same name elsewhere ("model.eps" is norm_eps, not
+  // optimizer.eps), which beats a sibling that is only close ("lr" at the top is optimizer.lr,
+  // not the section lora).
+  if (!best.empty() && best_d == 0) return best;
   for (const ConfigKey& key : config_schema())
     if (lower(leaf_of(key.path)) == lower(name)) return key.path;
+  if (!best.empty()) return best;
   for (const ConfigKey& key : config_schema())
     for (const auto& alias : key.aliases)
       if (alias == lower(name)) return key.path;

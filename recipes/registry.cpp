@@ -6,7 +6,9 @@
 
 #include "core/error.h"
 #include "recipes/bert_pretrain.h"
+#include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
+#include "recipes/lora_config.h"
 
 namespace forge {
 
@@ -14,6 +16,7 @@ const std::vector<RecipeSpec>& recipe_registry() {
   static const std::vector<RecipeSpec> recipes = {
       gpt_pretrain_recipe(),
       bert_pretrain_recipe(),
+      finetune_recipe(),
   };
   return recipes;
 }
@@ -21,6 +24,8 @@ const std::vector<RecipeSpec>& recipe_registry() {
 const std::vector<ConfigSection>& config_sections() {
   static const std::vector<ConfigSection> sections = {
       bert_section(),
+      lora_section(),
+      finetune_section(),
   };
   return sections;
 }

@@ -49,6 +49,7 @@ struct RecipeSpec {
   std::function<int(const RunConfig&)> train;  // forge train
   std::function<int(const RunConfig&, const std::filesystem::path& checkpoint)> eval;  // forge eval
   std::function<MemoryEstimate(const RunConfig&)> estimate;                    // forge validate
+  bool data_directories = false;  // data.train / data.val may name a directory of record files
 };
 
 /// Every recipe, in one explicit list in registry.cpp (no static-init self-registration: static
@@ -96,7 +97,7 @@ KeySpec checkpoint_key();
 /// An empty default makes the key required.
 KeySpec choice_key(std::string def, std::vector<std::string> choices);
 KeySpec number_list_key(std::vector<double> def, std::string range);
-KeySpec string_list_key();
+KeySpec string_list_key(std::vector<std::string> def = {});
 
 /// A key of `set`/`get` functions and the parts a spec and a doc give.
 ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,

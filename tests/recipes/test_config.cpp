@@ -209,7 +209,7 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
             line("x.yaml:4:15", "model.norm: must be one of layernorm, rmsnorm; got 'rms_norm' "
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
-            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain; got 'gpt_pretrian' "
+            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune; got 'gpt_pretrian' "
                                "(did you mean 'gpt_pretrain'?)"));
 }
 
@@ -484,7 +484,7 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
                               [&](const ConfigSection& s) { return s.name == section; }))
           << recipe.name << " reads an unknown section " << section;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"gpt_pretrain", "bert_pretrain"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune"}));
   EXPECT_EQ(find_config_key("recipe")->choices, names);
   EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
   try {
@@ -493,7 +493,7 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::usage);
     EXPECT_EQ(std::string(e.what()),
-              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain)");
+              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain, finetune)");
   }
   EXPECT_EQ(recipes_reading("bert"), std::vector<std::string>{"bert_pretrain"});
   // Section keys are schema keys, after the common ones, under their section's name.
@@ -559,11 +559,11 @@ TEST(ConfigSections, KeysHaveDefaultsOverridesRangesAndRoundTrip) {
     EXPECT_NE(std::string(e.what()).find("'bert.mask_prob'"), std::string::npos) << e.what();
   }
   try {
-    (void)c.get<double>("lora.alpha");
+    (void)c.get<double>("nosuch.alpha");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::internal);
-    EXPECT_NE(std::string(e.what()).find("'lora.alpha'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'nosuch.alpha'"), std::string::npos) << e.what();
   }
 }
 
@@ -577,6 +577,19 @@ TEST(ConfigSections, OldBertSpellingsSuggestTheNewKeys) {
               line("override '" + old + "=1'",
                    "unknown key '" + old + "' (did you mean '" + now + "'?)"));
   }
+}
+
+TEST(ConfigSections, StoredConfigsWithTheOldBertSpellingsStillLoad) {
+  // Checkpoints written before the keys moved hold them in data: and model:.
+  const std::string old_bert = kBert + std::string("  mask_prob: 0.25\n  eval_pairs: 64\n");
+  RunConfig bert = load_config_string(old_bert, "stored", {}, ConfigFiles::skip);
+  EXPECT_EQ(bert.get<double>("bert.mask_prob"), 0.25);
+  EXPECT_EQ(bert.get<int64_t>("bert.eval_pairs"), 64);
+  // A GPT run printed them too; they mean nothing to it and are dropped.
+  RunConfig gpt = load_config_string(minimal("  mask_prob: 0.25\n"), "stored", {}, ConfigFiles::skip);
+  EXPECT_EQ(to_yaml(gpt).find("mask_prob"), std::string::npos);
+  // In a user's file they are still mistakes.
+  EXPECT_NE(errors_of(old_bert).find("did you mean 'bert.mask_prob'"), std::string::npos);
 }
 
 // ---- checkpoint keys and model.init_from --------------------------------------------------------
@@ -747,9 +760,18 @@ TEST(ConfigDocs, EveryKeyIsDocumented) {
       continue;
     }
     if (!section || text.rfind("| `", 0) != 0) continue;
-    std::vector<std::string> cells;
-    std::stringstream row(text.substr(1));
-    for (std::string cell; std::getline(row, cell, '|');) cells.push_back(trim(cell));
+    // Cells split at '|' except the escaped "\|" that a value containing a pipe needs.
+    std::vector<std::string> cells(1);
+    for (size_t i = 1; i < text.size(); ++i) {
+      if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == '|')
+        cells.back() += text[++i];
+      else if (text[i] == '|')
+        cells.emplace_back();
+      else
+        cells.back() += text[i];
+    }
+    cells.pop_back();  // after the closing '|'
+    for (std::string& cell : cells) cell = trim(cell);
     ASSERT_EQ(cells.size(), 5u) << text;
     std::string path = (section->empty() ? "" : *section + ".") + strip_backticks(cells[0]);
     EXPECT_FALSE(rows.count(path)) << "documented twice: " << path;

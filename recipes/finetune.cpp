@@ -1,0 +1,274 @@
+// finetune, top to bottom: a GPT from model.init_from (full fine-tuning, or LoRA adapters on a
+// frozen base), then one of three kinds of data, by what data.train names:
+//   - a text file or token dataset: LM loss everywhere, exactly as gpt_pretrain;
+//   - a directory of record files (the fortunes): records split by record into train and val,
+//     each followed by finetune.end_of_text, LM loss over the concatenated stream;
+//   - a .jsonl file of {"prompt", "completion"} records (SFT): loss on completion tokens only,
+//     padded batches from a shuffling loader whose cursor (and data fingerprint) is checkpointed.
+// The trainer logs the initial model's validation loss at step 0, so the base's number stands next
+// to the fine-tuned one in every run.
+#include "recipes/finetune.h"
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "core/ops.h"
+#include "data/lm_data.h"
+#include "data/prepare.h"
+#include "data/records.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "nn/generate.h"
+#include "nn/lora.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "recipes/lm_objective.h"
+#include "recipes/lora_config.h"
+#include "recipes/trainer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class DataKind { stream, records, sft };
+
+DataKind data_kind(const std::string& path) {
+  if (fs::is_directory(path)) return DataKind::records;
+  if (fs::path(path).extension() == ".jsonl") return DataKind::sft;
+  return DataKind::stream;
+}
+
+struct FinetuneData {
+  std::unique_ptr<Tokenizer> tokenizer;
+  DataKind kind = DataKind::stream;
+  std::unique_ptr<LMWindows> train_windows, val_windows;  // stream and records
+  std::shared_ptr<const SFTDataset> sft_train, sft_val;   // sft
+};
+
+std::shared_ptr<const std::vector<int32_t>> concatenate(const RecordDataset& rows) {
+  auto out = std::make_shared<std::vector<int32_t>>();
+  for (const auto& row : rows.tokens) out->insert(out->end(), row.begin(), row.end());
+  return out;
+}
+
+// Record files: every record's text and the end-of-text ids, split by record (seeded), then each
+// side concatenated into one stream of windows.
+std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
+    const RunConfig& config, const Tokenizer& tokenizer, const std::vector<int32_t>& eot) {
+  const DataConfig& d = config.data;
+  const RecordFormat format = parse_record_format(config.get<std::string>("finetune.records"));
+  auto tokenize = [&](const std::string& path) {
+    RecordDataset rows;
+    for (const TextRecord& r : read_labeled_records({path}, format)) {
+      std::vector<int32_t> ids = tokenizer.encode(r.text);
+      ids.insert(ids.end(), eot.begin(), eot.end());
+      rows.tokens.push_back(std::move(ids));
+      rows.labels.push_back(0);
+    }
+    rows.label_names = {"record"};
+    return rows;
+  };
+  RecordDataset train = tokenize(d.train);
+  std::shared_ptr<const RecordDataset> train_rows, val_rows;
+  if (d.val.empty()) {
+    RecordSplit split = split_records_by_fraction(train, d.val_fraction, uint64_t(config.seed));
+    train_rows = split.train;
+    val_rows = split.val;
+  } else {
+    train_rows = std::make_shared<const RecordDataset>(std::move(train));
+    val_rows = std::make_shared<const RecordDataset>(tokenize(d.val));
+  }
+  const int64_t T = config.model.context;
+  return {std::make_unique<LMWindows>(concatenate(*train_rows), T),
+          std::make_unique<LMWindows>(concatenate(*val_rows), T)};
+}
+
+FinetuneData load_data(const RunConfig& config) {
+  FinetuneData data;
+  data.kind = data_kind(config.data.train);
+  if (!config.data.val.empty() && data_kind(config.data.val) != data.kind)
+    throw Error(ExitCode::usage, "data.val '" + config.data.val +
+                                     "' is not the same kind of data as data.train '" +
+                                     config.data.train + "'");
+  if (data.kind == DataKind::stream) {
+    LMSplits splits = load_lm_splits(config);
+    data.tokenizer = std::move(splits.tokenizer);
+    data.train_windows = std::move(splits.train);
+    data.val_windows = std::move(splits.val);
+    return data;
+  }
+  data.tokenizer = make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+  const std::vector<int32_t> eot =
+      end_of_text_ids(*data.tokenizer, config.get<std::string>("finetune.end_of_text"));
+  if (data.kind == DataKind::records) {
+    std::tie(data.train_windows, data.val_windows) = load_records(config, *data.tokenizer, eot);
+    return data;
+  }
+  const int64_t T = config.model.context + 1;  // inputs plus the last target
+  SFTDataset train = tokenize_sft(read_sft_jsonl(config.data.train), *data.tokenizer, eot, T);
+  if (config.data.val.empty()) {
+    SFTSplit split = split_sft_by_fraction(train, config.data.val_fraction, uint64_t(config.seed));
+    data.sft_train = split.train;
+    data.sft_val = split.val;
+  } else {
+    data.sft_train = std::make_shared<const SFTDataset>(std::move(train));
+    data.sft_val = std::make_shared<const SFTDataset>(
+        tokenize_sft(read_sft_jsonl(config.data.val), *data.tokenizer, eot, T));
+  }
+  return data;
+}
+
+Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size, int64_t batches,
+                 bool full) {
+  const int64_t rows = val.dataset().size();
+  const int64_t count = full || batches == 0 ? rows : std::min(rows, batches * batch_size);
+  double total = 0;
+  int64_t targets = 0;
+  for (int64_t first = 0; first < count; first += batch_size) {
+    MicroBatchLoss r = sft_loss(model, val.batch_at(first, std::min(batch_size, count - first)));
+    total += r.loss_sum.item();
+    targets += r.num_targets;
+  }
+  const double loss = total / double(std::max<int64_t>(targets, 1));
+  return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
+}
+
+MemoryEstimate estimate_finetune(const RunConfig& config) {
+  nn::GPTConfig g = gpt_config(config.model);
+  nn::check_config(g);
+  const int64_t params = nn::gpt_num_parameters(g);
+  const nn::LoRAConfig lora = lora_settings(config);
+  if (lora.rank == 0)
+    return estimate_memory(config, params, params,
+                           double(config.train.batch_size * config.model.context));
+  const int64_t adapters = nn::lora_parameter_count(g, lora);
+  return estimate_memory(config, params + adapters, adapters,
+                         double(config.train.batch_size * config.model.context));
+}
+
+void check_finetune(ConfigChecker& checker) {
+  check_model_family(checker);
+  check_lora(checker);
+  const RunConfig& c = checker.config();
+  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
+                "model.init_from: recipe finetune starts from a trained model; name its run "
+                "directory or checkpoint");
+}
+
+}  // namespace
+
+MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch) {
+  Tensor logits = model.forward(batch.ids);
+  const int64_t V = logits.size(-1);
+  CrossEntropyOptions ce;
+  ce.reduction = Reduction::sum;
+  ce.ignore_index = LMWindows::kIgnoreTarget;
+  return {cross_entropy(reshape(logits, {-1, V}), reshape(batch.targets, {-1}), ce),
+          batch.num_targets};
+}
+
+ConfigSection finetune_section() {
+  return {"finetune",
+          "how the finetune recipe reads record files and JSONL instruction records",
+          {section_key("finetune.end_of_text", string_key("<|endoftext|>").aka({"eos", "eot"}),
+                       "appended after every record and completion: a special token of the "
+                       "tokenizer, else this text itself (e.g. \"\\n\" for bytes)"),
+           section_key("finetune.records", choice_key("percent", {"percent", "lines", "file"}),
+                       "how the files of a data.train directory split into records: '%' lines "
+                       "(the fortunes format), lines, or whole files")}};
+}
+
+RecipeSpec finetune_recipe() {
+  return {.name = "finetune",
+          .doc = "a pretrained GPT fine-tuned on text, record files or JSONL instructions, "
+                 "fully or with LoRA adapters",
+          .families = {"gpt"},
+          .sections = {"lora", "finetune"},
+          .check = check_finetune,
+          .train = train_finetune,
+          .eval = eval_finetune,
+          .estimate = estimate_finetune,
+          .data_directories = true};
+}
+
+int train_finetune(const RunConfig& config) {
+  FinetuneData data = load_data(config);
+  const fs::path base = resolve_checkpoint(config.model.init_from);
+  Generator init(uint64_t(config.seed), rng_stream("init"));
+  nn::GPT model(gpt_config(config.model), init);
+  model.set_activation_checkpointing(config.train.activation_checkpointing);
+
+  const nn::LoRAConfig lora = lora_settings(config);
+  const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
+  // A full fine-tune's checkpoints hold every weight: the base is read only to start. LoRA
+  // checkpoints hold the adapters only, so the base is read every time (and its digest checked).
+  if (lora.rank > 0 || !resuming) load_initial_weights(model, base);
+  NamedTensors trained = model.named_parameters();
+  if (lora.rank > 0) {
+    Generator adapters(uint64_t(config.seed), rng_stream("lora"));
+    nn::inject_lora(model, lora, adapters);
+    trained = nn::select_trainable(model.named_parameters(), lora_trainable_patterns(config));
+  }
+  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, trained);
+  RunModel run_model{"", &model};
+  if (lora.rank > 0) {
+    run_model.adapters_only = true;
+    run_model.source = base;
+  }
+
+  const int64_t B = config.train.batch_size;
+  const auto seed = uint64_t(config.seed);
+  Recipe recipe;
+  recipe.eval_at_start = true;
+  std::unique_ptr<SFTLoader> train_loader, val_loader;
+  if (data.kind == DataKind::sft) {
+    train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
+    val_loader = std::make_unique<SFTLoader>(data.sft_val, B, seed, /*shuffle=*/false);
+    const uint64_t fingerprint = forge::fingerprint(*data.sft_train);
+    recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
+    recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, train_loader->next()); };
+    recipe.evaluate = [&](bool full) {
+      return sft_eval(model, *val_loader, B, config.train.eval_batches, full);
+    };
+    recipe.data_state = [&] { return train_loader->cursor().to_counters("data."); };
+    recipe.restore_data_state = [&, fingerprint](const DataState& state) {
+      train_loader->restore(LoaderCursor::from_counters(state, "data.", fingerprint));
+    };
+  } else {
+    recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
+    recipe.micro_batch = [&](int64_t step, int64_t micro) {
+      return lm_loss(model, data.train_windows->sample(B, seed, step, micro));
+    };
+    recipe.evaluate = [&](bool full) {
+      return lm_eval(model, *data.val_windows, B, config.train.eval_batches, full);
+    };
+  }
+  recipe.sample = [&] {
+    std::string prompt = "\n";
+    if (data.kind == DataKind::sft && data.sft_val->size() > 0)
+      prompt = data.tokenizer->decode(
+          {data.sft_val->tokens[0].begin(),
+           data.sft_val->tokens[0].begin() + data.sft_val->prompt_len[0]});
+    return sample_text(model, *data.tokenizer, prompt, config);
+  };
+  return run_training(config, {run_model}, *optimizer, recipe);
+}
+
+int eval_finetune(const RunConfig& config, const fs::path& checkpoint_file) {
+  LoadedGPT loaded = load_gpt(checkpoint_file);
+  FinetuneData data = load_data(config);
+  NoGradGuard no_grad;
+  Metrics m;
+  const int64_t B = config.train.batch_size;
+  if (data.kind == DataKind::sft)
+    m = sft_eval(*loaded.model, SFTLoader(data.sft_val, B, uint64_t(config.seed), false), B, 0,
+                 true);
+  else
+    m = lm_eval(*loaded.model, *data.val_windows, B, 0, true);
+  print_eval(checkpoint_file.string(), loaded.step, m);
+  return 0;
+}
+
+}  // namespace forge

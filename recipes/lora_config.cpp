@@ -1,0 +1,52 @@
+// The `lora:` section (see lora_config.h); defaults follow PEFT's LoraConfig where Forge has the
+// same knob (alpha 16 with rank 8 doubles the update, as in the LoRA paper's alpha = 2r examples).
+#include "recipes/lora_config.h"
+
+namespace forge {
+
+ConfigSection lora_section() {
+  return {"lora",
+          "low-rank adapters (LoRA) on chosen Linear layers of a frozen base model",
+          {section_key("lora.rank", integer_key(0, ">= 0").aka({"r", "lora_r"}),
+                       "adapter rank r; 0 = no adapters (every weight trains)"),
+           section_key("lora.alpha", number_key(16.0, "> 0").aka({"lora_alpha"}),
+                       "the adapters add (alpha / rank) * B A x to each targeted layer"),
+           section_key("lora.dropout", number_key(0.0, "[0, 1)").aka({"lora_dropout"}),
+                       "dropout on the input of the adapter branch only"),
+           section_key("lora.targets",
+                       string_list_key({"*.attn.qkv", "*.attn.proj", "*.mlp.*"})
+                           .aka({"target_modules"}),
+                       "glob patterns of Linear module paths that get adapters ('*' spans dots)"),
+           section_key("lora.rslora", boolean_key(false).aka({"use_rslora"}),
+                       "scale by alpha / sqrt(rank) (rsLoRA) instead of alpha / rank"),
+           section_key("lora.train_also", string_list_key().aka({"modules_to_save"}),
+                       "glob patterns of further parameters that train beside the adapters, e.g. "
+                       "[\"ln_f.*\"]")}};
+}
+
+nn::LoRAConfig lora_settings(const RunConfig& config) {
+  nn::LoRAConfig c;
+  c.rank = config.get<int64_t>("lora.rank");
+  c.alpha = config.get<double>("lora.alpha");
+  c.dropout = config.get<double>("lora.dropout");
+  c.rslora = config.get<bool>("lora.rslora");
+  c.targets = config.get<std::vector<std::string>>("lora.targets");
+  return c;
+}
+
+std::vector<std::string> lora_trainable_patterns(const RunConfig& config) {
+  std::vector<std::string> include = {"*.lora_A", "*.lora_B"};
+  for (const std::string& p : config.get<std::vector<std::string>>("lora.train_also"))
+    include.push_back(p);
+  return include;
+}
+
+void check_lora(ConfigChecker& checker) {
+  const RunConfig& c = checker.config();
+  checker.cross({"lora.targets", "lora.rank"},
+                c.get<int64_t>("lora.rank") == 0 ||
+                    !c.get<std::vector<std::string>>("lora.targets").empty(),
+                "lora.targets: lora.rank > 0 needs at least one pattern of Linear layers");
+}
+
+}  // namespace forge

@@ -1,0 +1,26 @@
+// The `lora:` config section, shared by every recipe that can train adapters instead of all
+// weights (finetune today; distill, dpo and ppo later): its keys, the nn::LoRAConfig they make, and
+// which parameters a LoRA run trains.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nn/lora.h"
+#include "recipes/config.h"
+#include "recipes/registry.h"
+
+namespace forge {
+
+ConfigSection lora_section();
+
+/// lora.* as nn takes it; rank 0 means no adapters (full fine-tuning).
+nn::LoRAConfig lora_settings(const RunConfig& config);
+
+/// Globs of the parameters a LoRA run trains: the adapters and lora.train_also.
+std::vector<std::string> lora_trainable_patterns(const RunConfig& config);
+
+/// lora.* rules for a recipe's check: targets must be given when rank > 0.
+void check_lora(ConfigChecker& checker);
+
+}  // namespace forge
