@@ -34,7 +34,8 @@ void check_config(const GPTConfig& c) {
           "d_model " + str(c.d_model) + " must be a positive multiple of n_heads " + str(c.n_heads));
   require(c.dropout >= 0.0 && c.dropout < 1.0, "dropout must be in [0, 1), got " + str(c.dropout));
   require(c.ffn_mult > 0 && std::llround(c.ffn_mult * double(c.d_model)) > 0,
-          "ffn_mult must be positive, got " + str(c.ffn_mult));
+          "ffn_mult must give a positive MLP width (ffn_mult * d_model >= 0.5), got " +
+              str(c.ffn_mult) + " with d_model " + str(c.d_model));
   require(c.position != PositionType::rotary || (c.d_model / c.n_heads) % 2 == 0,
           "rotary positions need an even head dimension, got d_model / n_heads = " +
               str(c.d_model / c.n_heads));
