@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/autograd.h"
+#include "core/glob.h"
 #include "optim/groups.h"
 #include "nn/lora.h"
 #include "recipes/checkpoint.h"
@@ -240,6 +241,21 @@ LoadedGPT load_gpt(const std::filesystem::path& file) {
   CheckpointInfo info = read_checkpoint_info(file);
   if (info.references.count("model")) return load_gpt_adapters(file, info);
   return load_model<nn::GPT>(file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); });
+}
+
+void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
+  if (!read_checkpoint_info(file).references.count("model"))
+    throw Error(ExitCode::usage, file.string() + ": holds no adapters; it is a plain checkpoint already");
+  LoadedGPT loaded = load_gpt(file);
+  nn::merge_lora(*loaded.model);
+  CheckpointData data;
+  data.step = loaded.step;
+  RunConfig config = loaded.config;
+  config.sections["lora.rank"] = int64_t{0};
+  data.config_yaml = to_yaml(config);
+  for (const NamedTensor& t : loaded.model->named_state())
+    if (!glob_match("*.lora_A", t.name) && !glob_match("*.lora_B", t.name)) data.model.push_back(t);
+  save_checkpoint_file(output, data);
 }
 
 void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {

@@ -68,6 +68,11 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// Writes the model of a LoRA run's checkpoint `file` with its adapters merged into the base
+/// weights as a plain checkpoint at `output` (config with lora.rank 0, no optimizer state).
+/// Error(usage) when `file` holds no adapters.
+void export_merged(const std::filesystem::path& file, const std::filesystem::path& output);
+
 /// `model`'s weights from `file`: a checkpoint of the same architecture, or an adapters-only one
 /// (a LoRA run), whose base and adapters are merged first. Error(checkpoint) naming the tensor.
 void load_initial_weights(nn::GPT& model, const std::filesystem::path& file);

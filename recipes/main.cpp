@@ -43,6 +43,7 @@ constexpr const char* kUsage =
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
+    "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
@@ -99,6 +100,10 @@ const std::map<std::string, std::string> kCommandUsage = {
      "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
      "vocab.bpe to DIR; the result loads wherever a tokenizer is named (--tokenizer DIR). The same\n"
      "input gives the same files.\n"},
+    {"export",
+     "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
+     "Writes a LoRA run's model with the adapters merged into the base weights (W + alpha/r B A)\n"
+     "as a plain checkpoint that generate, eval, inspect and model.init_from take like any other.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -230,8 +235,32 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 dtype_name(t.dtype), (long long)shape_numel(t.shape));
   std::printf("optimizer state: %lld values in %zu tensors\n", (long long)info.optim_numel(),
               info.optim.size());
+  for (const auto& [name, ref] : info.references)
+    std::printf("references %s: %s (%s)%s\n", name.c_str(), ref.path.c_str(), ref.digest.c_str(),
+                name == "model" ? " - the base under these adapters" : "");
   verify_checkpoint(file);
   std::printf("integrity: ok (every checksum verified)\n--- config ---\n%s", info.config_yaml.c_str());
+  return 0;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  bool merge = false;
+  for (const std::string& a : args) {
+    if (a == "--merge")
+      merge = true;
+    else
+      rest.push_back(a);
+  }
+  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output"});
+  if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
+  if (!p.options.count("output")) usage_error("export: --output is required");
+  if (!merge) usage_error("export: --merge is required (the one export this build writes)");
+  fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  fs::path output = p.options.at("output");
+  export_merged(file, output);
+  std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(), file.c_str());
   return 0;
 }
 
@@ -351,7 +380,8 @@ int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
-      {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"tokenize", cmd_tokenize},
+      {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"export", cmd_export},
+      {"tokenize", cmd_tokenize},
       {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
   };
   auto it = commands.find(command);
