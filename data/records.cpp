@@ -162,14 +162,19 @@ RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_f
   return {select_rows(dataset, train), select_rows(dataset, val)};
 }
 
-uint64_t fingerprint(const RecordDataset& dataset) {
-  const auto rows = static_cast<uint64_t>(dataset.size());
-  uint64_t h = fnv1a64(&rows, sizeof rows);
-  for (const auto& row : dataset.tokens) {
+uint64_t fingerprint_rows(const std::vector<std::vector<int32_t>>& rows, uint64_t h) {
+  const auto n = static_cast<uint64_t>(rows.size());
+  h = fnv1a64(&n, sizeof n, h);
+  for (const auto& row : rows) {
     const uint64_t len = row.size();
     h = fnv1a64(&len, sizeof len, h);
     h = fnv1a64(row.data(), row.size() * sizeof(int32_t), h);
   }
+  return h;
+}
+
+uint64_t fingerprint(const RecordDataset& dataset) {
+  uint64_t h = fingerprint_rows(dataset.tokens);
   h = fnv1a64(dataset.labels.data(), dataset.labels.size() * sizeof(int32_t), h);
   for (const std::string& name : dataset.label_names) h = fnv1a64(name.c_str(), name.size() + 1, h);
   return h;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/tensor.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -92,6 +93,10 @@ struct LoaderCursor {
 /// 64-bit FNV-1a over the row count, every row's length and ids, the labels and the label names:
 /// any change to the tokenized data changes it (with probability 1 - 2^-64).
 uint64_t fingerprint(const RecordDataset& dataset);
+/// FNV-1a over the row count, each row's length and ids, continuing from `h`: the part every
+/// dataset of token rows hashes the same way.
+uint64_t fingerprint_rows(const std::vector<std::vector<int32_t>>& rows,
+                          uint64_t h = kFnv1a64Offset);
 
 /// The row-choosing half of a loader, shared by RecordLoader and SFTLoader: each epoch's order (a
 /// Fisher-Yates shuffle drawn from Philox under (seed, rng_stream(name + "_shuffle", epoch)), or

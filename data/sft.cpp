@@ -130,13 +130,7 @@ SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& 
 }
 
 uint64_t fingerprint(const SFTDataset& dataset) {
-  const auto rows = static_cast<uint64_t>(dataset.size());
-  uint64_t h = fnv1a64(&rows, sizeof rows);
-  for (const auto& row : dataset.tokens) {
-    const uint64_t len = row.size();
-    h = fnv1a64(&len, sizeof len, h);
-    h = fnv1a64(row.data(), row.size() * sizeof(int32_t), h);
-  }
+  const uint64_t h = fingerprint_rows(dataset.tokens);
   return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/core/gradcheck.h"
+#include "tests/nn/tiny_gpt.h"
 #include "tests/test_util.h"
 #include "core/autograd.h"
 #include "core/error.h"
@@ -27,21 +28,7 @@ namespace {
 
 using testing::exit_code_of;
 
-GPTConfig tiny_gpt(bool llama = false) {
-  GPTConfig c;
-  c.vocab_size = 11;
-  c.context = 8;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  if (llama) {
-    c.bias = false;
-    c.norm = NormType::rmsnorm;
-    c.position = PositionType::rotary;
-    c.mlp = MLPType::swiglu;
-  }
-  return c;
-}
+GPTConfig tiny_gpt(bool llama = false) { return testing::tiny_gpt_config(llama); }
 
 LoRAConfig lora_config(std::vector<std::string> targets, int64_t rank = 4) {
   LoRAConfig c;

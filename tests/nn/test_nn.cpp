@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/nn/tiny_gpt.h"
 #include "tests/test_util.h"
 #include "core/autograd.h"
 #include "core/error.h"
@@ -23,22 +24,8 @@
 namespace forge::nn {
 namespace {
 
-// The 2-layer model of the goldens: GPT-2 flavour by default, LLaMA flavour on request.
-GPTConfig tiny_config(bool llama = false) {
-  GPTConfig c;
-  c.vocab_size = 11;
-  c.context = 8;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  if (llama) {
-    c.bias = false;
-    c.norm = NormType::rmsnorm;
-    c.position = PositionType::rotary;
-    c.mlp = MLPType::swiglu;
-  }
-  return c;
-}
+
+GPTConfig tiny_config(bool llama = false) { return testing::tiny_gpt_config(llama); }
 
 std::vector<std::string> names_of(const NamedTensors& named) {
   std::vector<std::string> out;
