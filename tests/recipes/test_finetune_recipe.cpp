@@ -1,0 +1,404 @@
+// Recipe finetune through the forge binary, from a tiny base GPT trained in SetUp: fixed-seed
+// losses for full and LoRA fine-tuning on record files, the initial evaluation equal to the
+// base's, adapter-only checkpoints, kill-and-resume of a LoRA run and a changed base, SFT on JSONL
+// (masking, resume, changed and bad lines), eval/generate on a LoRA run, merged logits equal to
+// the adapters', the errors of init_from and the trainable count of `forge validate`.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "core/ops.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "nn/lora.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "recipes/finetune.h"
+#include "recipes/metrics.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Twelve short instruction records (prompt + completion + "%\n" fit the context of 32 + 1).
+const char* const kSFT =
+    R"({"prompt": "Capital of France?", "completion": " Paris"}
+{"prompt": "Capital of Italy?", "completion": " Rome"}
+{"prompt": "Capital of Spain?", "completion": " Madrid"}
+{"prompt": "Capital of Peru?", "completion": " Lima"}
+{"prompt": "Opposite of up?", "completion": " down"}
+{"prompt": "Opposite of hot?", "completion": " cold"}
+{"prompt": "Opposite of old?", "completion": " new"}
+{"prompt": "Opposite of wet?", "completion": " dry"}
+{"prompt": "Colour of snow?", "completion": " white"}
+{"prompt": "Colour of grass?", "completion": " green"}
+{"prompt": "Colour of sky?", "completion": " blue"}
+{"prompt": "Colour of coal?", "completion": " black"}
+)";
+
+class FinetuneRecipe : public testing::RecipeTest {
+ protected:
+  void SetUp() override {
+    RecipeTest::SetUp();
+    base_ = dir_ / "base";
+    ASSERT_EQ(forge("train " + write_base_config("base", 7).string()), 0);
+    base_file_ = resolve_checkpoint(base_);
+    // Two small record files in the fortunes format.
+    fs::create_directories(dir_ / "records");
+    std::ofstream(dir_ / "records" / "wit.txt")
+        << "Brevity is the soul of wit.\n%\nA fool thinks himself to be wise.\n%\n"
+           "Though this be madness, yet there is method in it.\n%\nAll that glitters is not gold.\n";
+    std::ofstream(dir_ / "records" / "love.txt")
+        << "Love looks not with the eyes, but with the mind.\n%\nThe course of true love never "
+           "did run smooth.\n%\nLove all, trust a few, do wrong to none.\n%\nSpeak low, if you "
+           "speak love.\n";
+  }
+
+  // The base: a d_model 32, 2-layer GPT trained 20 steps on the corpus into dir_/name.
+  fs::path write_base_config(const std::string& name, int seed) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: gpt_pretrain\nseed: " << seed << "\noutput_dir: " << (dir_ / name).string()
+        << "\n"
+        << "model: {arch: gpt, vocab_size: 256, context: 32, d_model: 32, n_layers: 2, "
+           "n_heads: 2, dropout: 0.0}\n"
+        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
+        << ", val_fraction: 0.1}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 4, max_steps: 20, log_every: 10, sample_tokens: 1}\n";
+    return dir_ / (name + ".yaml");
+  }
+
+  // A finetune config over the records (or `train`), LoRA when rank > 0, writing to dir_/name
+  // (or `output_dir`).
+  fs::path write_config(const std::string& name, int rank, const std::string& extra = "",
+                        const std::string& train = "", const fs::path& output_dir = {}) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: finetune\nseed: 3\noutput_dir: "
+        << (output_dir.empty() ? dir_ / name : output_dir).string() << "\n"
+        << "model: {init_from: " << base_.string() << "}\n"
+        << "data: {train: " << (train.empty() ? (dir_ / "records").string() : train)
+        << ", val_fraction: 0.25}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 4, max_steps: 12, eval_every: 6, save_every: 4, log_every: 1, "
+           "sample_tokens: 4}\n"
+        << "lora: {rank: " << rank << ", alpha: 16}\n"
+        << "finetune: {end_of_text: \"%\\n\"}\n"
+        << extra;
+    return dir_ / (name + ".yaml");
+  }
+
+  // The SFT records as dir_/name.jsonl.
+  fs::path write_sft(const std::string& name, const std::string& text = kSFT) {
+    testing::write_file(dir_ / (name + ".jsonl"), text);
+    return dir_ / (name + ".jsonl");
+  }
+
+  // Runs the forge binary; its exit code (128 + signal when killed) and stdout + stderr.
+  std::pair<int, std::string> forge_output(const std::string& args, const std::string& env = "") {
+    const fs::path out = dir_ / "forge.out";
+    std::string cmd = env + " " + FORGE_BINARY + " " + args + " >" + out.string() + " 2>&1";
+    int status = std::system(cmd.c_str());
+    int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    return {code, testing::read_file(out)};
+  }
+
+  static std::vector<std::string> lines(const fs::path& run) {
+    return RecipeTest::train_lines(run, {"loss", "grad_norm", "lr"});
+  }
+  // `key` of each of a run's `split` lines, by step.
+  static std::map<int64_t, double> losses(const fs::path& run, const std::string& split,
+                                          const std::string& key = "loss") {
+    std::map<int64_t, double> out;
+    for (const auto& r : read_metrics(run / "metrics.jsonl"))
+      if (r.split == split) out[r.step] = *r.number(key);
+    return out;
+  }
+  // Every tensor of a run's latest checkpoint, by name.
+  static std::map<std::string, std::vector<float>> saved_tensors(const fs::path& run) {
+    const fs::path file = resolve_checkpoint(run);
+    CheckpointData data = load_checkpoint(file, read_checkpoint_info(file).model);
+    std::map<std::string, std::vector<float>> out;
+    for (const NamedTensor& t : data.model) out[t.name] = t.tensor.to_vector<float>();
+    return out;
+  }
+  static std::string g6(double x) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.6g", x);
+    return s;
+  }
+
+  fs::path base_, base_file_;
+};
+
+TEST_F(FinetuneRecipe, FullAndLoRAStartAtTheBaseAndLogTheExpectedLosses) {
+  ASSERT_EQ(forge("train " + write_config("full", 0).string()), 0);
+  ASSERT_EQ(forge("train " + write_config("lora", 8).string()), 0);
+  std::map<int64_t, double> full = losses(dir_ / "full", "val"), lora = losses(dir_ / "lora", "val");
+  ASSERT_EQ(full.size(), 3u);  // steps 0, 6, 12
+  ASSERT_EQ(lora.size(), 3u);
+  // LoRA starts exactly at the base model (B = 0), so both initial evaluations agree, and they are
+  // what `forge eval` gives for the base's checkpoint on the same split.
+  EXPECT_EQ(full.at(0), lora.at(0));
+  auto [code, out] = forge_output(
+      "eval " + write_config("base_eval", 0, "", "", base_).string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("val_loss " + g6(full.at(0)) + "\n"), std::string::npos)
+      << "val_loss " << g6(full.at(0)) << " missing in:\n" << out;
+  EXPECT_LT(full.at(12), full.at(0));
+  EXPECT_LT(lora.at(12), lora.at(0));
+
+  std::map<int64_t, double> train_full = losses(dir_ / "full", "train"),
+                            train_lora = losses(dir_ / "lora", "train");
+  ASSERT_EQ(train_full.size(), 12u);
+  ASSERT_EQ(train_lora.size(), 12u);
+  // The first step's loss is the base's on the same batch for both.
+  EXPECT_EQ(train_full.at(1), train_lora.at(1));
+  // Values from these fixed seeds (any ISA within 1e-3). At this lr the adapters move the loss by
+  // little more than 1e-3 in 12 steps, so the LoRA losses mostly pin the base and the data; the
+  // gradient norms pin the adapters (they scale with alpha / rank and see only lora_B at step 1).
+  EXPECT_NEAR(train_full.at(1), 3.5199, 1e-3);
+  EXPECT_NEAR(train_full.at(6), 3.2454, 2e-3);
+  EXPECT_NEAR(train_full.at(12), 2.9945, 3e-3);
+  EXPECT_NEAR(train_lora.at(1), 3.5199, 1e-3);
+  EXPECT_NEAR(train_lora.at(6), 3.5611, 2e-3);
+  EXPECT_NEAR(train_lora.at(12), 3.4847, 3e-3);
+  std::map<int64_t, double> norm_full = losses(dir_ / "full", "train", "grad_norm"),
+                            norm_lora = losses(dir_ / "lora", "train", "grad_norm");
+  EXPECT_NEAR(norm_full.at(1), 1.1125, 2e-3);
+  EXPECT_NEAR(norm_lora.at(1), 0.04872, 2e-4);
+  EXPECT_NEAR(norm_lora.at(12), 0.03053, 3e-4);
+  EXPECT_NEAR(full.at(0), 3.5542, 2e-3);
+  EXPECT_NEAR(full.at(12), 3.2424, 3e-3);
+  EXPECT_NEAR(lora.at(12), 3.5529, 3e-3);
+}
+
+TEST_F(FinetuneRecipe, AdapterCheckpointHoldsOnlyAdaptersAndReferencesTheBase) {
+  ASSERT_EQ(forge("train " + write_config("lora", 2).string() + " train.max_steps=4"), 0);
+  const fs::path file = resolve_checkpoint(dir_ / "lora");
+  CheckpointInfo info = read_checkpoint_info(file);
+  EXPECT_EQ(info.step, 4);
+  ASSERT_EQ(info.model.size(), 2u * 4u * 2u);  // A and B of qkv, proj, fc, mlp.proj in 2 blocks
+  // r (in + out) each: qkv 32 -> 96, proj 32 -> 32, fc 32 -> 128, mlp.proj 128 -> 32.
+  EXPECT_EQ(info.model_numel(), 2 * 2 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32)));
+  for (const TensorSpec& t : info.model) {
+    const bool adapter = t.name.ends_with(".lora_A") || t.name.ends_with(".lora_B");
+    EXPECT_TRUE(adapter) << t.name;
+  }
+  // The adapters' AdamW moments (and a step count each), none for the frozen base.
+  EXPECT_LE(info.optim_numel(), 2 * info.model_numel() + int64_t(info.model.size()));
+  ASSERT_EQ(info.references.count("model"), 1u);
+  EXPECT_EQ(info.references.at("model").digest, file_digest(base_file_));
+  EXPECT_EQ(fs::path(info.references.at("model").path), base_file_);
+  // Rank 2 adapters are 6% of the base's weights; with the file's fixed overhead (metadata, the
+  // config, checksums) the checkpoint stays under a sixth of the base's.
+  EXPECT_LT(fs::file_size(file), fs::file_size(base_file_) / 6)
+      << fs::file_size(file) << " vs base " << fs::file_size(base_file_);
+}
+
+TEST_F(FinetuneRecipe, KilledAndRestartedLoRARunLogsTheSameLossesAndAdapters) {
+  ASSERT_EQ(forge("train " + write_config("straight", 8).string()), 0);
+  fs::path killed = write_config("killed", 8);
+  // Dies by SIGKILL after step 5 (checkpoint at 4), then resumes from step 4.
+  EXPECT_EQ(forge("train " + killed.string(), "FORGE_TEST_SIGKILL_AFTER_STEP=5"), 128 + SIGKILL);
+  EXPECT_EQ(read_checkpoint_info(*latest_checkpoint(dir_ / "killed")).step, 4);
+  ASSERT_EQ(forge("train " + killed.string()), 0);
+  std::vector<std::string> a = lines(dir_ / "straight"), b = lines(dir_ / "killed");
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
+  auto want = saved_tensors(dir_ / "straight"), got = saved_tensors(dir_ / "killed");
+  ASSERT_EQ(want.size(), 16u);
+  EXPECT_EQ(got, want);  // bitwise
+}
+
+TEST_F(FinetuneRecipe, ResumingALoRARunRefusesAChangedBase) {
+  fs::path cfg = write_config("lora", 8);
+  ASSERT_EQ(forge("train " + cfg.string() + " train.max_steps=6"), 0);
+  // Another base (seed 8) over the base's checkpoint file: same path, other weights.
+  ASSERT_EQ(forge("train " + write_base_config("other", 8).string()), 0);
+  const std::string old_digest = file_digest(base_file_);
+  fs::copy_file(resolve_checkpoint(dir_ / "other"), base_file_,
+                fs::copy_options::overwrite_existing);
+  const std::string new_digest = file_digest(base_file_);
+  ASSERT_NE(old_digest, new_digest);
+  auto [code, out] = forge_output("train " + cfg.string() + " train.max_steps=12");
+  EXPECT_EQ(code, 4) << out;
+  EXPECT_NE(out.find("now has digest " + new_digest), std::string::npos) << out;
+  EXPECT_NE(out.find(old_digest), std::string::npos) << out;
+}
+
+// The SFT loss by hand: -log softmax(logits)[target] in double over the completion and
+// end-of-text positions of each row, nothing over the prompt or the padding.
+TEST_F(FinetuneRecipe, SFTLossScoresOnlyCompletionAndEndOfText) {
+  nn::GPTConfig g;
+  g.vocab_size = 256;
+  g.context = 32;
+  g.d_model = 16;
+  g.n_layers = 1;
+  g.n_heads = 2;
+  Generator gen(5);
+  nn::GPT model(g, gen);
+  model.eval();
+  std::unique_ptr<Tokenizer> bytes = make_tokenizer("bytes");
+  const std::vector<int32_t> eot = end_of_text_ids(*bytes, "%\n");
+  ASSERT_EQ(eot, (std::vector<int32_t>{'%', '\n'}));
+  auto data = std::make_shared<const SFTDataset>(tokenize_sft(
+      {{"Say hi:", " hi"}, {"Count to three please:", " 1 2 3"}}, *bytes, eot, 33));
+  ASSERT_EQ(data->prompt_len, (std::vector<int64_t>{7, 22}));
+  SFTBatch batch = SFTLoader::make_batch(*data, {0, 1});
+  NoGradGuard no_grad;
+  MicroBatchLoss got = sft_loss(model, batch);
+
+  Tensor logits = model.forward(batch.ids).contiguous();  // [B, L-1, V]
+  const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
+  ASSERT_EQ(B, 2);
+  ASSERT_EQ(T, 22 + 6 + 2 - 1);  // the longer row, less its last token
+  std::vector<double> z = logits.to_vector<double>();
+  double want = 0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& row = data->tokens[size_t(b)];
+    // Position j predicts row[j + 1]; scored when row[j + 1] is completion or end-of-text.
+    for (int64_t j = data->prompt_len[size_t(b)] - 1; j + 1 < int64_t(row.size()); ++j) {
+      const double* zj = &z[size_t((b * T + j) * V)];
+      double m = zj[0];
+      for (int64_t v = 1; v < V; ++v) m = std::max(m, zj[v]);
+      double s = 0;
+      for (int64_t v = 0; v < V; ++v) s += std::exp(zj[v] - m);
+      want += -(zj[row[size_t(j + 1)]] - m - std::log(s));
+      ++count;
+    }
+  }
+  EXPECT_EQ(count, (3 + 2) + (6 + 2));
+  EXPECT_EQ(got.num_targets, count);
+  EXPECT_EQ(batch.num_targets, count);
+  EXPECT_NEAR(got.loss_sum.item(), want, 1e-5 * want);
+}
+
+TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
+  const std::string jsonl = write_sft("sft").string();
+  ASSERT_EQ(forge("train " + write_config("sft", 8, "", jsonl).string()), 0);
+  std::map<int64_t, double> train = losses(dir_ / "sft", "train"), val = losses(dir_ / "sft", "val");
+  ASSERT_EQ(train.size(), 12u);
+  ASSERT_EQ(val.size(), 3u);
+  // Values from this fixed seed (any ISA within 1e-3).
+  EXPECT_NEAR(train.at(1), 4.1417, 2e-3);
+  EXPECT_NEAR(train.at(6), 4.2812, 2e-3);
+  EXPECT_NEAR(train.at(12), 3.9993, 3e-3);
+  EXPECT_NEAR(val.at(0), 3.8672, 2e-3);
+  EXPECT_NEAR(val.at(12), 3.8489, 3e-3);
+
+  // Killed after step 5 and resumed from step 4: the loader's cursor continues the same batches.
+  fs::path killed = write_config("sft_killed", 8, "", jsonl);
+  EXPECT_EQ(forge("train " + killed.string(), "FORGE_TEST_SIGKILL_AFTER_STEP=5"), 128 + SIGKILL);
+  ASSERT_EQ(forge("train " + killed.string()), 0);
+  EXPECT_EQ(lines(dir_ / "sft_killed"), lines(dir_ / "sft"));
+
+  // The records change under a stopped run: its cursor belongs to other data.
+  const std::string changed = write_sft("changed").string();
+  fs::path stopped = write_config("sft_changed", 8, "", changed);
+  ASSERT_EQ(forge("train " + stopped.string() + " train.max_steps=4"), 0);
+  write_sft("changed", std::string(kSFT) +
+                           R"({"prompt": "Colour of blood?", "completion": " red"})" + "\n");
+  auto [code, out] = forge_output("train " + stopped.string());
+  EXPECT_EQ(code, 4) << out;
+  EXPECT_NE(out.find("training data changed"), std::string::npos) << out;
+
+  // A prompt that is not a string: a data error naming the line and the field.
+  const std::string bad = write_sft("bad", R"({"prompt": "a", "completion": "b"}
+{"prompt": 1, "completion": "x"}
+)").string();
+  auto [bad_code, bad_out] = forge_output("train " + write_config("bad", 8, "", bad).string());
+  EXPECT_EQ(bad_code, 3) << bad_out;
+  EXPECT_NE(bad_out.find("bad.jsonl:2"), std::string::npos) << bad_out;
+  EXPECT_NE(bad_out.find("prompt"), std::string::npos) << bad_out;
+}
+
+TEST_F(FinetuneRecipe, EvalAndGenerateTakeALoRARunAndMergingKeepsTheLogits) {
+  ASSERT_EQ(forge("train " + write_config("lora", 8).string()), 0);
+  auto [code, out] = forge_output("eval " + (dir_ / "lora").string());
+  ASSERT_EQ(code, 0) << out;
+  const double final_val = losses(dir_ / "lora", "val").at(12);
+  EXPECT_NE(out.find("val_loss " + g6(final_val) + "\n"), std::string::npos)
+      << "val_loss " << g6(final_val) << " missing in:\n" << out;
+
+  const std::string generate =
+      "generate --checkpoint " + (dir_ / "lora").string() + " --prompt Love --max-new-tokens 20 "
+      "--seed 1";
+  auto [g1, text1] = forge_output(generate);
+  auto [g2, text2] = forge_output(generate);
+  EXPECT_EQ(g1, 0) << text1;
+  EXPECT_EQ(g2, 0) << text2;
+  EXPECT_EQ(text1, text2);
+  EXPECT_EQ(text1.rfind("Love", 0), 0u) << text1;
+  EXPECT_EQ(forge("inspect " + (dir_ / "lora").string()), 0);
+
+  // The adapters are trained (B != 0), so merging them into the weights is a real change.
+  LoadedGPT loaded = load_gpt(resolve_checkpoint(dir_ / "lora"));
+  Tensor x = empty({1, 32}, DType::i64);
+  for (int64_t t = 0; t < 32; ++t) x.data<int64_t>()[t] = (t * 37 + 11) % 256;
+  NoGradGuard no_grad;
+  std::vector<float> adapters = loaded.model->forward(x).to_vector<float>();
+  nn::merge_lora(*loaded.model);
+  std::vector<float> merged = loaded.model->forward(x).to_vector<float>();
+  ASSERT_EQ(adapters.size(), merged.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < merged.size(); ++i)
+    max_diff = std::max(max_diff, double(std::fabs(adapters[i] - merged[i])));
+  EXPECT_LE(max_diff, 1e-5);
+  LoadedGPT base = load_gpt(base_file_);
+  std::vector<float> plain = base.model->forward(x).to_vector<float>();
+  double moved = 0;
+  for (size_t i = 0; i < plain.size(); ++i)
+    moved = std::max(moved, double(std::fabs(plain[i] - merged[i])));
+  EXPECT_GT(moved, 1e-3);  // the fine-tune changed the logits
+}
+
+TEST_F(FinetuneRecipe, InitFromErrors) {
+  fs::path cfg = write_config("err", 8);
+  EXPECT_EQ(forge("train " + cfg.string() + " model.init_from=" + (dir_ / "nope").string()), 4);
+  auto [code, out] = forge_output("train " + cfg.string() + " model.d_model=64");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("model.d_model: the config says 64, but model.init_from"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("trained with 32"), std::string::npos) << out;
+  std::ofstream(dir_ / "no_init.yaml")
+      << "recipe: finetune\noutput_dir: " << (dir_ / "no_init").string() << "\n"
+      << "model: {arch: gpt, vocab_size: 256, context: 32, d_model: 32, n_layers: 2, "
+         "n_heads: 2}\n"
+      << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string() << "}\n";
+  auto [no_init, no_init_out] = forge_output("train " + (dir_ / "no_init.yaml").string());
+  EXPECT_EQ(no_init, 2) << no_init_out;
+  EXPECT_NE(no_init_out.find("model.init_from"), std::string::npos) << no_init_out;
+}
+
+TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
+  const int64_t r = 4;
+  auto [code, out] = forge_output("validate " + write_config("v", int(r)).string());
+  ASSERT_EQ(code, 0) << out;
+  // r (in + out) for each Linear the default targets (*.attn.qkv, *.attn.proj, *.mlp.*) match,
+  // from the shapes of the base's weights.
+  LoadedGPT base = load_gpt(base_file_);
+  int64_t want = 0, layers = 0;
+  for (const NamedTensor& p : base.model->named_parameters()) {
+    const std::string& n = p.name;
+    const bool targeted = n.ends_with(".attn.qkv.weight") || n.ends_with(".attn.proj.weight") ||
+                          (n.find(".mlp.") != std::string::npos && n.ends_with(".weight"));
+    if (!targeted) continue;
+    want += r * (p.tensor.size(0) + p.tensor.size(1));
+    ++layers;
+  }
+  EXPECT_EQ(layers, 8);
+  EXPECT_EQ(want, 4 * 2 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32)));
+  EXPECT_NE(out.find("# trainable parameters: " + std::to_string(want) + " ("), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace forge
