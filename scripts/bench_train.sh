@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training suites of scripts/bench (gpt, bert): trains a config for a few steps with `forge
+# The training suites of scripts/bench (gpt, bert, lora): trains a config for a few steps with `forge
 # train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating the two, and prints
 # per config
 #   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B
@@ -11,8 +11,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 # A suite: its default configs, what makes a config "large" (fewer steps: parameters x tokens per
 # step above this), and suite_overrides, which adds to `base` the overrides that keep Forge's run
-# to the timed steps (run in the temporary directory $tmp, from the repository root).
+# to the timed steps (run in the temporary directory $tmp, from the repository root), and
+# config_overrides, which sets `extra` to one config's own overrides (default: none).
 suite="${1:-}"
+config_overrides() { extra=(); }
 case "$suite" in
   gpt)
     family=GPT
@@ -32,8 +34,34 @@ case "$suite" in
     # The final evaluation scores one batch of fixed validation pairs instead of eval_pairs.
     suite_overrides() { base+=("bert.eval_pairs=32"); }
     ;;
+  lora)
+    # LoRA fine-tuning (recipe finetune, rank 8, alpha 16, the default targets attn.qkv, attn.proj,
+    # mlp.*) of the GPT configs, from a base that gpt_pretrain trains for one step in $tmp.
+    family=GPT
+    default_configs=(configs/gpt_shakespeare.yaml configs/gpt_shakespeare_medium.yaml)
+    large_at=1e9 large_note="(the medium one)"
+    # The fortunes as record files. The recipe evaluates at step 0 and at the end, over the whole
+    # 10% split (260k bytes, longer than the timed steps): a small record directory as data.val
+    # instead, so training reads every record of data.train, on both sides.
+    suite_overrides() {
+      mkdir -p "$tmp/val_records"
+      head -c 4096 data/samples/fortunes/art.txt >"$tmp/val_records/art.txt"
+      head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      base+=("recipe=finetune" "data.train=data/samples/fortunes" "data.val=$tmp/val_records"
+             'finetune.end_of_text="%\n"' "lora.rank=8" "lora.alpha=16"
+             'lora.targets=["*.attn.qkv","*.attn.proj","*.mlp.*"]' "train.sample_tokens=1")
+    }
+    # The base: the config itself, gpt_pretrain for one step (its weights do not matter for speed).
+    config_overrides() {  # config name
+      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$1" output_dir="$tmp/$2.base" \
+        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
+        train.resume=never train.sample_tokens=1 "data.val=$tmp/val.txt" >"$tmp/$2.base.log" 2>&1 ||
+        { log "forge train of the base failed:"; tail -20 "$tmp/$2.base.log" >&2; exit 1; }
+      extra=("model.init_from=$tmp/$2.base")
+    }
+    ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt or bert)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert or lora)" >&2
     exit 2
     ;;
 esac
@@ -132,7 +160,8 @@ forge_tok_s() {  # metrics tokens-per-step
 log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for config in "${configs[@]}"; do
   name="$(basename "$config" .yaml)"
-  "$FORGE_BUILD/forge" validate "$config" "${base[@]}" >"$tmp/$name.probe.yaml" ||
+  config_overrides "$config" "$name"
+  "$FORGE_BUILD/forge" validate "$config" "${base[@]}" "${extra[@]}" >"$tmp/$name.probe.yaml" ||
     { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
   batch="$(sed -n '/^train:/,/^[a-z]/s/^  batch_size: //p' "$tmp/$name.probe.yaml")"
@@ -145,15 +174,25 @@ for config in "${configs[@]}"; do
     n_steps="${steps:-30}" n_warmup="${warmup:-5}"
   fi
   # The schedule only has to validate: warm-up over the untimed steps, then its decay.
-  overrides=("${base[@]}" "train.max_steps=$((n_warmup + n_steps))" "train.log_every=1"
+  overrides=("${base[@]}" "${extra[@]}" "train.max_steps=$((n_warmup + n_steps))" "train.log_every=1"
              "schedule.warmup_steps=$n_warmup")
   "$FORGE_BUILD/forge" validate "$config" "${overrides[@]}" | grep -v '^#' >"$tmp/$name.yaml"
 
-  torch_params="$(/usr/bin/python3 "$torch_script" "$tmp/$name.yaml" --params-only |
-                  sed -n 's/^params=//p')"
+  torch_counts="$(/usr/bin/python3 "$torch_script" "$tmp/$name.yaml" --params-only)"
+  torch_params="$(printf '%s\n' "$torch_counts" | tr ' ' '\n' | sed -n 's/^params=//p')"
   if [ "$forge_params" != "$torch_params" ]; then
     log "$name: the models differ: Forge has $forge_params parameters, PyTorch $torch_params"
     exit 1
+  fi
+  # Suites that train part of the model (lora) also print trainable=N: those must agree too.
+  torch_trainable="$(printf '%s\n' "$torch_counts" | tr ' ' '\n' | sed -n 's/^trainable=//p')"
+  if [ -n "$torch_trainable" ]; then
+    forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
+    if [ "$forge_trainable" != "$torch_trainable" ]; then
+      log "$name: Forge trains $forge_trainable parameters, PyTorch $torch_trainable"
+      exit 1
+    fi
+    log "$name: trainable parameters forge=$forge_trainable torch=$torch_trainable"
   fi
   best_forge=0 best_torch=0 forge_mb="" torch_mb=""
   for ((round = 0; round < rounds; round++)); do
