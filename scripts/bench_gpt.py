@@ -194,6 +194,22 @@ def train_and_report(args, config, params, optimizer, step_loss, tokens_per_step
           f"steps={args.steps} loss={loss_value:.4f}")
 
 
+
+def window_step_loss(model, data, B, T, accum):
+    """One step's loss over `accum` micro-batches of B random windows of T + 1 tokens of `data`
+    (nanoGPT's get_batch), backpropagated; the function train_and_report times."""
+    offsets = torch.arange(T + 1)
+
+    def step_loss(step):
+        for _ in range(accum):
+            windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
+            loss = model(windows[:, :-1].contiguous(), windows[:, 1:].contiguous()) / accum
+            loss.backward()
+        return loss.detach() * accum
+
+    return step_loss
+
+
 def main():
     args = argument_parser(__doc__, "GPT").parse_args()
     torch.set_num_threads(args.threads)
@@ -214,21 +230,9 @@ def main():
     if not config["data"]["val"]:
         data = data[: len(data) - int(len(data) * config["data"]["val_fraction"])]
     B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
-    offsets = torch.arange(T + 1)
-
-    def batch():
-        windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
-        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
-
-    def step_loss(step):
-        for _ in range(accum):
-            ids, targets = batch()
-            loss = model(ids, targets) / accum
-            loss.backward()
-        return loss.detach() * accum
-
     model.train()
-    train_and_report(args, config, params, optimizer, step_loss, B * T * accum)
+    train_and_report(args, config, params, optimizer, window_step_loss(model, data, B, T, accum),
+                     B * T * accum)
 
 
 if __name__ == "__main__":

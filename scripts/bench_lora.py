@@ -14,7 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import yaml
 
-from bench_gpt import GPT, adamw, argument_parser, load_config, train_and_report
+from bench_gpt import (GPT, adamw, argument_parser, load_config, train_and_report,
+                       window_step_loss)
 
 # Forge's lora: defaults (recipes/lora_config.cpp); the Forge module names of the four Linear
 # layers of a block and their attribute in bench_gpt.Block.
@@ -99,21 +100,9 @@ def main():
     # bytes, as bench_gpt.py.
     data = torch.frombuffer(read_records(config["data"]["train"]), dtype=torch.uint8).long()
     B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
-    offsets = torch.arange(T + 1)
-
-    def batch():
-        windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
-        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
-
-    def step_loss(step):
-        for _ in range(accum):
-            ids, targets = batch()
-            loss = model(ids, targets) / accum
-            loss.backward()
-        return loss.detach() * accum
-
     model.train()
-    train_and_report(args, config, trained, optimizer, step_loss, B * T * accum)
+    train_and_report(args, config, trained, optimizer, window_step_loss(model, data, B, T, accum),
+                     B * T * accum)
 
 
 if __name__ == "__main__":
