@@ -41,7 +41,7 @@ constexpr const char* kUsage =
     "  eval CONFIG-or-RUN-DIR              validation metrics of the latest checkpoint (loss,\n"
     "                                      perplexity and the recipe's task accuracies)\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
-    "           [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
@@ -84,7 +84,10 @@ const std::map<std::string, std::string> kCommandUsage = {
      "  --temperature T      0 = greedy (default 0.8)\n"
      "  --top-k K            keep the K most likely tokens, 0 = all (default 200)\n"
      "  --top-p P            nucleus sampling, 1 = off (default 1)\n"
-     "  --seed S             the same seed gives the same text (default 0)\n"},
+     "  --seed S             the same seed gives the same text (default 0)\n"
+     "  --stop TEXT          end the sample after the first TEXT it generates (e.g. an SFT\n"
+     "                       run's finetune.end_of_text)\n"
+     "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
     {"tokenize",
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
      "Prints the token ids of the text separated by spaces; with --decode the text (or file) holds\n"
@@ -200,7 +203,7 @@ int cmd_eval(const std::vector<std::string>& args) {
 int cmd_generate(const std::vector<std::string>& args) {
   ParsedArgs p = parse_args("generate", args,
                             {"checkpoint", "prompt", "max-new-tokens", "temperature", "top-k",
-                             "top-p", "seed"});
+                             "top-p", "seed", "stop"});
   if (!p.positional.empty()) usage_error("generate: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("generate: --checkpoint is required");
   std::string prompt = p.options.count("prompt") ? p.options.at("prompt") : "\n";
@@ -216,7 +219,12 @@ int cmd_generate(const std::vector<std::string>& args) {
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
-  std::string text = prompt + tokenizer->decode({out.begin(), out.end()});
+  std::string text = tokenizer->decode({out.begin(), out.end()});
+  // The sample ends at the first stop text (kept), as an SFT run's end-of-text marks a completion.
+  if (auto stop = p.options.find("stop"); stop != p.options.end() && !stop->second.empty())
+    if (size_t at = text.find(stop->second); at != std::string::npos)
+      text.resize(at + stop->second.size());
+  text = prompt + text;
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   return 0;

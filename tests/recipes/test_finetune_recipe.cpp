@@ -337,6 +337,12 @@ TEST_F(FinetuneRecipe, EvalAndGenerateTakeALoRARunAndMergingKeepsTheLogits) {
   EXPECT_EQ(g2, 0) << text2;
   EXPECT_EQ(text1, text2);
   EXPECT_EQ(text1.rfind("Love", 0), 0u) << text1;
+  // --stop ends the sample after the first stop text it generates (the prompt does not count).
+  const size_t space = text1.find(' ', 4);
+  ASSERT_NE(space, std::string::npos) << text1;
+  auto [g3, stopped] = forge_output(generate + " --stop ' '");
+  EXPECT_EQ(g3, 0) << stopped;
+  EXPECT_EQ(stopped, text1.substr(0, space + 1) + "\n");
   EXPECT_EQ(forge("inspect " + (dir_ / "lora").string()), 0);
 
   // The adapters are trained (B != 0), so merging them into the weights is a real change.
