@@ -64,4 +64,14 @@ std::optional<std::string> first_nonfinite_grad(const std::vector<NamedTensor>& 
   return std::nullopt;
 }
 
+std::optional<std::string> first_nonfinite_param(const std::vector<NamedTensor>& params) {
+  for (const NamedTensor& p : params) {
+    Tensor t = p.tensor.contiguous();
+    bool ok = t.dtype() == DType::f32 ? all_finite(t.data<float>(), t.numel())
+                                      : all_finite(t.data<double>(), t.numel());
+    if (!ok) return p.name;
+  }
+  return std::nullopt;
+}
+
 }  // namespace forge::optim

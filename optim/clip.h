@@ -19,4 +19,8 @@ double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm);
 /// The name of the first parameter whose gradient holds a NaN or an infinity, if any.
 std::optional<std::string> first_nonfinite_grad(const std::vector<NamedTensor>& params);
 
+/// The name of the first parameter holding a NaN or an infinity, if any (an update that
+/// overflowed: its loss and gradients were still finite).
+std::optional<std::string> first_nonfinite_param(const std::vector<NamedTensor>& params);
+
 }  // namespace forge::optim

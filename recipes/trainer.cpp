@@ -267,6 +267,17 @@ class Updater final : public StepContext {
       r.lr = optim::learning_rate(schedule_, step_);
       optimizer_.step(r.lr);
       optimizer_.zero_grad();
+      // A finite loss and gradient can still overflow the weights (a learning rate far too high);
+      // such a model must never reach a checkpoint, and no policy can skip an applied update.
+      if (std::optional<std::string> bad = optim::first_nonfinite_param(params_)) {
+        progress_.finish();
+        std::optional<fs::path> good = latest_checkpoint(config_.output_dir);
+        throw Error(ExitCode::numerical,
+                    detail::concat("non-finite parameter '", *bad, "' after the update of step ",
+                                   step, " (lr ", r.lr, ": too high?)",
+                                   good ? "; last good checkpoint: " + good->string()
+                                        : "; no checkpoint was written yet"));
+      }
     }
     seed_dropout(config_, step_, forwards_);
     last_ = r;
@@ -368,6 +379,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   double window_start = 0.0;
   int64_t window_tokens = 0, last_save = start;
 
+  // Returns the evaluation's "loss".
   auto run_eval = [&](int64_t step, bool full) {
     Metrics val;
     {
@@ -381,6 +393,9 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
     // tokens_per_s measures training: the next window starts after the evaluation.
     window_start = elapsed();
     window_tokens = 0;
+    for (const Metric& m : val)
+      if (m.key == "loss") return m.value.as_double();
+    return 0.0;
   };
 
   if (start == 0 && recipe.eval_at_start) run_eval(0, /*full=*/true);
@@ -439,8 +454,20 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   }
 
   const int64_t final_step = tc.max_steps;
-  run_eval(final_step, /*full=*/true);  // the whole validation split, always
+  const double final_loss = run_eval(final_step, /*full=*/true);  // the whole split, always
+  if (!std::isfinite(final_loss)) {
+    progress.finish();
+    throw Error(ExitCode::numerical,
+                detail::concat("the final validation loss at step ", final_step, " is ",
+                               final_loss));
+  }
   if (last_save != final_step) save(config, final_step, models, optimizer, recipe, progress);
+  if (g_stop_signal) {  // arrived during the final evaluation: the checkpoint is written
+    progress.finish();
+    std::fprintf(stderr, "forge: stopped by %s after the final evaluation of step %lld\n",
+                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)final_step);
+    return g_stop_signal == SIGINT ? 130 : 143;
+  }
   progress.finish();
   write_report(dir);
   if (recipe.sample) std::printf("%s\n", recipe.sample().c_str());

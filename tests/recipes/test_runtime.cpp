@@ -5,7 +5,9 @@
 // offending file and tensor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
+#include <functional>
 
 #include "core/ops.h"
 #include "nn/layers.h"
@@ -277,6 +279,53 @@ TEST(InitFrom, RenamesAllowsMissingAndUnexpectedAndNamesTheOffender) {
   // A missing file.
   testing::expect_error(ExitCode::checkpoint, "missing.h5",
                         [&] { init_from_checkpoint(student, dir.path() / "missing.h5"); });
+}
+
+// A one-weight model trained with plain SGD on loss = w * x; `evaluate` is the recipe's.
+int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate) {
+  RunConfig config = tiny_run(dir, 3);
+  config.optimizer.lr = lr;
+  config.train.save_every = 1;
+  Generator gen(1);
+  nn::Linear model(1, 1, false, gen);
+  optim::OptimizerSpec spec;
+  spec.name = "sgd";
+  auto optimizer = optim::make_optimizer(spec, {optim::ParamGroup{model.named_parameters()}});
+  Recipe recipe;
+  recipe.micro_batch = [&](int64_t, int64_t) {
+    return MicroBatchLoss{sum(model.forward(ones({1, 1}))), 1};
+  };
+  recipe.evaluate = evaluate;
+  return run_training(config, model, *optimizer, recipe);
+}
+
+TEST(Runtime, AnUpdateThatOverflowsTheWeightsStopsBeforeAnythingIsSaved) {
+  testing::TempDir dir;
+  // The loss and gradient of step 1 are finite; the update (lr * 1 in f32) is not.
+  testing::expect_error(ExitCode::numerical, "non-finite parameter 'weight' after the update of step 1",
+                        [&] { train_linear(dir.path(), 1e39, [](bool) { return Metrics{{"loss", 0.0}}; }); });
+  EXPECT_FALSE(latest_checkpoint(dir.path()));
+}
+
+TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalError) {
+  testing::TempDir dir;
+  testing::expect_error(ExitCode::numerical, "the final validation loss at step 3 is nan", [&] {
+    train_linear(dir.path(), 0.1, [](bool full) { return Metrics{{"loss", full ? NAN : 0.0}}; });
+  });
+}
+
+TEST(Runtime, ASignalDuringTheFinalEvaluationExitsWithTheCheckpointWritten) {
+  testing::TempDir dir;
+  int code = train_linear(dir.path(), 0.1, [](bool full) {
+    if (full) std::raise(SIGTERM);
+    return Metrics{{"loss", 0.5}};
+  });
+  EXPECT_EQ(code, 143);
+  EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_path(dir.path(), 3));
+  std::vector<int64_t> val_steps;
+  for (const auto& r : read_metrics(dir.path() / "metrics.jsonl"))
+    if (r.split == "val") val_steps.push_back(r.step);
+  EXPECT_EQ(val_steps, (std::vector<int64_t>{3}));
 }
 
 }  // namespace
