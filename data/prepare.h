@@ -26,9 +26,13 @@ struct PrepareStats {
 };
 
 /// Tokenizes `inputs` into `output`. `progress(bytes_done, bytes_total)` is called as documents are
-/// written. Throws Error(data) naming a file that cannot be read.
+/// written. Nothing that exists is replaced unless asked: Error(usage) when `output` is one of the
+/// inputs, exists as anything but a regular file, or exists at all without `overwrite`; checked
+/// before anything is written. Throws Error(data) naming an input that is missing, not a regular
+/// file (a FIFO, a device) or unreadable.
 PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& inputs,
                              RecordFormat format, const std::filesystem::path& output,
-                             const std::function<void(int64_t, int64_t)>& progress = {});
+                             const std::function<void(int64_t, int64_t)>& progress = {},
+                             bool overwrite = false);
 
 }  // namespace forge

@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
-    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT]\n"
+    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
     "\n"
     "forge COMMAND --help prints the usage of one command. Exit codes: 0 ok, 1 internal error,\n"
@@ -95,9 +95,10 @@ const std::map<std::string, std::string> kCommandUsage = {
      "encoder.json and vocab.bpe.\n"},
     {"prepare",
      "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5\n"
-     "                     [--records file|percent|lines]\n"
+     "                     [--records file|percent|lines] [--force]\n"
      "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
-     "files (default), '%'-separated records (the fortunes format) or lines.\n"},
+     "files (default), '%'-separated records (the fortunes format) or lines. An existing output\n"
+     "is replaced only with --force, and never when it is one of the inputs.\n"},
     {"tokenizer",
      "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
      "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
@@ -331,7 +332,14 @@ int cmd_tokenize(const std::vector<std::string>& args) {
 }
 
 int cmd_prepare(const std::vector<std::string>& args) {
-  std::vector<std::string> rest = args;
+  std::vector<std::string> rest;
+  bool force = false;
+  for (const std::string& a : args) {
+    if (a == "--force")
+      force = true;
+    else
+      rest.push_back(a);
+  }
   std::vector<std::string> inputs = multi_option(rest, "input");
   ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
   if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
@@ -350,7 +358,8 @@ int cmd_prepare(const std::vector<std::string>& args) {
                                      last_percent = percent;
                                      std::fprintf(stderr, tty ? "\rprepare: %3d%%" : "prepare: %d%%\n",
                                                   percent);
-                                   });
+                                   },
+                                   force);
   if (tty) std::fputc('\n', stderr);
   std::printf("%s: %lld documents, %lld tokens from %lld bytes in %lld files (tokenizer %s, "
               "vocabulary %d)\n",

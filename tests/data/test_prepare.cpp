@@ -1,5 +1,6 @@
 // forge prepare's library half: record splitting and text -> token dataset round trips.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "data/prepare.h"
 #include "data/token_dataset.h"
@@ -67,6 +68,42 @@ TEST(Prepare, MissingInputIsADataErrorAndWritesNothing) {
                                dir.path() / "out.h5"),
                Error);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "out.h5"));
+}
+
+TEST(Prepare, NeverWritesOverWhatExistsUnlessAsked) {
+  TempDir dir;
+  auto tok = make_tokenizer("bytes");
+  const auto in = dir.path() / "in.txt", out = dir.path() / "out.h5";
+  testing::write_file(in, "some text\n");
+  // The output naming the input would replace the text with the dataset.
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, RecordFormat::file, in); }),
+            ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of(
+                [&] { prepare_dataset(*tok, {in}, RecordFormat::file, in, {}, /*overwrite=*/true); }),
+            ExitCode::usage);
+  EXPECT_EQ(testing::read_file(in), "some text\n");
+  // A device node is never an output, and an existing file only with overwrite.
+  EXPECT_EQ(testing::exit_code_of(
+                [&] { prepare_dataset(*tok, {in}, RecordFormat::file, "/dev/null"); }),
+            ExitCode::usage);
+  testing::write_file(out, "keep me");
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, RecordFormat::file, out); }),
+            ExitCode::usage);
+  EXPECT_EQ(testing::read_file(out), "keep me");
+  EXPECT_EQ(prepare_dataset(*tok, {in}, RecordFormat::file, out, {}, /*overwrite=*/true).tokens, 10);
+}
+
+TEST(Prepare, InputsMustBeRegularFiles) {
+  TempDir dir;
+  auto tok = make_tokenizer("bytes");
+  const auto fifo = dir.path() / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Reading a FIFO would block for ever; a directory or a device is no text either.
+  for (const std::filesystem::path& in : {fifo, dir.path(), std::filesystem::path("/dev/zero")})
+    testing::expect_error(ExitCode::data, in.string() + ": not a regular file", [&] {
+      prepare_dataset(*tok, {in}, RecordFormat::file, dir.path() / "o.h5");
+    });
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "o.h5"));
 }
 
 }  // namespace
