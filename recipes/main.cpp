@@ -252,15 +252,15 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
+bool take_flag(std::vector<std::string>& args, const std::string& flag) {
+  const auto n = std::erase(args, flag);
+  return n > 0;
+}
+
 int cmd_export(const std::vector<std::string>& args) {
-  std::vector<std::string> rest;
-  bool merge = false;
-  for (const std::string& a : args) {
-    if (a == "--merge")
-      merge = true;
-    else
-      rest.push_back(a);
-  }
+  std::vector<std::string> rest = args;
+  const bool merge = take_flag(rest, "--merge");
   ParsedArgs p = parse_args("export", rest, {"checkpoint", "output"});
   if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
@@ -296,14 +296,8 @@ std::string read_text(const std::string& path) {
 }
 
 int cmd_tokenize(const std::vector<std::string>& args) {
-  std::vector<std::string> rest;
-  bool decode = false;
-  for (const std::string& a : args) {
-    if (a == "--decode")
-      decode = true;
-    else
-      rest.push_back(a);
-  }
+  std::vector<std::string> rest = args;
+  const bool decode = take_flag(rest, "--decode");
   ParsedArgs p = parse_args("tokenize", rest, {"tokenizer", "text", "input"});
   if (!p.positional.empty()) usage_error("tokenize: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("tokenizer")) usage_error("tokenize: --tokenizer is required");
@@ -332,14 +326,8 @@ int cmd_tokenize(const std::vector<std::string>& args) {
 }
 
 int cmd_prepare(const std::vector<std::string>& args) {
-  std::vector<std::string> rest;
-  bool force = false;
-  for (const std::string& a : args) {
-    if (a == "--force")
-      force = true;
-    else
-      rest.push_back(a);
-  }
+  std::vector<std::string> rest = args;
+  const bool force = take_flag(rest, "--force");
   std::vector<std::string> inputs = multi_option(rest, "input");
   ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
   if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
