@@ -254,8 +254,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
 
 // Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
 bool take_flag(std::vector<std::string>& args, const std::string& flag) {
-  const auto n = std::erase(args, flag);
-  return n > 0;
+  return std::erase(args, flag) > 0;
 }
 
 int cmd_export(const std::vector<std::string>& args) {
