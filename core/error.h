@@ -1,5 +1,6 @@
-// Errors that reach users. Every check at a boundary throws forge::Error carrying an exit code from
-// DESIGN.md, so the CLI can print one line and exit; `assert` is reserved for kernel internals.
+// Errors that reach users. Every check at a boundary throws forge::Error carrying an exit code of
+// the README's table, so the CLI can print one line and exit; `assert` is reserved for kernel
+// internals.
 #pragma once
 
 #include <sstream>
@@ -8,7 +9,7 @@
 
 namespace forge {
 
-/// Exit codes of the forge binary (DESIGN.md §1).
+/// Exit codes of the forge binary (README.md).
 enum class ExitCode : int {
   ok = 0,
   internal = 1,

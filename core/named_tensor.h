@@ -1,5 +1,5 @@
 // A tensor with its dotted name: how nn hands parameters to optimizers and checkpoints without
-// either knowing about Modules (DESIGN.md §3: names are the API).
+// either knowing about Modules (docs/architecture.md: names are the interface).
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
 // LoRA (Hu et al. 2021) as a module swap: inject_lora replaces the targeted Linear layers of a
 // model with LoRALinear, which keeps the base weight and bias under their old names (frozen, so
 // base checkpoints still load) and adds a trainable low-rank update s * B A. select_trainable then
-// picks what trains by parameter name. Conventions follow PEFT (RECIPES.md, "LoRA").
+// picks what trains by parameter name. Conventions follow PEFT (docs/recipes/finetune.md, "LoRA").
 #pragma once
 
 #include <cstdint>

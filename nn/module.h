@@ -1,7 +1,7 @@
 // Module: the container every layer and model derives from. It registers parameters, buffers and
 // child modules by name, so named_parameters() yields stable dotted names in registration order
 // ("blocks.3.attn.qkv.weight") — the names optimizer groups, freezing, LoRA and checkpoints key on
-// (DESIGN.md §3). Forward signatures differ per layer, so forward is not virtual here.
+// (docs/architecture.md). Forward signatures differ per layer, so forward is not virtual here.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Building optimizer groups from parameter names (STYLE.md: names are the API): weight decay or
-// not, discriminative (layer-wise) learning rates, freezing by glob pattern, gradual unfreezing.
+// Building optimizer groups from parameter names (docs/architecture.md: names are the interface):
+// weight decay or not, discriminative (layer-wise) learning rates, freezing by glob pattern,
+// gradual unfreezing.
 //
 // Layers. A parameter named "blocks.<i>.*" (at the start of the name or after a '.', e.g.
 // "encoder.blocks.3.attn.qkv.weight") is in block i; with L = 1 + the largest block index, a

@@ -1,7 +1,7 @@
 // Optimizers over parameter groups: the Optimizer interface, AdamW and SGD with torch.optim
 // semantics, and their state as named tensors for checkpoints. Parameters arrive as NamedTensors
-// (never Modules, DESIGN.md §3); each group carries its own lr multiplier, weight decay and frozen
-// flag, which is how names become per-layer learning rates and freezing (optim/groups.h).
+// (never Modules, docs/architecture.md); each group carries its own lr multiplier, weight decay and
+// frozen flag, which is how names become per-layer learning rates and freezing (optim/groups.h).
 #pragma once
 
 #include <cstdint>

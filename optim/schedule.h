@@ -1,5 +1,5 @@
-// Learning-rate schedules as pure functions of the step (DESIGN.md §3: resuming needs only the
-// step). `step` is the 0-based index of the optimizer update the rate is used for: the first
+// Learning-rate schedules as pure functions of the step (docs/architecture.md: resuming needs only
+// the step). `step` is the 0-based index of the optimizer update the rate is used for: the first
 // update uses learning_rate(spec, 0).
 //
 //   constant       base_lr

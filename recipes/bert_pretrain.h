@@ -25,7 +25,7 @@ ConfigSection bert_section();
 /// bert_pretrain for the registry.
 RecipeSpec bert_pretrain_recipe();
 
-/// Trains per `config` (DESIGN.md §1 run directory); returns the process exit code.
+/// Trains per `config` (the run directory of README.md); returns the process exit code.
 int train_bert(const RunConfig& config);
 
 /// `forge eval` for a BERT run: MLM accuracy, loss and perplexity, NSP accuracy and loss on the

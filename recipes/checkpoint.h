@@ -1,8 +1,8 @@
 // Checkpoints: one HDF5 file per save under <run dir>/checkpoints/, plus LATEST naming the newest
-// complete one (DESIGN.md §4; the layout is documented in docs/checkpoint-format.md). Files are
-// written to a temp name, fsynced and renamed, so a crash at any instant leaves the previous
-// checkpoint loadable; loading checks names, shapes and dtypes before reading any tensor data, and
-// every dataset carries a CRC32 that is verified on load.
+// complete one (layout: docs/checkpoint-format.md). Files are written to a temp name, fsynced and
+// renamed, so a crash at any instant leaves the previous checkpoint loadable; loading checks names,
+// shapes and dtypes before reading any tensor data, and every dataset carries a CRC32 that is
+// verified on load.
 #pragma once
 
 #include <cstdint>

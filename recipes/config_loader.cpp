@@ -2,7 +2,7 @@
 // recipe sections only where the active recipe reads them, files and checkpoints that must exist,
 // the architecture a model.init_from checkpoint fixes, derived defaults, and the rules across keys
 // (the common ones here, the recipes' own from the registry). Problems are collected, not thrown
-// one by one, so a user fixes a whole file in one round trip (DESIGN.md §1).
+// one by one, so a user fixes a whole file in one round trip (docs/config.md).
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -379,7 +379,7 @@ class Loader : public ConfigChecker {
       config_.model.norm_placement = config_.model.arch == "bert" ? "post" : "pre";
   }
 
-  // Paths resolve against the working directory, as in every common training CLI (DESIGN.md §2).
+  // Paths resolve against the working directory, as in every common training CLI (docs/config.md).
   void check_files() {
     for (const ConfigKey& key : config_schema()) {
       bool checkpoint = key.type == ConfigType::checkpoint;

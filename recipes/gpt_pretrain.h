@@ -9,7 +9,7 @@ namespace forge {
 /// gpt_pretrain for the registry.
 RecipeSpec gpt_pretrain_recipe();
 
-/// Trains per `config` (DESIGN.md §1 run directory); returns the process exit code.
+/// Trains per `config` (the run directory of README.md); returns the process exit code.
 int train_gpt(const RunConfig& config);
 
 /// `forge eval` for a GPT run: loss and perplexity over the whole validation split.

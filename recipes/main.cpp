@@ -1,6 +1,6 @@
 // The forge command line: parses the subcommand and its options, dispatches to the recipe the
-// config names through the registry (registry.h), and turns every forge::Error into one line on stderr and the exit code of
-// DESIGN.md §1. Nothing here knows how a recipe trains.
+// config names through the registry (registry.h), and turns every forge::Error into one line on
+// stderr and the exit code of README.md. Nothing here knows how a recipe trains.
 #include <climits>
 #include <cstdio>
 #include <cstdlib>

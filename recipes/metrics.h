@@ -1,6 +1,6 @@
 // The run's record and its live view: metrics.jsonl (one flat JSON object per logged event,
-// DESIGN.md §1: always "step" and "split", then the recipe's snake_case keys in a stable order),
-// a reader for that flat schema (tests and report.html), and the terminal progress line — redrawn in
+// README.md: always "step" and "split", then the recipe's snake_case keys in a stable order), a
+// reader for that flat schema (tests and report.html), and the terminal progress line — redrawn in
 // place on a TTY, one plain line per log event otherwise so CI logs stay readable.
 #pragma once
 

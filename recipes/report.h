@@ -1,7 +1,7 @@
-// report.html: a self-contained page summarising a run (DESIGN.md §1) — summary numbers, loss and
-// learning-rate curves and a small chart for every other numeric metric, drawn as hand-written
-// inline SVG, and the resolved config. No scripts, stylesheets or images are linked, so the file
-// opens anywhere, offline, from a copied run directory.
+// report.html: a self-contained page summarising a run (README.md, "What a run writes") — summary
+// numbers, loss and learning-rate curves and a small chart for every other numeric metric, drawn as
+// hand-written inline SVG, and the resolved config. No scripts, stylesheets or images are linked,
+// so the file opens anywhere, offline, from a copied run directory.
 #pragma once
 
 #include <filesystem>

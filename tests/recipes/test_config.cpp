@@ -134,7 +134,7 @@ TEST(ConfigLoad, ExplicitOutputDirAndNoamDModelAreKept) {
 // ---- errors ---------------------------------------------------------------------------------
 
 TEST(ConfigErrors, UnknownKeySuggestsTheSiblingItIsCloseTo) {
-  // DESIGN.md §1's example, at the same line and column.
+  // docs/config.md's example, at the same line and column.
   std::string text = minimal(
       "model:\n  d_model: 64\noptimizer:\n  lerning_rate: 3e-4\n");
   EXPECT_EQ(errors_of(text),
