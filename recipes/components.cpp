@@ -2,8 +2,8 @@
 // way and every command restores models the same way.
 #include "recipes/components.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -82,7 +82,7 @@ MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
                                  per_block
                            : double(c.model.n_layers) * per_block;
   e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
-  e.state_bytes = 8.0 * double(parameters) + 8.0 * double(trainable_parameters);
+  e.state_bytes = 4.0 * double(parameters) + 12.0 * double(trainable_parameters);
   return e;
 }
 
@@ -128,7 +128,7 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
   };
   auto any_match = [](const std::vector<std::string>& patterns, const std::string& name) {
     return std::any_of(patterns.begin(), patterns.end(),
-                       [&](const std::string& p) { return optim::glob_match(p, name); });
+                       [&](const std::string& p) { return glob_match(p, name); });
   };
   CheckpointInfo info = read_checkpoint_info(file);
   std::map<std::string, const TensorSpec*> source;  // by target name
@@ -185,6 +185,11 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
 void init_weights(nn::Module& model, const RunConfig& config) {
   if (config.model.init_from.empty()) return;
   init_from_checkpoint(model, resolve_checkpoint(config.model.init_from));
+}
+
+void init_weights(nn::GPT& model, const RunConfig& config) {
+  if (config.model.init_from.empty()) return;
+  load_initial_weights(model, resolve_checkpoint(config.model.init_from));
 }
 
 namespace {

@@ -27,8 +27,8 @@ nn::BertConfig bert_config(const RunConfig& config);
 /// embeddings.
 void check_model_family(ConfigChecker& checker);
 
-/// Rough peak of a training step in f32: weights and gradients (8 bytes a parameter) plus AdamW
-/// moments of the trainable ones (8 bytes), the activations each block keeps for backward (~16
+/// Rough peak of a training step in f32: the weights (4 bytes a parameter), the gradient and AdamW
+/// moments of the trainable ones (12 bytes), the activations each block keeps for backward (~16
 /// values per token and channel, one block's worth with checkpointing) and the logits of
 /// `logit_rows` rows with their gradient.
 MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
@@ -78,8 +78,10 @@ void export_merged(const std::filesystem::path& file, const std::filesystem::pat
 void load_initial_weights(nn::GPT& model, const std::filesystem::path& file);
 
 /// Loads model.init_from's weights into `model` (the same names and shapes); a no-op when it is
-/// empty. A resumed run then overwrites them with its own checkpoint.
+/// empty. A resumed run then overwrites them with its own checkpoint. A GPT may also start from a
+/// LoRA run (load_initial_weights merges it).
 void init_weights(nn::Module& model, const RunConfig& config);
+void init_weights(nn::GPT& model, const RunConfig& config);
 
 /// A model and the resolved config stored in a checkpoint, weights loaded, in eval mode.
 template <class Model>

@@ -251,13 +251,7 @@ class Updater final : public StepContext {
               ? detail::concat("non-finite gradient in '", *bad_grad, "' at step ", step)
               : detail::concat("non-finite loss (", loss, ") at step ", step,
                                bad_grad ? "; first non-finite gradient in '" + *bad_grad + "'" : "");
-      if (config_.train.nan_policy == "abort") {
-        progress_.finish();
-        std::optional<fs::path> good = latest_checkpoint(config_.output_dir);
-        throw Error(ExitCode::numerical,
-                    what + (good ? " (last good checkpoint: " + good->string() + ")"
-                                 : " (no checkpoint was written yet)"));
-      }
+      if (config_.train.nan_policy == "abort") abort_numerical(what);
       progress_.message("forge: warning: " + what + ": update skipped (train.nan_policy: skip)");
       optimizer_.zero_grad();
       r.skipped = true;
@@ -269,19 +263,22 @@ class Updater final : public StepContext {
       optimizer_.zero_grad();
       // A finite loss and gradient can still overflow the weights (a learning rate far too high);
       // such a model must never reach a checkpoint, and no policy can skip an applied update.
-      if (std::optional<std::string> bad = optim::first_nonfinite_param(params_)) {
-        progress_.finish();
-        std::optional<fs::path> good = latest_checkpoint(config_.output_dir);
-        throw Error(ExitCode::numerical,
-                    detail::concat("non-finite parameter '", *bad, "' after the update of step ",
-                                   step, " (lr ", r.lr, ": too high?)",
-                                   good ? "; last good checkpoint: " + good->string()
-                                        : "; no checkpoint was written yet"));
-      }
+      if (std::optional<std::string> bad = optim::first_nonfinite_param(params_))
+        abort_numerical(detail::concat("non-finite parameter '", *bad,
+                                       "' after the update of step ", step, " (lr ", r.lr,
+                                       ": too high?)"));
     }
     seed_dropout(config_, step_, forwards_);
     last_ = r;
     return r;
+  }
+
+  [[noreturn]] void abort_numerical(const std::string& what) {
+    progress_.finish();
+    std::optional<fs::path> good = latest_checkpoint(config_.output_dir);
+    throw Error(ExitCode::numerical,
+                what + (good ? " (last good checkpoint: " + good->string() + ")"
+                             : " (no checkpoint was written yet)"));
   }
 
   const RunConfig& config_;
@@ -327,14 +324,6 @@ AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
   for (NamedTensor p : params)
     if (p.tensor.grad().defined()) p.tensor.set_grad(mul(p.tensor.grad(), scale));
   return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums)};
-}
-
-Metrics evaluate_model(nn::Module& model, const Recipe& recipe, bool full) {
-  NoGradGuard no_grad;
-  model.eval();
-  Metrics metrics = recipe.evaluate(full);
-  model.train();
-  return metrics;
 }
 
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,

@@ -129,7 +129,4 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& models,
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
                  const Recipe& recipe);
 
-/// Evaluates `recipe` on `model` and returns its metrics (no grad, eval mode, training mode after).
-Metrics evaluate_model(nn::Module& model, const Recipe& recipe, bool full);
-
 }  // namespace forge

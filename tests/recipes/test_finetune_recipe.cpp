@@ -364,6 +364,16 @@ TEST_F(FinetuneRecipe, EvalAndGenerateTakeALoRARunAndMergingKeepsTheLogits) {
   for (size_t i = 0; i < plain.size(); ++i)
     moved = std::max(moved, double(std::fabs(plain[i] - merged[i])));
   EXPECT_GT(moved, 1e-3);  // the fine-tune changed the logits
+
+  // A LoRA run is a starting point too: a plain GPT initialised from it holds the merged weights.
+  Generator other_init(99);
+  nn::GPT started(base.model->config(), other_init);
+  load_initial_weights(started, resolve_checkpoint(dir_ / "lora"));
+  std::vector<float> from_run = started.forward(x).to_vector<float>();
+  double gap = 0;
+  for (size_t i = 0; i < merged.size(); ++i)
+    gap = std::max(gap, double(std::fabs(from_run[i] - merged[i])));
+  EXPECT_LE(gap, 1e-5);
 }
 
 TEST_F(FinetuneRecipe, InitFromErrors) {
