@@ -47,9 +47,19 @@ struct FinetuneData {
   std::shared_ptr<const SFTDataset> sft_train, sft_val;   // sft
 };
 
-std::shared_ptr<const std::vector<int32_t>> concatenate(const RecordDataset& rows) {
+using Rows = std::vector<std::vector<int32_t>>;
+
+// The chosen rows, one after another, as one token stream.
+std::shared_ptr<const std::vector<int32_t>> concatenate(const Rows& rows,
+                                                        const std::vector<int64_t>& chosen) {
   auto out = std::make_shared<std::vector<int32_t>>();
-  for (const auto& row : rows.tokens) out->insert(out->end(), row.begin(), row.end());
+  for (int64_t i : chosen) out->insert(out->end(), rows[size_t(i)].begin(), rows[size_t(i)].end());
+  return out;
+}
+
+std::vector<int64_t> all_rows(const Rows& rows) {
+  std::vector<int64_t> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) out[i] = int64_t(i);
   return out;
 }
 
@@ -60,29 +70,25 @@ std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
   const DataConfig& d = config.data;
   const RecordFormat format = parse_record_format(config.get<std::string>("finetune.records"));
   auto tokenize = [&](const std::string& path) {
-    RecordDataset rows;
+    Rows rows;
     for (const TextRecord& r : read_labeled_records({path}, format)) {
-      std::vector<int32_t> ids = tokenizer.encode(r.text);
-      ids.insert(ids.end(), eot.begin(), eot.end());
-      rows.tokens.push_back(std::move(ids));
-      rows.labels.push_back(0);
+      rows.push_back(tokenizer.encode(r.text));
+      rows.back().insert(rows.back().end(), eot.begin(), eot.end());
     }
-    rows.label_names = {"record"};
     return rows;
   };
-  RecordDataset train = tokenize(d.train);
-  std::shared_ptr<const RecordDataset> train_rows, val_rows;
-  if (d.val.empty()) {
-    RecordSplit split = split_records_by_fraction(train, d.val_fraction, uint64_t(config.seed));
-    train_rows = split.train;
-    val_rows = split.val;
-  } else {
-    train_rows = std::make_shared<const RecordDataset>(std::move(train));
-    val_rows = std::make_shared<const RecordDataset>(tokenize(d.val));
-  }
   const int64_t T = config.model.context;
-  return {std::make_unique<LMWindows>(concatenate(*train_rows), T),
-          std::make_unique<LMWindows>(concatenate(*val_rows), T)};
+  const Rows train = tokenize(d.train);
+  if (!d.val.empty()) {
+    const Rows val = tokenize(d.val);
+    return {std::make_unique<LMWindows>(concatenate(train, all_rows(train)), T),
+            std::make_unique<LMWindows>(concatenate(val, all_rows(val)), T)};
+  }
+  // The same split of records as the record loaders make (purpose "record_split").
+  const auto [train_ids, val_ids] = split_rows_by_fraction(int64_t(train.size()), d.val_fraction,
+                                                           uint64_t(config.seed), "record_split");
+  return {std::make_unique<LMWindows>(concatenate(train, train_ids), T),
+          std::make_unique<LMWindows>(concatenate(train, val_ids), T)};
 }
 
 FinetuneData load_data(const RunConfig& config) {
@@ -222,22 +228,21 @@ int train_finetune(const RunConfig& config) {
   const auto seed = uint64_t(config.seed);
   Recipe recipe;
   recipe.eval_at_start = true;
+  recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
   std::unique_ptr<SFTLoader> train_loader, val_loader;
   if (data.kind == DataKind::sft) {
     train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
     val_loader = std::make_unique<SFTLoader>(data.sft_val, B, seed, /*shuffle=*/false);
-    const uint64_t fingerprint = forge::fingerprint(*data.sft_train);
-    recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
     recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, train_loader->next()); };
     recipe.evaluate = [&](bool full) {
       return sft_eval(model, *val_loader, B, config.train.eval_batches, full);
     };
     recipe.data_state = [&] { return train_loader->cursor().to_counters("data."); };
-    recipe.restore_data_state = [&, fingerprint](const DataState& state) {
-      train_loader->restore(LoaderCursor::from_counters(state, "data.", fingerprint));
+    recipe.restore_data_state = [&](const DataState& state) {
+      train_loader->restore(
+          LoaderCursor::from_counters(state, "data.", train_loader->fingerprint()));
     };
   } else {
-    recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
     recipe.micro_batch = [&](int64_t step, int64_t micro) {
       return lm_loss(model, data.train_windows->sample(B, seed, step, micro));
     };
