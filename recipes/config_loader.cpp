@@ -391,7 +391,7 @@ class Loader : public ConfigChecker {
       if (file.empty()) continue;
       if (checkpoint) {
         try {
-          resolve_checkpoint(file);
+          resolved_[key.path] = resolve_checkpoint(file);
         } catch (const Error& e) {
           if (!checkpoint_error_) checkpoint_error_ = e;
         }
@@ -439,10 +439,12 @@ class Loader : public ConfigChecker {
   // keys count only when both recipes read the section.
   void inherit_architecture() {
     const std::string from = config_.model.init_from;
-    if (from.empty() || bad_.count("model.init_from")) return;
+    // check_files resolved (and verified) it, or reported why not.
+    auto resolved = resolved_.find("model.init_from");
+    if (from.empty() || resolved == resolved_.end()) return;
     RunConfig stored;
     try {
-      std::filesystem::path file = resolve_checkpoint(from);
+      const std::filesystem::path& file = resolved->second;
       CheckpointInfo info = read_checkpoint_info(file);
       try {
         stored = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
@@ -561,6 +563,7 @@ class Loader : public ConfigChecker {
   std::string name_;
   ConfigFiles files_;
   RunConfig config_;
+  std::map<std::string, std::filesystem::path> resolved_;  // checkpoint keys, resolved
   std::map<std::string, Where> where_;  // keys and sections given by the file or an override
   std::set<std::string> bad_;           // keys whose given value was rejected
   std::vector<Problem> problems_;
