@@ -98,6 +98,39 @@ void write_file_atomic(const fs::path& file, const std::string& content, ExitCod
   rename_durably(tmp, file, code);
 }
 
+fs::path digest_path(const fs::path& file) { return fs::path(file.string() + ".digest"); }
+
+namespace {
+
+// HDF5 does not checksum everything it parses (the global heap holding variable-length strings),
+// and a damaged heap can crash libhdf5 itself; a whole-file digest recorded outside the file lets
+// every reader reject a damaged Forge checkpoint before libhdf5 sees a byte of it.
+void check_digest(const fs::path& file, const std::string& expected, const std::string& source) {
+  std::string actual = file_digest(file);
+  if (actual != expected)
+    fail(file, "digest " + actual + " does not match " + expected + " recorded in " + source +
+                   ": the file is damaged");
+}
+
+std::string read_first_line(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  return line;
+}
+
+void check_sidecar_digest(const fs::path& file) {
+  fs::path sidecar = digest_path(file);
+  std::error_code ec;
+  if (!fs::exists(sidecar, ec)) return;
+  std::string expected = read_first_line(sidecar);
+  if (expected.rfind("crc32:", 0) != 0) fail(sidecar, "not a digest file (damaged?)");
+  check_digest(file, expected, sidecar.string());
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // HDF5 plumbing.
 
@@ -106,10 +139,16 @@ namespace {
 using hdf5::Hid;
 using hdf5::quiet_hdf5;
 
+/// Fixed-length string attributes live in the 64 KiB object header; anything larger is damage.
+constexpr size_t kMaxFixedString = size_t(1) << 16;
+/// Forge tensors have at most a handful of dimensions; HDF5 allows 32.
+constexpr int kMaxRank = 8;
+
 /// Everything about one HDF5 file needed to report errors against it.
 struct H5File {
   fs::path path;
   Hid id;
+  uint64_t file_size = 0;
   [[noreturn]] void fail(const std::string& what) const { forge::fail(path, what); }
   Hid check(hid_t id, herr_t (*close)(hid_t), const std::string& what) const {
     if (id < 0) fail(what);
@@ -226,11 +265,16 @@ std::string read_attr_str(const H5File& f, hid_t obj, const std::string& where,
     H5free_memory(p);
     return value;
   }
-  size_t size = H5Tget_size(type.get());  // fixed-length, e.g. written by other tools
-  H5Tset_size(mem.get(), size);
-  std::string value(size, '\0');
+  // Fixed-length, e.g. written by h5py from np.bytes_: NULLPAD strings fill all `size` bytes with
+  // no terminator, so the memory type gets one more byte for HDF5's NULLTERM conversion to use.
+  size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > kMaxFixedString) f.fail("attribute '" + name + "' on " + where +
+                                                  " has an implausible size");
+  H5Tset_size(mem.get(), size + 1);
+  H5Tset_strpad(mem.get(), H5T_STR_NULLTERM);
+  std::string value(size + 1, '\0');
   f.check(H5Aread(attr.get(), mem.get(), value.data()), what);
-  value.resize(std::strlen(value.c_str()));
+  value.resize(strnlen(value.data(), size));
   return value;
 }
 
@@ -252,6 +296,13 @@ std::vector<std::string> member_names(const H5File& f, hid_t group, const std::s
     names.push_back(std::move(name));
   }
   return names;
+}
+
+std::string dims_str(const std::vector<hsize_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    out += (i ? ", " : "") + std::to_string((unsigned long long)dims[i]);
+  return out + "]";
 }
 
 /// One stored tensor as far as it can be known without reading its data.
@@ -277,9 +328,24 @@ StoredSpec read_spec(const H5File& f, hid_t dataset, const std::string& where,
   Hid space(H5Dget_space(dataset), H5Sclose);
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) f.fail("cannot read the shape of " + where);
+  if (rank > kMaxRank)
+    f.fail(where + " has rank " + std::to_string(rank) + " (at most " + std::to_string(kMaxRank) +
+           " is plausible)");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  for (hsize_t d : dims) s.spec.shape.push_back(int64_t(d));
+  // The declared size decides an allocation later, so it is checked here, overflow-safe, against
+  // what the file can hold: Forge stores datasets contiguous and uncompressed.
+  uint64_t nbytes = dtype_size(*dtype);
+  for (hsize_t d : dims) {
+    if (d != 0 && nbytes > f.file_size / d)
+      f.fail(where + " declares shape " + dims_str(dims) + ", more bytes than the file's " +
+             std::to_string(f.file_size));
+    nbytes *= d;
+    s.spec.shape.push_back(int64_t(d));
+  }
+  if (nbytes > f.file_size)
+    f.fail(where + " declares shape " + dims_str(dims) + ", more bytes than the file's " +
+           std::to_string(f.file_size));
   s.crc = uint32_t(read_attr_i64(f, dataset, where, "crc32"));
   return s;
 }
@@ -327,11 +393,14 @@ H5File open_for_read(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) fail(file, "no such checkpoint file");
   if (fs::is_directory(file, ec)) fail(file, "is a directory, not a checkpoint file");
+  check_sidecar_digest(file);
+  uint64_t file_size = fs::file_size(file, ec);
+  if (ec) fail(file, "cannot stat: " + ec.message());
   if (H5Fis_hdf5(file.c_str()) <= 0) fail(file, "not an HDF5 file (truncated or overwritten?)");
   Hid fapl = file_access_plist();
   hid_t id = H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (id < 0) fail(file, "cannot open as HDF5 (truncated or corrupt file)");
-  return H5File{file, Hid(id, H5Fclose)};
+  return H5File{file, Hid(id, H5Fclose), file_size};
 }
 
 /// Root attributes (all required), and the config checksum, which HDF5's own metadata checksums
@@ -347,6 +416,7 @@ CheckpointInfo read_header(const H5File& f) {
   if (info.format_version < 1)
     f.fail("unknown format_version " + std::to_string(info.format_version));
   info.step = read_attr_i64(f, root, "/", "step");
+  if (info.step < 0) f.fail("negative step " + std::to_string(info.step));
   info.config_yaml = read_attr_str(f, root, "/", "config");
   info.forge_version = read_attr_str(f, root, "/", "forge_version");
   uint32_t stored = uint32_t(read_attr_i64(f, root, "/", "config_crc32"));
@@ -534,12 +604,17 @@ std::vector<std::pair<int64_t, fs::path>> step_files(const fs::path& dir) {
   return out;
 }
 
-std::string read_latest(const fs::path& dir) {
-  std::ifstream in(dir / "LATEST");
+/// LATEST's line: "<file name> <digest>", or just the file name (written before digests existed).
+struct Latest {
   std::string name;
-  if (!in || !std::getline(in, name)) return "";
-  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  return name;
+  std::string digest;
+};
+
+Latest read_latest(const fs::path& dir) {
+  std::string line = read_first_line(dir / "LATEST");
+  size_t space = line.find(' ');
+  if (space == std::string::npos) return {line, ""};
+  return {line.substr(0, space), line.substr(space + 1)};
 }
 
 }  // namespace
@@ -594,6 +669,7 @@ void write_checkpoint_durably(const fs::path& file, const CheckpointData& data) 
     throw;
   }
   rename_durably(tmp, file, ExitCode::checkpoint);
+  write_file_atomic(digest_path(file), file_digest(file) + "\n");
 }
 
 }  // namespace
@@ -618,13 +694,15 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
 
   fs::path file = checkpoint_path(run_dir, data.step);
   write_checkpoint_durably(file, data);
-  write_file_atomic(dir / "LATEST", file.filename().string() + "\n");
+  write_file_atomic(dir / "LATEST",
+                    file.filename().string() + " " + read_first_line(digest_path(file)) + "\n");
 
   if (keep_last > 0) {
     auto files = step_files(dir);
     size_t excess = files.size() > size_t(keep_last) ? files.size() - size_t(keep_last) : 0;
     for (size_t i = 0; i < files.size() && excess > 0; ++i) {
       if (files[i].second.filename() == file.filename()) continue;
+      fs::remove(digest_path(files[i].second), ec);
       fs::remove(files[i].second, ec);
       --excess;
     }
@@ -649,9 +727,10 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir, std::string* 
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
   std::string why;  // why LATEST could not be used
-  std::string latest = read_latest(dir);
+  auto [latest, latest_digest] = read_latest(dir);
   if (!latest.empty() && latest.find('/') == std::string::npos) {
     try {
+      if (!latest_digest.empty()) check_digest(dir / latest, latest_digest, (dir / "LATEST").string());
       verify_checkpoint(dir / latest);
       return dir / latest;
     } catch (const Error& e) {
@@ -705,7 +784,8 @@ CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpe
   std::vector<StoredSpec> optim;
   std::vector<TensorSpec> optim_order;
   if (options.load_optim) {
-    optim = read_group_specs(f, "/optim", false);
+    // Resuming from a file without `/optim` would silently restart the optimizer's moments.
+    optim = read_group_specs(f, "/optim", true);
     if (options.expected_optim) {
       check_specs(f, "optimizer state", optim, *options.expected_optim);
       optim_order = *options.expected_optim;

@@ -70,7 +70,8 @@ struct CheckpointInfo {
 
 /// What load_checkpoint checks and reads besides the model.
 struct LoadOptions {
-  /// Read `/optim` (needed to resume training; generate and eval set this false).
+  /// Read `/optim`, which must then exist (needed to resume training; generate and eval set this
+  /// false).
   bool load_optim = true;
   /// When given, `/optim` must hold exactly these tensors (same checks as the model).
   std::optional<std::vector<TensorSpec>> expected_optim;
@@ -116,6 +117,10 @@ void verify_checkpoint(const std::filesystem::path& file);
 /// "crc32:<8 hex digits>:<size in bytes>" of a whole file: identifies the exact weights a run
 /// referenced, so that resuming against a changed file is refused. Error(checkpoint) if unreadable.
 std::string file_digest(const std::filesystem::path& file);
+
+/// `<file>.digest`: the sidecar holding file_digest(file) for every checkpoint Forge writes, checked
+/// by every reader before HDF5 opens the file.
+std::filesystem::path digest_path(const std::filesystem::path& file);
 
 /// Replaces `file` with `content` atomically and durably: a temp file in the same directory,
 /// fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.

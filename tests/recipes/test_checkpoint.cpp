@@ -109,7 +109,9 @@ TEST(Checkpoint, RoundTripIsBitwiseExact) {
   d.config_yaml += std::string(100000, 'x');  // beyond HDF5's 64 KiB compact attribute limit
   fs::path file = save_checkpoint(tmp.path(), d, 3);
   EXPECT_EQ(file, tmp.path() / "checkpoints" / "step-000200.h5");
-  EXPECT_EQ(read_file(tmp.path() / "checkpoints" / "LATEST"), "step-000200.h5\n");
+  EXPECT_EQ(read_file(tmp.path() / "checkpoints" / "LATEST"),
+            "step-000200.h5 " + file_digest(file) + "\n");
+  EXPECT_EQ(read_file(digest_path(file)), file_digest(file) + "\n");
 
   CheckpointData back = load_checkpoint(file, specs_of(d.model));
   EXPECT_EQ(back.step, 200);
@@ -151,6 +153,7 @@ TEST(Checkpoint, KeepLastDeletesOldestButNeverLatest) {
   fs::path ckpt = tmp.path() / "checkpoints";
   for (int64_t step : {100, 200, 300, 400, 500}) save_checkpoint(tmp.path(), sample_data(step), 2);
   EXPECT_FALSE(fs::exists(ckpt / "step-000300.h5"));
+  EXPECT_FALSE(fs::exists(ckpt / "step-000300.h5.digest"));
   EXPECT_TRUE(fs::exists(ckpt / "step-000400.h5"));
   EXPECT_TRUE(fs::exists(ckpt / "step-000500.h5"));
   EXPECT_EQ(latest_checkpoint(tmp.path()), ckpt / "step-000500.h5");
@@ -158,7 +161,7 @@ TEST(Checkpoint, KeepLastDeletesOldestButNeverLatest) {
   // A save at a lower step (e.g. after a fallback) is what LATEST names, so it survives pruning
   // even though it is the oldest file.
   save_checkpoint(tmp.path(), sample_data(50), 1);
-  EXPECT_EQ(read_file(ckpt / "LATEST"), "step-000050.h5\n");
+  EXPECT_EQ(read_file(ckpt / "LATEST").rfind("step-000050.h5 crc32:", 0), 0u);
   EXPECT_TRUE(fs::exists(ckpt / "step-000050.h5"));
   EXPECT_FALSE(fs::exists(ckpt / "step-000400.h5"));
 
@@ -193,10 +196,15 @@ TEST(Checkpoint, LatestFallsBackWhenLatestIsMissingOrBroken) {
   EXPECT_EQ(latest_checkpoint(tmp.path(), &warning), ckpt / "step-000300.h5");
   EXPECT_NE(warning.find("LATEST: missing"), std::string::npos) << warning;
 
-  // LATEST names a corrupt file: skipped for the newest one that verifies.
+  // LATEST names a corrupt file: skipped for the newest one that verifies. With its sidecar the
+  // digest catches it; without (an older run's one-field LATEST), the dataset's CRC does.
   write_file(ckpt / "LATEST", "step-000300.h5\n");
   CheckpointData d300 = sample_data(300);
   flip_byte(ckpt / "step-000300.h5", find_bytes(ckpt / "step-000300.h5", d300.model[0].tensor) + 5);
+  EXPECT_EQ(latest_checkpoint(tmp.path(), &warning), ckpt / "step-000100.h5");
+  EXPECT_NE(warning.find("step-000300.h5.digest: the file is damaged"), std::string::npos)
+      << warning;
+  fs::remove(digest_path(ckpt / "step-000300.h5"));
   EXPECT_EQ(latest_checkpoint(tmp.path(), &warning), ckpt / "step-000100.h5");
   EXPECT_NE(warning.find("checksum mismatch"), std::string::npos) << warning;
 
@@ -226,6 +234,7 @@ TEST(Checkpoint, CorruptFilesAreOneLineCheckpointErrors) {
   TempDir tmp;
   CheckpointData d = sample_data(100);
   fs::path file = save_checkpoint(tmp.path(), d, 3);
+  fs::remove(digest_path(file));  // a file from elsewhere: only what is inside it can be checked
   std::string good = read_file(file);
   auto specs = specs_of(d.model);
   auto load = [&] { load_checkpoint(file, specs); };
@@ -282,6 +291,7 @@ TEST(Checkpoint, LoadNamesTheFirstMismatchBeforeReadingData) {
   TempDir tmp;
   CheckpointData d = sample_data(100);
   fs::path file = save_checkpoint(tmp.path(), d, 3);
+  fs::remove(digest_path(file));  // else the digest would report the damage first
   // Damage the data too: a spec mismatch must be reported first, proving specs are checked before
   // any tensor is read.
   flip_byte(file, find_bytes(file, d.model[0].tensor) + 3);
@@ -320,6 +330,132 @@ TEST(Checkpoint, LoadNamesTheFirstMismatchBeforeReadingData) {
   EXPECT_EQ(message(specs_of(d.model), options),
             "unexpected optimizer state 'step' in the checkpoint (not expected by this "
             "model/config)");
+}
+
+TEST(Checkpoint, DigestRejectsADamagedFileBeforeHdf5ParsesIt) {
+  TempDir tmp;
+  fs::path ckpt = tmp.path() / "checkpoints";
+  save_checkpoint(tmp.path(), sample_data(100), 3);
+  CheckpointData d = sample_data(200);
+  fs::path file = save_checkpoint(tmp.path(), d, 3);
+  // The config lives in HDF5's global heap, which HDF5 does not checksum: damage there can crash
+  // libhdf5 itself, so it must be caught before HDF5 opens the file.
+  size_t heap = read_file(file).find("recipe: gpt_pretrain");
+  ASSERT_NE(heap, std::string::npos);
+  flip_byte(file, heap + 3);
+  std::vector<std::function<void()>> readers = {
+      [&] { verify_checkpoint(file); }, [&] { read_checkpoint_info(file); },
+      [&] { load_checkpoint(file, specs_of(d.model)); }};
+  for (const auto& read : readers) {
+    std::string msg = checkpoint_error(read);
+    EXPECT_EQ(msg.rfind(file.string() + ": digest ", 0), 0u) << msg;
+  }
+  std::string warning;
+  EXPECT_EQ(latest_checkpoint(tmp.path(), &warning), ckpt / "step-000100.h5");
+  EXPECT_NE(warning.find("the file is damaged; using step-000100.h5"), std::string::npos)
+      << warning;
+
+  // LATEST's copy of the digest still protects the file when the sidecar is lost.
+  fs::remove(digest_path(file));
+  EXPECT_EQ(latest_checkpoint(tmp.path(), &warning), ckpt / "step-000100.h5");
+  EXPECT_NE(warning.find("recorded in " + (ckpt / "LATEST").string()), std::string::npos)
+      << warning;
+}
+
+// Adds /model/<name> declaring `dims` with Forge's attributes but no data: chunked storage, whose
+// chunks HDF5 allocates only when written, so the declared size costs the file nothing.
+void add_declared_dataset(const fs::path& file, const std::string& name,
+                          const std::vector<hsize_t>& dims) {
+  edit_root(file, [&](hid_t f) {
+    hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+    std::string path = "/model/" + name;
+    hid_t ds = H5Dcreate2(f, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    EXPECT_GE(ds, 0);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, 3);
+    hid_t scalar = H5Screate(H5S_SCALAR);
+    hid_t dtype = H5Acreate2(ds, "dtype", str, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(dtype, str, "f32");
+    hid_t crc = H5Acreate2(ds, "crc32", H5T_STD_U32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    uint32_t zero = 0;  // crc32 of no bytes: what a size that wraps to 0 would compute
+    H5Awrite(crc, H5T_NATIVE_UINT32, &zero);
+    H5Aclose(crc), H5Aclose(dtype), H5Sclose(scalar), H5Tclose(str);
+    H5Dclose(ds), H5Pclose(dcpl), H5Sclose(space);
+  });
+}
+
+TEST(Checkpoint, DeclaredSizesAreCheckedAgainstTheFileBeforeAllocating) {
+  TempDir tmp;
+  CheckpointData d = sample_data(100);
+  fs::path file = save_checkpoint(tmp.path(), d, 3);
+  fs::remove(digest_path(file));  // a file from elsewhere
+  std::string good = read_file(file);
+
+  add_declared_dataset(file, "huge", {hsize_t(1) << 20, hsize_t(1) << 20});  // 4 TiB of f32
+  std::vector<std::function<void()>> readers = {
+      [&] { verify_checkpoint(file); }, [&] { read_checkpoint_info(file); },
+      [&] { load_checkpoint(file, specs_of(d.model)); }};
+  for (const auto& read : readers) {
+    std::string msg = checkpoint_error(read);
+    EXPECT_NE(msg.find("dataset '/model/huge' declares shape [1048576, 1048576], more bytes than "
+                       "the file's"),
+              std::string::npos)
+        << msg;
+  }
+
+  // 2^62 f32 elements are 2^64 bytes, which wraps to 0 in 64-bit arithmetic.
+  write_file(file, good);
+  add_declared_dataset(file, "wraps", {hsize_t(1) << 31, hsize_t(1) << 31});
+  std::string msg = checkpoint_error([&] { verify_checkpoint(file); });
+  EXPECT_NE(msg.find("'/model/wraps' declares shape [2147483648, 2147483648]"), std::string::npos)
+      << msg;
+}
+
+TEST(Checkpoint, NegativeStepIsRejectedWithTheHeader) {
+  TempDir tmp;
+  fs::path file = save_checkpoint(tmp.path(), sample_data(100), 3);
+  fs::remove(digest_path(file));
+  edit_root(file, [](hid_t f) {
+    hid_t attr = H5Aopen(f, "step", H5P_DEFAULT);
+    int64_t v = -5;
+    H5Awrite(attr, H5T_NATIVE_INT64, &v);
+    H5Aclose(attr);
+  });
+  std::string msg = checkpoint_error([&] { read_checkpoint_info(file); });
+  EXPECT_EQ(msg, file.string() + ": negative step -5");
+}
+
+TEST(Checkpoint, ResumingNeedsTheOptimizerState) {
+  TempDir tmp;
+  CheckpointData d = sample_data(100);
+  fs::path file = save_checkpoint(tmp.path(), d, 3);
+  fs::remove(digest_path(file));
+  edit_root(file, [](hid_t f) { H5Ldelete(f, "optim", H5P_DEFAULT); });
+  std::string msg = checkpoint_error([&] { load_checkpoint(file, specs_of(d.model)); });
+  EXPECT_EQ(msg, file.string() + ": missing group '/optim'");
+  LoadOptions model_only;
+  model_only.load_optim = false;
+  EXPECT_NO_THROW(load_checkpoint(file, specs_of(d.model), model_only));
+}
+
+// h5py writes np.bytes_ attributes as fixed-length NULLPAD strings: every byte is text, no
+// terminator (fixture and the script that made it: tests/golden/make_h5py_checkpoint.py).
+TEST(Checkpoint, ReadsFixedLengthStringsWrittenByH5py) {
+  fs::path file = fs::path(FORGE_SOURCE_DIR) / "tests/golden/h5py_nullpad_checkpoint.h5";
+  CheckpointInfo info = read_checkpoint_info(file);
+  EXPECT_EQ(info.step, 42);
+  EXPECT_EQ(info.config_yaml, "recipe: gpt_pretrain\nseed: 7\n");
+  EXPECT_EQ(info.forge_version, "0.1.0");
+  EXPECT_EQ(info.counters, (std::map<std::string, int64_t>{{"data.cursor", 3}}));
+  ASSERT_EQ(info.model.size(), 1u);
+  EXPECT_EQ(info.model[0], (TensorSpec{"w", {2, 3}, DType::f32}));
+  LoadOptions model_only;
+  model_only.load_optim = false;
+  Tensor w = load_checkpoint(file, info.model, model_only).model.at(0).tensor;
+  EXPECT_EQ(bytes_of(w), bytes_of(arange(6)));
 }
 
 }  // namespace
