@@ -113,7 +113,10 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   if (std::filesystem::is_regular_file(path)) return path;
   if (std::filesystem::is_directory(path)) {
-    if (auto latest = latest_checkpoint(path)) return *latest;
+    std::string warning;
+    std::optional<std::filesystem::path> latest = latest_checkpoint(path, &warning);
+    if (!warning.empty()) std::fprintf(stderr, "forge: warning: %s\n", warning.c_str());
+    if (latest) return *latest;
     throw Error(ExitCode::checkpoint, path.string() + ": no checkpoint in this run directory");
   }
   throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");

@@ -1,0 +1,123 @@
+// Damaged checkpoints as the commands see them: a damaged file under a digest makes `train` fall
+// back to the older intact checkpoint, a corrupt LATEST is one warning line in inspect/eval/
+// generate, and a checkpoint rejected at its header leaves metrics.jsonl as it was.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "recipes/checkpoint.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_file;
+using testing::write_file;
+
+class CheckpointCli : public testing::RecipeTest {
+ protected:
+  // A tiny GPT run of `steps` steps saving every 2: checkpoints at steps 2, 4, ...
+  fs::path write_config(int steps) {
+    std::ofstream(dir_ / "run.yaml")
+        << "recipe: gpt_pretrain\nseed: 7\noutput_dir: " << (dir_ / "run").string() << "\n"
+        << "model: {arch: gpt, vocab_size: 256, context: 16, d_model: 16, n_layers: 1, "
+           "n_heads: 2, dropout: 0.0}\n"
+        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
+        << ", val_fraction: 0.1}\n"
+        << "optimizer: {name: adamw, lr: 1.0e-3}\n"
+        << "train: {batch_size: 2, max_steps: " << steps
+        << ", eval_every: 0, eval_batches: 1, save_every: 2, log_every: 1, keep_last: 5}\n";
+    return dir_ / "run.yaml";
+  }
+
+  // Runs forge with stderr captured; returns the exit code.
+  int forge_err(const std::string& args, std::string& err) {
+    fs::path log = dir_ / "stderr.txt";
+    std::string cmd = std::string(FORGE_BINARY) + " " + args + " >/dev/null 2>" + log.string();
+    int status = std::system(cmd.c_str());
+    err = read_file(log);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+
+  fs::path ckpt(const char* name) { return dir_ / "run" / "checkpoints" / name; }
+};
+
+void flip_byte_at(const fs::path& file, const std::string& marker) {
+  std::string content = read_file(file);
+  size_t pos = content.find(marker);
+  ASSERT_NE(pos, std::string::npos) << marker;
+  content[pos + 2] = char(content[pos + 2] ^ 0x5a);
+  write_file(file, content);
+}
+
+TEST_F(CheckpointCli, DamagedHeapFallsBackToTheOlderCheckpoint) {
+  fs::path cfg = write_config(4);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  // The stored config lives in HDF5's unchecksummed global heap; only the digest protects it.
+  flip_byte_at(ckpt("step-000004.h5"), "recipe: gpt_pretrain");
+  std::string err;
+  EXPECT_EQ(forge_err("inspect " + ckpt("step-000004.h5").string(), err), 4);
+  EXPECT_NE(err.find("step-000004.h5: digest "), std::string::npos) << err;
+  EXPECT_EQ(forge_err("train " + cfg.string() + " train.max_steps=6", err), 0) << err;
+  EXPECT_NE(err.find("forge: warning: "), std::string::npos) << err;
+  EXPECT_NE(err.find("using step-000002.h5"), std::string::npos) << err;
+}
+
+TEST_F(CheckpointCli, CorruptLatestIsAWarningInEveryCommand) {
+  fs::path cfg = write_config(4);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  write_file(dir_ / "run" / "checkpoints" / "LATEST", "st\xffp-0\n");
+  const fs::path run = dir_ / "run";
+  for (std::string command : {"inspect " + run.string(), "eval " + run.string(),
+                              "generate --checkpoint " + run.string() +
+                                  " --prompt a --max-new-tokens 2"}) {
+    std::string err;
+    EXPECT_EQ(forge_err(command, err), 0) << command << "\n" << err;
+    EXPECT_EQ(err.rfind("forge: warning: ", 0), 0u) << command << "\n" << err;
+    EXPECT_NE(err.find("using step-000004.h5"), std::string::npos) << command << "\n" << err;
+  }
+}
+
+TEST_F(CheckpointCli, NegativeStepStopsResumeBeforeMetricsAreTouched) {
+  fs::path cfg = write_config(2);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  fs::path file = ckpt("step-000002.h5");
+  // A file from elsewhere: no digest, so the header check is what stops it.
+  fs::remove(digest_path(file));
+  write_file(dir_ / "run" / "checkpoints" / "LATEST", "step-000002.h5\n");
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t attr = H5Aopen(f, "step", H5P_DEFAULT);
+  int64_t step = -5;
+  H5Awrite(attr, H5T_NATIVE_INT64, &step);
+  H5Aclose(attr);
+  H5Fclose(f);
+  std::string metrics = read_file(dir_ / "run" / "metrics.jsonl");
+  ASSERT_FALSE(metrics.empty());
+  std::string err;
+  EXPECT_EQ(forge_err("train " + cfg.string() + " train.max_steps=4", err), 4) << err;
+  EXPECT_NE(err.find("negative step -5"), std::string::npos) << err;
+  EXPECT_EQ(read_file(dir_ / "run" / "metrics.jsonl"), metrics);
+}
+
+TEST_F(CheckpointCli, ResumeWithoutOptimizerStateIsACheckpointError) {
+  fs::path cfg = write_config(2);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  fs::path file = ckpt("step-000002.h5");
+  fs::remove(digest_path(file));
+  write_file(dir_ / "run" / "checkpoints" / "LATEST", "step-000002.h5\n");
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5Ldelete(f, "optim", H5P_DEFAULT);
+  H5Fclose(f);
+  std::string err;
+  EXPECT_EQ(forge_err("train " + cfg.string() + " train.max_steps=4", err), 4) << err;
+  EXPECT_NE(err.find(file.string() + ": missing group '/optim'"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace forge
