@@ -198,7 +198,15 @@ void init_weights(nn::GPT& model, const RunConfig& config) {
 namespace {
 RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path& file,
                         const std::string& arch) {
-  RunConfig config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+  RunConfig config;
+  try {
+    config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+  } catch (const Error& e) {
+    // The user's command line is fine; it is the file that cannot be used.
+    std::string first = e.what();
+    throw Error(ExitCode::checkpoint, file.string() + ": the stored config does not load: " +
+                                          first.substr(0, first.find('\n')));
+  }
   if (config.model.arch != arch)
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": holds a ", config.model.arch,

@@ -119,5 +119,33 @@ TEST_F(CheckpointCli, ResumeWithoutOptimizerStateIsACheckpointError) {
   EXPECT_NE(err.find(file.string() + ": missing group '/optim'"), std::string::npos) << err;
 }
 
+TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
+  fs::path cfg = write_config(2);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  fs::path file = ckpt("step-000002.h5");
+  fs::remove(digest_path(file));
+  // Intact as far as checksums go (the CRC matches the new text), but not a config this forge reads.
+  const std::string text = "recipe: gpt_pretrain\nmodel: {d_modle: 16}\n";
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5Adelete(f, "config");
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(f, "config", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* p = text.c_str();
+  H5Awrite(attr, type, &p);
+  H5Aclose(attr);
+  hid_t crc_attr = H5Aopen(f, "config_crc32", H5P_DEFAULT);
+  uint32_t crc = crc32(text.data(), text.size());
+  H5Awrite(crc_attr, H5T_NATIVE_UINT32, &crc);
+  H5Aclose(crc_attr), H5Sclose(space), H5Tclose(type);
+  H5Fclose(f);
+  std::string err;
+  EXPECT_EQ(forge_err("generate --checkpoint " + file.string() + " --prompt a", err), 4) << err;
+  EXPECT_NE(err.find(file.string() + ": the stored config does not load: "), std::string::npos)
+      << err;
+}
+
 }  // namespace
 }  // namespace forge
