@@ -109,7 +109,7 @@ void check_digest(const fs::path& file, const std::string& expected, const std::
   std::string actual = file_digest(file);
   if (actual != expected)
     fail(file, "digest " + actual + " does not match " + expected + " recorded in " + source +
-                   ": the file is damaged");
+                   ": the file is damaged (or was replaced without its .digest)");
 }
 
 std::string read_first_line(const fs::path& file) {

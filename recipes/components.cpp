@@ -216,9 +216,17 @@ RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path&
 
 template <class Model, class Config>
 LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
-                              Config (*model_config)(const RunConfig&)) {
+                              Config (*model_config)(const RunConfig&),
+                              int64_t (*num_parameters)(const Config&)) {
   CheckpointInfo info = read_checkpoint_info(file);
   RunConfig config = stored_config(info, file, arch);
+  // The stored config decides what gets allocated, so it must agree with the tensors the file
+  // holds before the model is built: a config claiming a huge model costs nothing to write.
+  if (int64_t expected = num_parameters(model_config(config)); expected != info.model_numel())
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": its stored config describes ", expected,
+                               " parameters but the file holds ", info.model_numel(),
+                               " values under /model"));
   Generator gen(uint64_t(config.seed));
   auto model = std::make_unique<Model>(model_config(config), gen);
   LoadOptions options;
@@ -256,7 +264,8 @@ LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointI
 LoadedGPT load_gpt(const std::filesystem::path& file) {
   CheckpointInfo info = read_checkpoint_info(file);
   if (info.references.count("model")) return load_gpt_adapters(file, info);
-  return load_model<nn::GPT>(file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); });
+  return load_model<nn::GPT>(
+      file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
 }
 
 void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
@@ -295,7 +304,7 @@ void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {
 }
 
 LoadedBert load_bert(const std::filesystem::path& file) {
-  return load_model<nn::Bert>(file, "bert", bert_config);
+  return load_model<nn::Bert>(file, "bert", bert_config, nn::bert_num_parameters);
 }
 
 }  // namespace forge

@@ -1,6 +1,7 @@
-// Damaged checkpoints as the commands see them: a damaged file under a digest makes `train` fall
-// back to the older intact checkpoint, a corrupt LATEST is one warning line in inspect/eval/
-// generate, and a checkpoint rejected at its header leaves metrics.jsonl as it was.
+// Damaged or crafted checkpoints as the commands see them: a damaged file under a digest makes
+// `train` fall back to the older intact checkpoint, a corrupt LATEST is one warning line in
+// inspect/eval/generate, a checkpoint rejected at its header leaves metrics.jsonl as it was, and a
+// stored config is checked against the file's tensors before it decides any allocation.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -35,9 +36,10 @@ class CheckpointCli : public testing::RecipeTest {
   }
 
   // Runs forge with stderr captured; returns the exit code.
-  int forge_err(const std::string& args, std::string& err) {
+  int forge_err(const std::string& args, std::string& err, const std::string& shell_prefix = "") {
     fs::path log = dir_ / "stderr.txt";
-    std::string cmd = std::string(FORGE_BINARY) + " " + args + " >/dev/null 2>" + log.string();
+    std::string cmd =
+        shell_prefix + std::string(FORGE_BINARY) + " " + args + " >/dev/null 2>" + log.string();
     int status = std::system(cmd.c_str());
     err = read_file(log);
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
@@ -119,13 +121,8 @@ TEST_F(CheckpointCli, ResumeWithoutOptimizerStateIsACheckpointError) {
   EXPECT_NE(err.find(file.string() + ": missing group '/optim'"), std::string::npos) << err;
 }
 
-TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
-  fs::path cfg = write_config(2);
-  ASSERT_EQ(forge("train " + cfg.string()), 0);
-  fs::path file = ckpt("step-000002.h5");
-  fs::remove(digest_path(file));
-  // Intact as far as checksums go (the CRC matches the new text), but not a config this forge reads.
-  const std::string text = "recipe: gpt_pretrain\nmodel: {d_modle: 16}\n";
+// Replaces the stored config and its CRC, as a crafted file would.
+void set_stored_config(const fs::path& file, const std::string& text) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   H5Adelete(f, "config");
@@ -141,6 +138,34 @@ TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
   H5Awrite(crc_attr, H5T_NATIVE_UINT32, &crc);
   H5Aclose(crc_attr), H5Sclose(space), H5Tclose(type);
   H5Fclose(f);
+}
+
+TEST_F(CheckpointCli, StoredConfigIsComparedWithTheTensorsBeforeBuildingTheModel) {
+  fs::path cfg = write_config(2);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  fs::path file = ckpt("step-000002.h5");
+  fs::remove(digest_path(file));
+  std::string text = read_checkpoint_info(file).config_yaml;
+  size_t pos = text.find("d_model: 16\n");
+  ASSERT_NE(pos, std::string::npos) << text;
+  text.replace(pos, 12, "d_model: 16384\n");  // about 13 GB of f32 weights for a 100 KB file
+  set_stored_config(file, text);
+  std::string err;
+  // The address-space limit turns an allocation that should not happen into a fast failure.
+  EXPECT_EQ(forge_err("generate --checkpoint " + file.string() + " --prompt a", err,
+                      "ulimit -v 4000000; "),
+            4)
+      << err;
+  EXPECT_NE(err.find(file.string() + ": its stored config describes "), std::string::npos) << err;
+}
+
+TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
+  fs::path cfg = write_config(2);
+  ASSERT_EQ(forge("train " + cfg.string()), 0);
+  fs::path file = ckpt("step-000002.h5");
+  fs::remove(digest_path(file));
+  // Intact as far as checksums go (the CRC matches the new text), but not a config this forge reads.
+  set_stored_config(file, "recipe: gpt_pretrain\nmodel: {d_modle: 16}\n");
   std::string err;
   EXPECT_EQ(forge_err("generate --checkpoint " + file.string() + " --prompt a", err), 4) << err;
   EXPECT_NE(err.find(file.string() + ": the stored config does not load: "), std::string::npos)

@@ -225,6 +225,11 @@ TEST_F(FinetuneRecipe, ResumingALoRARunRefusesAChangedBase) {
   const std::string old_digest = file_digest(base_file_);
   fs::copy_file(resolve_checkpoint(dir_ / "other"), base_file_,
                 fs::copy_options::overwrite_existing);
+  // With the digests Forge records next to it, else they reject the file as damaged first.
+  fs::copy_file(digest_path(resolve_checkpoint(dir_ / "other")), digest_path(base_file_),
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(dir_ / "other" / "checkpoints" / "LATEST", base_file_.parent_path() / "LATEST",
+                fs::copy_options::overwrite_existing);
   const std::string new_digest = file_digest(base_file_);
   ASSERT_NE(old_digest, new_digest);
   auto [code, out] = forge_output("train " + cfg.string() + " train.max_steps=12");
