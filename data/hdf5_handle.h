@@ -9,7 +9,14 @@
 namespace forge::hdf5 {
 
 /// Cheap; called at every entry point because H5Eset_auto2 is per-thread in thread-safe builds.
-inline void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+/// The first call, before HDF5 initialises, also turns off HDF5's exit-time teardown: it closes
+/// every file still open, and crashes on one whose close failed (a full disk); Hid closes every
+/// handle Forge opens, so the teardown has nothing else to do.
+inline void quiet_hdf5() {
+  static const bool no_teardown = H5dont_atexit() >= 0;
+  (void)no_teardown;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 /// Owns one identifier and closes it with the matching H5?close.
 class Hid {

@@ -1,7 +1,8 @@
 // Damaged or crafted checkpoints as the commands see them: a damaged file under a digest makes
 // `train` fall back to the older intact checkpoint, a corrupt LATEST is one warning line in
 // inspect/eval/generate, a checkpoint rejected at its header leaves metrics.jsonl as it was, and a
-// stored config is checked against the file's tensors before it decides any allocation.
+// stored config is checked against the file's tensors before it decides any allocation, and a
+// full disk is an error line, not a crash.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -170,6 +171,16 @@ TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
   EXPECT_EQ(forge_err("generate --checkpoint " + file.string() + " --prompt a", err), 4) << err;
   EXPECT_NE(err.find(file.string() + ": the stored config does not load: "), std::string::npos)
       << err;
+}
+
+TEST_F(CheckpointCli, FullDiskIsOneErrorLineAndACleanExit) {
+  fs::path cfg = write_config(2);
+  // A file size limit stands in for a full disk: writes past it fail with EFBIG once SIGXFSZ is
+  // ignored. HDF5's exit-time teardown used to crash on the checkpoint whose close had failed.
+  std::string err;
+  EXPECT_EQ(forge_err("train " + cfg.string(), err, "trap '' XFSZ; ulimit -f 40; "), 4) << err;
+  EXPECT_NE(err.find("step-000002.h5.tmp: cannot "), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(ckpt("step-000002.h5.tmp")));
 }
 
 }  // namespace
