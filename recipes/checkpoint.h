@@ -1,8 +1,9 @@
 // Checkpoints: one HDF5 file per save under <run dir>/checkpoints/, plus LATEST naming the newest
 // complete one (layout: docs/checkpoint-format.md). Files are written to a temp name, fsynced and
-// renamed, so a crash at any instant leaves the previous checkpoint loadable; loading checks names,
-// shapes and dtypes before reading any tensor data, and every dataset carries a CRC32 that is
-// verified on load.
+// renamed, so a crash at any instant leaves the previous checkpoint loadable. A whole-file digest
+// kept beside each file is checked before HDF5 parses it; loading checks declared sizes against the
+// file, then names, shapes and dtypes before reading any tensor data, and every dataset carries a
+// CRC32 that is verified on load.
 #pragma once
 
 #include <cstdint>
@@ -83,13 +84,15 @@ struct LoadOptions {
 /// `<run_dir>/checkpoints/step-000200.h5` for step 200.
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir, int64_t step);
 
-/// Writes `<run_dir>/checkpoints/step-%06d.h5` atomically and durably, points LATEST at it, then
+/// Writes `<run_dir>/checkpoints/step-%06d.h5` and its digest sidecar atomically and durably, points
+/// LATEST at it (name and digest), then
 /// deletes the oldest step files beyond `keep_last` (never the one LATEST names; keep_last <= 0
 /// keeps all). Returns the file written. Throws Error(checkpoint) if the disk refuses.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir,
                                       const CheckpointData& data, int keep_last);
 
-/// Writes one checkpoint file at `file` (e.g. `forge export`), atomically and durably as above.
+/// Writes one checkpoint file at `file` (e.g. `forge export`) and its digest sidecar, atomically and
+/// durably as above.
 void save_checkpoint_file(const std::filesystem::path& file, const CheckpointData& data);
 
 /// The newest complete, intact checkpoint of a run: the one LATEST names, or when LATEST is

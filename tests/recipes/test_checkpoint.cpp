@@ -112,6 +112,9 @@ TEST(Checkpoint, RoundTripIsBitwiseExact) {
   EXPECT_EQ(read_file(tmp.path() / "checkpoints" / "LATEST"),
             "step-000200.h5 " + file_digest(file) + "\n");
   EXPECT_EQ(read_file(digest_path(file)), file_digest(file) + "\n");
+  fs::path exported = tmp.path() / "exported.h5";  // as `forge export` writes one
+  save_checkpoint_file(exported, d);
+  EXPECT_EQ(read_file(digest_path(exported)), file_digest(exported) + "\n");
 
   CheckpointData back = load_checkpoint(file, specs_of(d.model));
   EXPECT_EQ(back.step, 200);
