@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/unicode_tables.h"
 
 namespace forge {
@@ -144,11 +145,7 @@ const ByteUnicode& byte_unicode() {
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_input_file(path.string(), kTokenizerInput);
 }
 
 // Appends the byte that bytes_to_unicode maps to `cp`; false if no byte maps there.

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/token_dataset.h"
 
 namespace forge {
@@ -75,11 +76,7 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
   TokenDatasetWriter writer(output, {tokenizer.name(), tokenizer.vocab_size(),
                                      vocabulary_hash(tokenizer)});
   for (const fs::path& in : inputs) {
-    std::ifstream file(in, std::ios::binary);
-    std::ostringstream buffer;
-    buffer << file.rdbuf();
-    if (!file) throw Error(ExitCode::data, in.string() + ": cannot read");
-    const std::string text = buffer.str();
+    const std::string text = read_input_file(in.string(), kCorpusInput);
     for (std::string_view doc : split_records(text, format)) {
       std::vector<int32_t> ids = tokenizer.encode(doc);
       writer.add_document(ids);

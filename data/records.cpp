@@ -13,6 +13,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "data/batch.h"
 
@@ -57,12 +58,7 @@ std::vector<fs::path> expand_directories(const std::vector<fs::path>& paths) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(ExitCode::data, path.string() + ": read error");
-  return buffer.str();
+  return read_input_file(path.string(), kCorpusInput);
 }
 
 std::vector<int32_t> special_ids(const std::vector<std::string>& names,

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/ops.h"
 #include "data/bert_data.h"
 #include "data/tokenizer.h"
@@ -32,11 +33,7 @@ std::string read_text(const std::string& path) {
   if (std::filesystem::path(path).extension() == ".h5")
     throw Error(ExitCode::data, path + ": bert_pretrain reads text files (sentences are lines); "
                                        "token datasets keep no sentence boundaries");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, kCorpusInput);
 }
 
 BertData load_data(const RunConfig& config) {

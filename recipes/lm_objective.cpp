@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/ops.h"
 #include "data/token_dataset.h"
 #include "nn/generate.h"
@@ -27,11 +28,7 @@ std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
     if (dataset) dataset->emplace(std::move(ds));
     return tokens;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<int32_t> ids = tokenizer.encode(text.str());
+  std::vector<int32_t> ids = tokenizer.encode(read_input_file(path, kCorpusInput));
   return std::make_shared<const std::vector<int32_t>>(std::move(ids));
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/bpe_train.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -287,11 +288,7 @@ std::vector<std::string> multi_option(std::vector<std::string>& args, const std:
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_input_file(path, kCorpusInput);
 }
 
 int cmd_tokenize(const std::vector<std::string>& args) {
