@@ -25,6 +25,7 @@ inline constexpr InputKind kConfigInput{"config", 16 * kMiB, ExitCode::usage,
                                         "forge: config error: "};
 inline constexpr InputKind kTokenizerInput{"tokenizer file", 1 * kGiB, ExitCode::data};
 inline constexpr InputKind kCorpusInput{"corpus", 64 * kGiB, ExitCode::data};
+inline constexpr InputKind kTokenDatasetInput{"token dataset", 1024 * kGiB, ExitCode::data};
 
 /// `path` with control characters and backslashes escaped (\n, \t, \xNN), so a name never splits
 /// the one line an error is.
