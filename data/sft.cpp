@@ -68,7 +68,7 @@ std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
     const std::string_view line(text.data() + start, end - start);
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    records.push_back(parse_record(line, detail::concat(file.string(), ":", line_no)));
+    records.push_back(parse_record(line, detail::concat(quoted_path(file.string()), ":", line_no)));
   }
   if (records.empty())
     throw Error(ExitCode::data, file.string() + (text.empty() ? ": empty file, no SFT records"

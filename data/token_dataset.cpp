@@ -33,7 +33,7 @@ constexpr hsize_t kOffsetChunk = 4096;
 constexpr size_t kOffsetBlock = 1 << 16;
 
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
-  throw Error(ExitCode::data, file.string() + ": " + what);
+  throw Error(ExitCode::data, quoted_path(file.string()) + ": " + what);
 }
 
 // ---------------------------------------------------------------------------------------------

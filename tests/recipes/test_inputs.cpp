@@ -22,7 +22,9 @@ class Inputs : public RecipeTest {
   }
   std::string fifo() {
     const std::string path = (dir_ / "pipe").string();
-    if (!std::filesystem::exists(path)) EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    if (!std::filesystem::exists(path)) {
+      EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    }
     return path;
   }
 };
@@ -46,6 +48,19 @@ TEST_F(Inputs, DataThatIsNotARegularFileIsRefusedBeforeReading) {
     EXPECT_EQ(run("tokenize --tokenizer bytes --input " + data, out), 3) << out;
     EXPECT_NE(out.find(data + ": not a regular file"), std::string::npos) << out;
   }
+}
+
+TEST_F(Inputs, DataErrorsNameTheSplitAndKeepAStrangeFileNameOnOneLine) {
+  write_file(dir_ / "va\nl.h5", "not hdf5");
+  const auto config = dir_ / "c.yaml";
+  write_file(config, "recipe: gpt_pretrain\noutput_dir: " + (dir_ / "run").string() +
+                         "\ndata: {train: " + (dir_ / "corpus.txt").string() + ", val: \"" +
+                         dir_.string() + "/va\\nl.h5\"}\n");
+  std::string out;
+  EXPECT_EQ(run("train " + config.string(), out), 3) << out;
+  EXPECT_NE(out.find("data.val: " + dir_.string() + "/va\\nl.h5: not an HDF5 file"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace
