@@ -80,7 +80,7 @@ const std::map<std::string, std::string> kCommandUsage = {
      "Checks every key, file and shape, prints the resolved config, the parameter count and an\n"
      "estimate of peak training memory. Trains nothing.\n"},
     {"eval",
-     "usage: forge eval CONFIG-or-RUN-DIR\n"
+     "usage: forge eval CONFIG-or-RUN-DIR [--ignore-memory-check]\n"
      "Validation metrics of the run's latest checkpoint as its recipe defines them: loss and\n"
      "perplexity over the validation split, and the recipe's task metrics (docs/recipes/).\n"},
     {"generate",
@@ -212,12 +212,18 @@ int cmd_validate(const std::vector<std::string>& args) {
 }
 
 int cmd_eval(const std::vector<std::string>& args) {
-  if (args.size() != 1) usage_error("eval: expected one CONFIG or RUN-DIR (see forge eval --help)");
-  fs::path target = args[0];
+  std::vector<std::string> rest = args;
+  const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  if (rest.size() != 1) usage_error("eval: expected one CONFIG or RUN-DIR (see forge eval --help)");
+  fs::path target = rest[0];
   RunConfig config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
                                               : load_config(target.string());
+  // The training estimate bounds evaluation's memory from above: a config whose training fits
+  // evaluates too.
+  const RecipeSpec& recipe = find_recipe(config.recipe);
+  check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
   fs::path file = resolve_checkpoint(config.output_dir);
-  return find_recipe(config.recipe).eval(config, file);
+  return recipe.eval(config, file);
 }
 
 int cmd_generate(const std::vector<std::string>& args) {

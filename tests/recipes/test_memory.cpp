@@ -75,6 +75,10 @@ TEST_F(MemoryRun, TrainStopsBeforeBuildingAModelThatCannotFit) {
   EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_NE(read_file(out).find("exceeds"), std::string::npos) << read_file(out);
   EXPECT_NE(read_file(out).find("--ignore-memory-check"), std::string::npos) << read_file(out);
+  status = std::system(("ulimit -v 8000000; timeout 60 " + std::string(FORGE_BINARY) + " eval " +
+                        config.string() + " >" + out.string() + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(read_file(out).find("exceeds"), std::string::npos) << read_file(out);
 
   write_file(config, "recipe: gpt_pretrain\noutput_dir: " + (dir_ / "run").string() +
                          "\ndata: {train: " + (dir_ / "corpus.txt").string() +
