@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/unicode_tables.h"
 
 namespace forge {
@@ -144,11 +145,7 @@ const ByteUnicode& byte_unicode() {
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_input_file(path.string(), kTokenizerInput);
 }
 
 // Appends the byte that bytes_to_unicode maps to `cp`; false if no byte maps there.
@@ -164,7 +161,7 @@ constexpr const char* kEndOfText = "<|endoftext|>";
 // through bytes_to_unicode. Only the syntax is checked here; build_vocabulary checks the ids.
 std::vector<std::pair<std::string, int32_t>> parse_encoder(const std::filesystem::path& path) {
   const std::string text = read_file(path);
-  const std::string where = path.string() + ": ";
+  const std::string where = quoted_path(path.string()) + ": ";
   size_t i = 0;
   auto skip_ws = [&] {
     while (i < text.size() &&
@@ -304,7 +301,7 @@ BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
 
 void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
                                     size_t num_merges, const std::filesystem::path& path) {
-  const std::string where = path.string() + ": ";
+  const std::string where = quoted_path(path.string()) + ": ";
   // Ids must be exactly 0..N-1 so that token bytes sit in one flat array indexed by id.
   num_tokens_ = static_cast<int32_t>(entries.size());
   std::vector<const std::string*> by_id(entries.size(), nullptr);
@@ -411,7 +408,7 @@ std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem
       i += static_cast<size_t>(std::max(n, 1));
     }
     if (!ok)
-      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", line_no,
+      throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": line ", line_no,
                                                  " is not a merge of two byte-level symbols"));
     merges.push_back({std::move(joined), line_no});
   }
@@ -422,13 +419,13 @@ void BpeTokenizer::check_merges(const std::vector<Merge>& merges,
                                 const std::filesystem::path& path) const {
   for (const Merge& m : merges)
     if (!token_ids_.count(m.joined))
-      throw Error(ExitCode::data, detail::concat(path.string(), ": line ", m.line,
+      throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": line ", m.line,
                                                  " merges into a token missing from encoder.json"));
   const size_t expected = token_ids_.size() - 256;
   if (merges.size() != expected)
-    throw Error(ExitCode::data,
-                detail::concat(path.string(), ": ", merges.size(), " merges, but encoder.json has ",
-                               expected, " non-byte tokens before its special tokens"));
+    throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": ", merges.size(),
+                                               " merges, but encoder.json has ", expected,
+                                               " non-byte tokens before its special tokens"));
 }
 
 // tiktoken's byte_pair_merge: merge the lowest-ranked adjacent pair (leftmost on ties) until none

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/bpe.h"
 #include "data/tokenizer.h"
 
@@ -233,12 +234,7 @@ Learned learn(const std::vector<std::pair<std::string, int64_t>>& word_counts, i
 }
 
 std::string read_input(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(ExitCode::data, path.string() + ": read error");
-  return ss.str();
+  return read_input_file(path.string(), kCorpusInput);
 }
 
 void write_atomically(const std::filesystem::path& path, const std::string& content) {

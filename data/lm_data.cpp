@@ -2,21 +2,21 @@
 // nanoGPT samples them); evaluation windows tile the split.
 #include "data/lm_data.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 
 namespace forge {
 
 std::vector<int32_t> read_byte_tokens(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, detail::concat(path.string(), ": cannot open for reading"));
-  std::vector<int32_t> tokens;
-  for (auto it = std::istreambuf_iterator<char>(in); it != std::istreambuf_iterator<char>(); ++it)
-    tokens.push_back(int32_t(uint8_t(*it)));
-  if (in.bad()) throw Error(ExitCode::data, detail::concat(path.string(), ": read error"));
+  const std::string text = read_input_file(path.string(), kCorpusInput);
+  std::vector<int32_t> tokens(text.size());
+  std::transform(text.begin(), text.end(), tokens.begin(),
+                 [](char c) { return int32_t(uint8_t(c)); });
   return tokens;
 }
 

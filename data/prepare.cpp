@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/token_dataset.h"
 
 namespace forge {
@@ -57,29 +58,31 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
   const fs::file_status out_status = fs::status(output, ec);
   for (const fs::path& in : inputs) {
     const fs::file_status status = fs::status(in, ec);
-    if (!fs::exists(status)) throw Error(ExitCode::data, in.string() + ": no such file");
+    if (!fs::exists(status))
+      throw Error(ExitCode::data, quoted_path(in.string()) + ": no such file");
     // A FIFO or a device would block or never end; only files have a size to read.
     if (!fs::is_regular_file(status))
-      throw Error(ExitCode::data, in.string() + ": not a regular file");
+      throw Error(ExitCode::data, quoted_path(in.string()) + ": not a regular file");
     if (fs::exists(out_status) && fs::equivalent(in, output, ec))
-      throw Error(ExitCode::usage, output.string() + ": the output is also an input; choose "
-                                                     "another --output");
+      throw Error(ExitCode::usage, quoted_path(output.string()) +
+                                       ": the output is also an input; choose "
+                                       "another --output");
     auto size = fs::file_size(in, ec);
-    if (ec) throw Error(ExitCode::data, in.string() + ": cannot read (" + ec.message() + ")");
+    if (ec)
+      throw Error(ExitCode::data,
+                  quoted_path(in.string()) + ": cannot read (" + ec.message() + ")");
     total += int64_t(size);
   }
   if (fs::exists(out_status) && !fs::is_regular_file(out_status))
-    throw Error(ExitCode::usage, output.string() + ": exists and is not a regular file");
+    throw Error(ExitCode::usage,
+                quoted_path(output.string()) + ": exists and is not a regular file");
   if (fs::exists(out_status) && !overwrite)
-    throw Error(ExitCode::usage, output.string() + ": exists (pass --force to replace it)");
-  TokenDatasetWriter writer(output, {tokenizer.name(), tokenizer.vocab_size(),
-                                     vocabulary_hash(tokenizer)});
+    throw Error(ExitCode::usage,
+                quoted_path(output.string()) + ": exists (pass --force to replace it)");
+  TokenDatasetWriter writer(output,
+                            {tokenizer.name(), tokenizer.vocab_size(), vocabulary_hash(tokenizer)});
   for (const fs::path& in : inputs) {
-    std::ifstream file(in, std::ios::binary);
-    std::ostringstream buffer;
-    buffer << file.rdbuf();
-    if (!file) throw Error(ExitCode::data, in.string() + ": cannot read");
-    const std::string text = buffer.str();
+    const std::string text = read_input_file(in.string(), kCorpusInput);
     for (std::string_view doc : split_records(text, format)) {
       std::vector<int32_t> ids = tokenizer.encode(doc);
       writer.add_document(ids);

@@ -13,6 +13,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "data/batch.h"
 
@@ -48,8 +49,10 @@ std::vector<fs::path> expand_directories(const std::vector<fs::path>& paths) {
     std::vector<fs::path> found;
     for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
       if (it->is_regular_file(ec) && it->path().extension() == ".txt") found.push_back(it->path());
-    if (ec) throw Error(ExitCode::data, p.string() + ": cannot list (" + ec.message() + ")");
-    if (found.empty()) throw Error(ExitCode::data, p.string() + ": no *.txt files in directory");
+    if (ec)
+      throw Error(ExitCode::data, quoted_path(p.string()) + ": cannot list (" + ec.message() + ")");
+    if (found.empty())
+      throw Error(ExitCode::data, quoted_path(p.string()) + ": no *.txt files in directory");
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -57,12 +60,7 @@ std::vector<fs::path> expand_directories(const std::vector<fs::path>& paths) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path.string() + ": cannot open for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(ExitCode::data, path.string() + ": read error");
-  return buffer.str();
+  return read_input_file(path.string(), kCorpusInput);
 }
 
 std::vector<int32_t> special_ids(const std::vector<std::string>& names,
@@ -225,8 +223,8 @@ EpochSampler::EpochSampler(std::string name, int64_t num_rows, int64_t batch_siz
   if (num_rows_ <= 0)
     throw Error(ExitCode::data, name_ + " loader: the dataset has no records");
   if (batch_size_ < 1)
-    throw Error(ExitCode::usage, detail::concat(name_, " loader: batch_size must be at least 1, got ",
-                                                batch_size_));
+    throw Error(ExitCode::usage,
+                detail::concat(name_, " loader: batch_size must be at least 1, got ", batch_size_));
   if (drop_last_ && num_rows_ < batch_size_)
     throw Error(ExitCode::data, detail::concat(name_, " loader: ", num_rows_,
                                                " records cannot fill one batch of ", batch_size_,
@@ -272,7 +270,8 @@ std::vector<int64_t> EpochSampler::next() {
 
 void EpochSampler::restore(const LoaderCursor& cursor) {
   if (cursor.fingerprint != cursor_.fingerprint)
-    throw Error(ExitCode::checkpoint, fingerprint_mismatch(cursor.fingerprint, cursor_.fingerprint));
+    throw Error(ExitCode::checkpoint,
+                fingerprint_mismatch(cursor.fingerprint, cursor_.fingerprint));
   if (cursor.epoch < 0 || !batch_fits(cursor.position))
     throw Error(ExitCode::checkpoint,
                 detail::concat(name_, " loader: cursor (epoch ", cursor.epoch, ", position ",

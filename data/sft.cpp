@@ -9,6 +9,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/batch.h"
 #include "data/lm_data.h"
 
@@ -25,27 +26,6 @@ std::string parse_reason(const nlohmann::json::parse_error& e) {
   const size_t column = what.find("column ");
   const size_t colon = column == std::string::npos ? what.find(": ") : what.find(": ", column);
   return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
-std::string read_checked(const fs::path& file) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(file, ec);
-  if (!fs::exists(status)) throw Error(ExitCode::data, file.string() + ": no such file");
-  if (!fs::is_regular_file(status))
-    throw Error(ExitCode::data, file.string() + ": not a regular file");
-  const auto bytes = fs::file_size(file, ec);
-  if (ec) throw Error(ExitCode::data, file.string() + ": cannot stat (" + ec.message() + ")");
-  if (bytes > static_cast<uintmax_t>(kMaxSFTFileBytes))
-    throw Error(ExitCode::data, detail::concat(file.string(), ": ", bytes,
-                                               " bytes, more than the SFT file limit of ",
-                                               kMaxSFTFileBytes));
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, file.string() + ": cannot open for reading");
-  std::string text(static_cast<size_t>(bytes), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(bytes));
-  if (in.gcount() != static_cast<std::streamsize>(bytes))
-    throw Error(ExitCode::data, file.string() + ": read error");
-  return text;
 }
 
 SFTRecord parse_record(std::string_view line, const std::string& where) {
@@ -79,7 +59,7 @@ SFTRecord parse_record(std::string_view line, const std::string& where) {
 }  // namespace
 
 std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
-  const std::string text = read_checked(file);
+  const std::string text = read_input_file(file.string(), {"SFT file", uint64_t(kMaxSFTFileBytes), ExitCode::data});
   std::vector<SFTRecord> records;
   size_t start = 0;
   for (int64_t line_no = 1; start < text.size(); ++line_no) {
@@ -88,7 +68,7 @@ std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
     const std::string_view line(text.data() + start, end - start);
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    records.push_back(parse_record(line, detail::concat(file.string(), ":", line_no)));
+    records.push_back(parse_record(line, detail::concat(quoted_path(file.string()), ":", line_no)));
   }
   if (records.empty())
     throw Error(ExitCode::data, file.string() + (text.empty() ? ": empty file, no SFT records"

@@ -18,6 +18,7 @@
 #include "core/checksum.h"
 #include "data/hdf5_handle.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace forge {
 
@@ -32,7 +33,7 @@ constexpr hsize_t kOffsetChunk = 4096;
 constexpr size_t kOffsetBlock = 1 << 16;
 
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
-  throw Error(ExitCode::data, file.string() + ": " + what);
+  throw Error(ExitCode::data, quoted_path(file.string()) + ": " + what);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,6 +356,21 @@ Hid open_vector(const fs::path& file, hid_t root, const char* name, int64_t expe
   return ds;
 }
 
+// An unfiltered dataset keeps every element in the file, so a length it declares beyond the bytes
+// the file stores for it is a forged header; checked before the length is allocated.
+void check_stored(const fs::path& file, hid_t ds, const char* name, int64_t length,
+                  size_t element_bytes, uint64_t file_bytes) {
+  Hid dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (H5Pget_nfilters(dcpl.get()) > 0) return;
+  const auto declared = static_cast<unsigned __int128>(length) * element_bytes;
+  const uint64_t stored = H5Dget_storage_size(ds);
+  if (declared > stored || declared > file_bytes)
+    fail(file, detail::concat("dataset '/", name, "' declares ", length, " elements (",
+                              uint64_t(std::min<unsigned __int128>(declared, UINT64_MAX)),
+                              " bytes) but the file stores ", stored, " bytes of it (",
+                              file_bytes, " bytes in all): truncated or forged"));
+}
+
 /// Stored uint16 ids to the in-memory int32.
 template <class T>
 void widen(const T* src, int32_t* dst, size_t n) {
@@ -379,6 +395,7 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(path, "no such token dataset");
   if (fs::is_directory(path, ec)) fail(path, "is a directory, not a token dataset");
+  const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
   if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, "not an HDF5 file (truncated or overwritten?)");
   Hid fapl = file_access_plist();
   Hid file = check(path, H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
@@ -404,7 +421,7 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   const auto tokens_crc = uint32_t(read_attr_int(path, root, "tokens_crc32"));
   const auto offsets_crc = uint32_t(read_attr_int(path, root, "doc_offsets_crc32"));
   if (info.vocab_size <= 0 || info.vocab_size > int64_t(INT32_MAX) + 1 || num_tokens < 0 ||
-      num_documents < 0)
+      num_documents < 0 || num_documents == INT64_MAX)
     fail(path, detail::concat("implausible metadata: vocab_size ", info.vocab_size, ", num_tokens ",
                               num_tokens, ", num_documents ", num_documents));
 
@@ -422,6 +439,8 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   Hid offsets_type(raw_type, H5Tclose);
   if (H5Tget_class(offsets_type.get()) != H5T_INTEGER || H5Tget_size(offsets_type.get()) != 8)
     fail(path, "dataset '/doc_offsets' is not int64");
+  check_stored(path, offsets_ds.get(), "doc_offsets", num_documents + 1, sizeof(int64_t),
+               file_bytes);
   std::vector<int64_t> offsets(size_t(num_documents + 1));
   read_range(path, offsets_ds.get(), H5T_NATIVE_INT64, 0, offsets.size(), offsets.data(),
              "doc_offsets");
@@ -444,6 +463,7 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   const bool is_i32 = width == 4 && H5Tget_sign(tokens_type.get()) == H5T_SGN_2;
   if (H5Tget_class(tokens_type.get()) != H5T_INTEGER || !(is_u16 || is_i32))
     fail(path, "dataset '/tokens' must be uint16 or int32");
+  check_stored(path, tokens_ds.get(), "tokens", num_tokens, width, file_bytes);
 
   // One pass over blocks: read as stored, checksum the stored bytes, widen, range-check. An
   // out-of-range id is reported only after the checksum passed, since corruption explains it too.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/ops.h"
 #include "data/bert_data.h"
 #include "data/tokenizer.h"
@@ -30,13 +31,10 @@ struct BertData {
 
 std::string read_text(const std::string& path) {
   if (std::filesystem::path(path).extension() == ".h5")
-    throw Error(ExitCode::data, path + ": bert_pretrain reads text files (sentences are lines); "
-                                       "token datasets keep no sentence boundaries");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+    throw Error(ExitCode::data, quoted_path(path) +
+                                    ": bert_pretrain reads text files (sentences are lines); "
+                                    "token datasets keep no sentence boundaries");
+  return read_input_file(path, kCorpusInput);
 }
 
 BertData load_data(const RunConfig& config) {
@@ -131,7 +129,8 @@ Metrics bert_eval(const nn::Bert& model, const BertPairs& val, uint64_t seed, in
                   int64_t pairs) {
   std::map<std::string, double> sums;
   for (int64_t first = 0; first < pairs; first += batch_size) {
-    PairLosses r = pair_losses(model, val.eval_batch(seed, first, std::min(batch_size, pairs - first)));
+    PairLosses r =
+        pair_losses(model, val.eval_batch(seed, first, std::min(batch_size, pairs - first)));
     for (const auto& [key, value] : r.sums) sums[key] += value;
   }
   Metrics m = {{"loss", mean_mlm_loss(sums) + mean_nsp_loss(sums)}};
@@ -174,22 +173,24 @@ BertSettings bert_settings(const RunConfig& c) {
 }
 
 ConfigSection bert_section() {
-  return {"bert",
-          "what only BERT pre-training reads: segments, masking, documents and evaluation pairs",
-          {section_key("bert.type_vocab_size",
-                       integer_key(2, ">= 1").aka({"n_segments", "num_token_types"}).fixes_architecture(),
-                       "number of segment (token-type) embeddings"),
-           section_key("bert.mask_prob",
-                       number_key(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
-                       "share of non-special tokens chosen for masked-LM"),
-           section_key("bert.eval_pairs", integer_key(2048, ">= 1"),
-                       "sentence pairs of the validation documents scored by the final evaluation"),
-           section_key("bert.paragraphs_per_document", integer_key(1, ">= 1"),
-                       "consecutive blank-line paragraphs that form one document (lines are "
-                       "sentences)"),
-           section_key("bert.sentence_breaks", boolean_key(false),
-                       "a sentence also ends after . ! or ? and a space (prose with a paragraph "
-                       "per line)")}};
+  return {
+      "bert",
+      "what only BERT pre-training reads: segments, masking, documents and evaluation pairs",
+      {section_key(
+           "bert.type_vocab_size",
+           integer_key(2, "[1, 1024]").aka({"n_segments", "num_token_types"}).fixes_architecture(),
+           "number of segment (token-type) embeddings"),
+       section_key("bert.mask_prob",
+                   number_key(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
+                   "share of non-special tokens chosen for masked-LM"),
+       section_key("bert.eval_pairs", integer_key(2048, "[1, 1000000000]"),
+                   "sentence pairs of the validation documents scored by the final evaluation"),
+       section_key("bert.paragraphs_per_document", integer_key(1, ">= 1"),
+                   "consecutive blank-line paragraphs that form one document (lines are "
+                   "sentences)"),
+       section_key("bert.sentence_breaks", boolean_key(false),
+                   "a sentence also ends after . ! or ? and a space (prose with a paragraph "
+                   "per line)")}};
 }
 
 RecipeSpec bert_pretrain_recipe() {

@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/autograd.h"
+#include "core/file_io.h"
 #include "core/glob.h"
 #include "optim/groups.h"
 #include "nn/lora.h"
@@ -84,6 +88,64 @@ MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
   e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
   e.state_bytes = 4.0 * double(parameters) + 12.0 * double(trainable_parameters);
   return e;
+}
+
+double total_bytes(const MemoryEstimate& e) {
+  return e.state_bytes + e.activation_bytes + e.logits_bytes;
+}
+
+namespace {
+
+constexpr InputKind kSystemFile{"system file", 1 << 20, ExitCode::internal};
+
+// The value of `key` in /proc/meminfo ("MemAvailable:  123456 kB"), in bytes.
+std::optional<double> meminfo(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  for (std::string name; lines >> name;) {
+    double kib = 0;
+    lines >> kib;
+    if (name == key + ":") return kib * 1024.0;
+    lines.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> read_if_present(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  return read_input_file(path, kSystemFile);
+}
+
+}  // namespace
+
+std::optional<MemoryLimit> machine_memory() {
+  std::optional<MemoryLimit> limit;
+  if (auto text = read_if_present("/proc/meminfo")) {
+    if (auto available = meminfo(*text, "MemAvailable"))
+      limit = MemoryLimit{*available, "MemAvailable in /proc/meminfo"};
+    else if (auto total = meminfo(*text, "MemTotal"))
+      limit = MemoryLimit{*total, "MemTotal in /proc/meminfo"};
+  }
+  // "max" (no limit) does not parse as a number and leaves the limit as it is.
+  if (auto text = read_if_present("/sys/fs/cgroup/memory.max")) {
+    char* end = nullptr;
+    const double bytes = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() && (!limit || bytes < limit->bytes))
+      limit = MemoryLimit{bytes, "the cgroup limit /sys/fs/cgroup/memory.max"};
+  }
+  return limit;
+}
+
+void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
+                  bool ignore) {
+  if (ignore || !limit || total_bytes(estimate) <= limit->bytes) return;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "estimated peak training memory %.1f MiB exceeds %.1f MiB (%s); shrink the "
+                "model or batch, or pass --ignore-memory-check to run anyway",
+                total_bytes(estimate) / 1048576.0, limit->bytes / 1048576.0,
+                limit->source.c_str());
+  throw Error(ExitCode::usage, std::string("forge: config error: ") + line);
 }
 
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,22 @@ void check_model_family(ConfigChecker& checker);
 /// `logit_rows` rows with their gradient.
 MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
                                int64_t trainable_parameters, double logit_rows);
+
+/// Total bytes of an estimate.
+double total_bytes(const MemoryEstimate& e);
+
+/// The memory a run may use: the least of MemAvailable (MemTotal if the kernel has no
+/// MemAvailable) in /proc/meminfo and the cgroup's memory.max when set; `source` names which.
+struct MemoryLimit {
+  double bytes = 0;
+  std::string source;
+};
+std::optional<MemoryLimit> machine_memory();
+
+/// Throws Error(usage) with the estimate, the limit and the override when `estimate` exceeds
+/// `limit`; `ignore` (forge train --ignore-memory-check) skips the check.
+void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
+                  bool ignore);
 
 /// `forge eval` output: the checkpoint and its step, then one "val_<key> <value>" line per metric.
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics);

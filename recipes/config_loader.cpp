@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/tokenizer.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
@@ -404,6 +405,9 @@ class Loader : public ConfigChecker {
       else if (std::filesystem::is_directory(status) && !(key.path.rfind("data.", 0) == 0 &&
                                                           recipe_reads_data_directories()))
         error(blame({key.path}), key.path + ": '" + file + "' is a directory, expected a file");
+      else if (!std::filesystem::is_directory(status) && !std::filesystem::is_regular_file(status))
+        error(blame({key.path}),
+              key.path + ": '" + quoted_path(file) + "': not a regular file");
     }
   }
 
@@ -582,18 +586,8 @@ RunConfig load_config_string(const std::string& text, const std::string& name,
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  auto fail = [&](const std::string& what) {
-    return Error(ExitCode::usage, "forge: config error: " + path + ": " + what);
-  };
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) throw fail("file not found");
-  if (std::filesystem::is_directory(status)) throw fail("is a directory, expected a YAML file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) throw fail("cannot read the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_config_string(text.str(), path, overrides, ConfigFiles::check);
+  return load_config_string(read_input_file(path, kConfigInput), path, overrides,
+                            ConfigFiles::check);
 }
 
 }  // namespace forge

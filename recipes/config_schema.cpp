@@ -116,6 +116,9 @@ ConfigKey section_key(std::string path, KeySpec spec, std::string doc) {
 namespace {
 
 // The common keys. Order here is the order of to_yaml() and of docs/config.md.
+// Size bounds keep products such as batch_size * context * vocab_size and d_model^2 * n_layers
+// within int64 (the parameter count and the estimate never overflow) while leaving GPT-2 XL and
+// BERT-large sizes far inside them; docs/config.md lists them.
 std::vector<ConfigKey> common_keys() {
   std::vector<ConfigKey> keys;
   auto add = [&](const char* path, KeySpec spec, Access access, const char* doc) {
@@ -145,16 +148,16 @@ std::vector<ConfigKey> common_keys() {
 
   add("model.arch", choice_key("gpt", {"gpt", "bert"}).aka({"name", "type", "model_type"}).fixes_architecture(), in(model, &M::arch),
       "model family");
-  add("model.vocab_size", integer_key(256, ">= 1").aka({"n_vocab", "vocab"}).fixes_architecture(), in(model, &M::vocab_size),
+  add("model.vocab_size", integer_key(256, "[1, 16777216]").aka({"n_vocab", "vocab"}).fixes_architecture(), in(model, &M::vocab_size),
       "rows of the token embedding; at least the tokenizer's vocabulary");
-  add("model.context", integer_key(128, ">= 1").aka({"block_size", "seq_len", "n_ctx", "max_seq_len"}).fixes_architecture(),
+  add("model.context", integer_key(128, "[1, 1048576]").aka({"block_size", "seq_len", "n_ctx", "max_seq_len"}).fixes_architecture(),
       in(model, &M::context),
       "tokens per training sequence and the longest sequence the model sees");
-  add("model.d_model", integer_key(128, ">= 1").aka({"n_embd", "hidden_size", "dim"}).fixes_architecture(),
+  add("model.d_model", integer_key(128, "[1, 65536]").aka({"n_embd", "hidden_size", "dim"}).fixes_architecture(),
       in(model, &M::d_model), "width of the residual stream");
-  add("model.n_layers", integer_key(4, ">= 1").aka({"n_layer", "num_layers", "depth"}).fixes_architecture(),
+  add("model.n_layers", integer_key(4, "[1, 1024]").aka({"n_layer", "num_layers", "depth"}).fixes_architecture(),
       in(model, &M::n_layers), "number of transformer blocks");
-  add("model.n_heads", integer_key(4, ">= 1").aka({"n_head", "num_heads"}).fixes_architecture(), in(model, &M::n_heads),
+  add("model.n_heads", integer_key(4, "[1, 1024]").aka({"n_head", "num_heads"}).fixes_architecture(), in(model, &M::n_heads),
       "attention heads per block; must divide d_model");
   add("model.dropout", number_key(0.0, "[0, 1)"), in(model, &M::dropout),
       "dropout probability on the embeddings and on each residual branch");
@@ -165,7 +168,7 @@ std::vector<ConfigKey> common_keys() {
       in(model, &M::position), "learned absolute position embedding or rotary (RoPE) in attention");
   add("model.mlp", choice_key("gelu", {"gelu", "swiglu"}).fixes_architecture(), in(model, &M::mlp),
       "feed-forward block: GELU MLP or gated SwiGLU");
-  add("model.ffn_mult", number_key(4.0, "> 0").aka({"mlp_ratio"}).fixes_architecture(), in(model, &M::ffn_mult),
+  add("model.ffn_mult", number_key(4.0, "(0, 64]").aka({"mlp_ratio"}).fixes_architecture(), in(model, &M::ffn_mult),
       "feed-forward hidden width = ffn_mult * d_model (SwiGLU: 2/3 of that, rounded)");
   add("model.tie_embeddings", boolean_key(true).aka({"tie_weights"}).fixes_architecture(), in(model, &M::tie_embeddings),
       "the output head reuses the token embedding matrix");
@@ -228,21 +231,21 @@ std::vector<ConfigKey> common_keys() {
       "stlr: fraction of max_steps spent increasing the learning rate");
   add("schedule.ratio", number_key(32.0, ">= 1"), in(sched, &S::ratio),
       "stlr: how much smaller the lowest learning rate is than the peak");
-  add("schedule.noam_d_model", integer_key(0, ">= 0").shown_as("model.d_model"),
+  add("schedule.noam_d_model", integer_key(0, "[0, 65536]").shown_as("model.d_model"),
       in(sched, &S::noam_d_model),
       "noam: the d_model in lr * d_model^-0.5 * min(...); 0 = model.d_model");
 
-  add("train.batch_size", integer_key(8, ">= 1").aka({"bs", "micro_batch_size"}),
+  add("train.batch_size", integer_key(8, "[1, 65536]").aka({"bs", "micro_batch_size"}),
       in(train, &T::batch_size), "sequences per micro-batch");
-  add("train.grad_accum", integer_key(1, ">= 1").aka({"gradient_accumulation_steps", "accumulate"}),
+  add("train.grad_accum", integer_key(1, "[1, 65536]").aka({"gradient_accumulation_steps", "accumulate"}),
       in(train, &T::grad_accum), "micro-batches accumulated into one optimizer step");
-  add("train.max_steps", integer_key(1000, ">= 1").aka({"max_iters", "steps", "total_steps"}),
+  add("train.max_steps", integer_key(1000, "[1, 1000000000000]").aka({"max_iters", "steps", "total_steps"}),
       in(train, &T::max_steps), "optimizer steps to train for");
   add("train.clip_grad_norm", number_key(1.0, ">= 0").aka({"grad_clip", "max_grad_norm"}),
       in(train, &T::clip_grad_norm), "clip the global gradient norm to this value; 0 = off");
   add("train.eval_every", integer_key(0, ">= 0").aka({"eval_interval"}), in(train, &T::eval_every),
       "evaluate on the validation split every N steps; 0 = off");
-  add("train.eval_batches", integer_key(0, ">= 0").aka({"eval_iters"}), in(train, &T::eval_batches),
+  add("train.eval_batches", integer_key(0, "[0, 1000000000]").aka({"eval_iters"}), in(train, &T::eval_batches),
       "batches per evaluation; 0 = the whole validation split");
   add("train.save_every", integer_key(0, ">= 0").aka({"save_interval", "checkpoint_every"}),
       in(train, &T::save_every), "write a checkpoint every N steps; 0 = only at the end");
@@ -259,7 +262,7 @@ std::vector<ConfigKey> common_keys() {
       "on a non-finite loss or gradient: abort (exit 5) or skip the step");
   add("train.sample_every", integer_key(0, ">= 0"), in(train, &T::sample_every),
       "print a generated sample every N steps; 0 = off");
-  add("train.sample_tokens", integer_key(200, ">= 1"), in(train, &T::sample_tokens),
+  add("train.sample_tokens", integer_key(200, "[1, 1048576]"), in(train, &T::sample_tokens),
       "tokens generated per sample");
   return keys;
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/ops.h"
 #include "data/token_dataset.h"
 #include "nn/generate.h"
@@ -27,11 +28,7 @@ std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
     if (dataset) dataset->emplace(std::move(ds));
     return tokens;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<int32_t> ids = tokenizer.encode(text.str());
+  std::vector<int32_t> ids = tokenizer.encode(read_input_file(path, kCorpusInput));
   return std::make_shared<const std::vector<int32_t>>(std::move(ids));
 }
 
@@ -43,10 +40,19 @@ LMSplits load_lm_splits(const RunConfig& config) {
   const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
   const int64_t V = config.model.vocab_size;
   std::optional<TokenDataset> dataset;
-  auto train = load_tokens(d.train, *tokenizer, info, V, &dataset);
+  // A data error says which split's file it is about, as the same file may serve either.
+  auto load = [&](const char* key, const std::string& path, std::optional<TokenDataset>* ds) {
+    try {
+      return load_tokens(path, *tokenizer, info, V, ds);
+    } catch (const Error& e) {
+      if (e.code() != ExitCode::data) throw;
+      throw Error(ExitCode::data, std::string(key) + ": " + e.what());
+    }
+  };
+  auto train = load("data.train", d.train, &dataset);
   TokenSplit split;
   if (!d.val.empty())
-    split = {train, load_tokens(d.val, *tokenizer, info, V, nullptr)};
+    split = {train, load("data.val", d.val, nullptr)};
   else if (dataset)
     split = dataset->split_by_document(d.val_fraction);  // documents are never cut
   else

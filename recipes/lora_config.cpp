@@ -7,7 +7,7 @@ namespace forge {
 ConfigSection lora_section() {
   return {"lora",
           "low-rank adapters (LoRA) on chosen Linear layers of a frozen base model",
-          {section_key("lora.rank", integer_key(0, ">= 0").aka({"r", "lora_r"}),
+          {section_key("lora.rank", integer_key(0, "[0, 65536]").aka({"r", "lora_r"}),
                        "adapter rank r; 0 = no adapters (every weight trains)"),
            section_key("lora.alpha", number_key(16.0, "> 0").aka({"lora_alpha"}),
                        "the adapters add (alpha / rank) * B A x to each targeted layer"),

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/bpe_train.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -66,16 +68,19 @@ std::string usage_text() {
 
 const std::map<std::string, std::string> kCommandUsage = {
     {"train",
-     "usage: forge train CONFIG [key.path=value ...]\n"
+     "usage: forge train CONFIG [key.path=value ...] [--ignore-memory-check]\n"
      "Trains the recipe CONFIG names. Overrides use dotted paths (optimizer.lr=3e-4, a list as\n"
      "[a,b]). The run directory (output_dir) receives config.yaml, metrics.jsonl, checkpoints/ and\n"
-     "report.html; a second run resumes from its latest checkpoint unless train.resume=never.\n"},
+     "report.html; a second run resumes from its latest checkpoint unless train.resume=never.\n"
+     "Before building models the memory estimate of forge validate is compared with the\n"
+     "machine's memory (MemAvailable, the cgroup's memory.max); a run that would not fit stops\n"
+     "with exit 2 unless given --ignore-memory-check.\n"},
     {"validate",
      "usage: forge validate CONFIG [key.path=value ...]\n"
      "Checks every key, file and shape, prints the resolved config, the parameter count and an\n"
      "estimate of peak training memory. Trains nothing.\n"},
     {"eval",
-     "usage: forge eval CONFIG-or-RUN-DIR\n"
+     "usage: forge eval CONFIG-or-RUN-DIR [--ignore-memory-check]\n"
      "Validation metrics of the run's latest checkpoint as its recipe defines them: loss and\n"
      "perplexity over the validation split, and the recipe's task metrics (docs/recipes/).\n"},
     {"generate",
@@ -172,15 +177,24 @@ RunConfig config_from_args(const std::string& command, const std::vector<std::st
   return load_config(args[0], {args.begin() + 1, args.end()});
 }
 
+// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
+bool take_flag(std::vector<std::string>& args, const std::string& flag) {
+  return std::erase(args, flag) > 0;
+}
+
 int cmd_train(const std::vector<std::string>& args) {
-  RunConfig config = config_from_args("train", args);
-  return find_recipe(config.recipe).train(config);
+  std::vector<std::string> rest = args;
+  const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  RunConfig config = config_from_args("train", rest);
+  const RecipeSpec& recipe = find_recipe(config.recipe);
+  check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
+  return recipe.train(config);
 }
 
 int cmd_validate(const std::vector<std::string>& args) {
   RunConfig c = config_from_args("validate", args);
   MemoryEstimate e = find_recipe(c.recipe).estimate(c);
-  double total = e.state_bytes + e.activation_bytes + e.logits_bytes;
+  double total = total_bytes(e);
   std::fputs(to_yaml(c).c_str(), stdout);
   std::printf("# parameters: %lld\n", (long long)e.parameters);
   std::printf("# trainable parameters: %lld (%.2f%%)\n", (long long)e.trainable_parameters,
@@ -189,16 +203,27 @@ int cmd_validate(const std::vector<std::string>& args) {
               "activations %.1f, logits %.1f)\n",
               total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
               e.logits_bytes / 1048576.0);
+  if (std::optional<MemoryLimit> limit = machine_memory())
+    std::printf("# machine memory: %.1f MiB (%s); the estimate %s\n", limit->bytes / 1048576.0,
+                limit->source.c_str(),
+                total <= limit->bytes ? "fits" : "exceeds it: forge train stops unless given "
+                                                 "--ignore-memory-check");
   return 0;
 }
 
 int cmd_eval(const std::vector<std::string>& args) {
-  if (args.size() != 1) usage_error("eval: expected one CONFIG or RUN-DIR (see forge eval --help)");
-  fs::path target = args[0];
+  std::vector<std::string> rest = args;
+  const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  if (rest.size() != 1) usage_error("eval: expected one CONFIG or RUN-DIR (see forge eval --help)");
+  fs::path target = rest[0];
   RunConfig config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
                                               : load_config(target.string());
+  // The training estimate bounds evaluation's memory from above: a config whose training fits
+  // evaluates too.
+  const RecipeSpec& recipe = find_recipe(config.recipe);
+  check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
   fs::path file = resolve_checkpoint(config.output_dir);
-  return find_recipe(config.recipe).eval(config, file);
+  return recipe.eval(config, file);
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -252,11 +277,6 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
-bool take_flag(std::vector<std::string>& args, const std::string& flag) {
-  return std::erase(args, flag) > 0;
-}
-
 int cmd_export(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool merge = take_flag(rest, "--merge");
@@ -287,11 +307,7 @@ std::vector<std::string> multi_option(std::vector<std::string>& args, const std:
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ExitCode::data, path + ": cannot open for reading");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_input_file(path, kCorpusInput);
 }
 
 int cmd_tokenize(const std::vector<std::string>& args) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checksum.h"
 #include "data/token_dataset.h"
 #include "tests/test_util.h"
 
@@ -188,6 +189,49 @@ TEST(TokenDataset, RejectsTruncatedAndNonHdf5Files) {
 
   msg = data_error([&] { open_token_dataset(dir.path() / "missing.h5"); });
   EXPECT_HAS(msg, "no such token dataset");
+}
+
+// Sets integer attribute `name` of the file's root.
+void set_root_attr(hid_t f, const char* name, int64_t value) {
+  hid_t attr = H5Aopen(f, name, H5P_DEFAULT);
+  ASSERT_GE(attr, 0);
+  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
+  H5Aclose(attr);
+}
+
+TEST(TokenDataset, DeclaredLengthsBeyondTheFileAreRejectedBeforeAllocating) {
+  TempDir dir;
+  fs::path path = dir.path() / "forged.h5";
+  write_dataset(path, kBytes, {{1, 2}});
+  // A consistent header declaring 2^40 tokens, the tokens dataset extended (never written, so
+  // no storage): reading it would first allocate 4 TiB.
+  const int64_t huge = int64_t(1) << 40;
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t ds = H5Dopen2(f, "tokens", H5P_DEFAULT);
+  hsize_t n = hsize_t(huge);
+  ASSERT_GE(H5Dset_extent(ds, &n), 0);
+  H5Dclose(ds);
+  const int64_t offsets[2] = {0, huge};
+  ds = H5Dopen2(f, "doc_offsets", H5P_DEFAULT);
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets), 0);
+  H5Dclose(ds);
+  set_root_attr(f, "num_tokens", huge);
+  set_root_attr(f, "doc_offsets_crc32", int64_t(crc32(offsets, sizeof offsets)));
+  H5Fclose(f);
+  std::string msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string() + ": dataset '/tokens' declares 1099511627776 elements");
+
+  // The same for the document offsets, which are read first.
+  write_dataset(path, kBytes, {{1, 2}});
+  f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ds = H5Dopen2(f, "doc_offsets", H5P_DEFAULT);
+  ASSERT_GE(H5Dset_extent(ds, &n), 0);
+  H5Dclose(ds);
+  set_root_attr(f, "num_documents", huge - 1);
+  H5Fclose(f);
+  msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string() + ": dataset '/doc_offsets' declares 1099511627776 elements");
 }
 
 TEST(TokenDataset, RejectsMissingMetadataAndOtherFormats) {

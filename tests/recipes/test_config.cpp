@@ -197,7 +197,7 @@ TEST(ConfigErrors, OutOfRangeNamesTheRange) {
   EXPECT_EQ(errors_of(minimal("optimizer: {layer_lr_decay: 0.8}\n")),
             line("x.yaml:4:29", "optimizer.layer_lr_decay: must be >= 1, got 0.8"));
   EXPECT_EQ(errors_of(minimal("train: {batch_size: 0}\n")),
-            line("x.yaml:4:21", "train.batch_size: must be >= 1, got 0"));
+            line("x.yaml:4:21", "train.batch_size: must be in [1, 65536], got 0"));
   EXPECT_EQ(errors_of(minimal("seed: 99999999999999999999\n")),
             line("x.yaml:4:7", "seed: expected an integer, got '99999999999999999999'"));
 }
@@ -267,6 +267,17 @@ TEST(ConfigErrors, MissingConfigFileIsOneLine) {
               line("tests/recipes/configs/nope.yaml", "file not found"));
   }
   EXPECT_EQ(static_cast<int>(ExitCode::usage), 2);
+}
+
+TEST(ConfigErrors, SizesHaveUpperBoundsNamedInOneRun) {
+  EXPECT_EQ(errors_of(minimal("model: {vocab_size: 100000000, n_layers: 1000000}\n"
+                              "train: {batch_size: 1000000000000000000}\n")),
+            line("x.yaml:4:21", "model.vocab_size: must be in [1, 16777216], got 100000000") +
+                "\n" + line("x.yaml:4:42", "model.n_layers: must be in [1, 1024], got 1000000") +
+                "\n" + line("x.yaml:5:21", "train.batch_size: must be in [1, 65536], got 1000000000000000000"));
+  EXPECT_EQ(errors_of(minimal(), {"model.d_model=1000000"}),
+            line("override 'model.d_model=1000000'",
+                 "model.d_model: must be in [1, 65536], got 1000000"));
 }
 
 TEST(ConfigErrors, AllMistakesOfAFileAreReportedTogether) {
