@@ -76,6 +76,7 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
   double total = 0;
   int64_t targets = 0;
   auto run = [&](int64_t first) {
+    if (stop_requested()) return;
     MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
     total += r.loss_sum.item();
     targets += r.num_targets;
@@ -98,6 +99,7 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
   options.temperature = 0.8;
   options.top_k = 200;
   options.seed = uint64_t(config.seed);
+  options.stop = stop_requested;
   const bool training = model.is_training();
   model.eval();
   std::vector<int32_t> ids = tokenizer.encode(prompt);
