@@ -603,15 +603,14 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   progress.finish();
   fault_point("report");
   write_report(dir);
+  std::string sample;
+  if (recipe.sample && !stop_requested()) {
+    fault_point("sample");
+    sample = recipe.sample();
+  }
   if (stop_requested())
     return stopped(detail::concat("after the final evaluation of step ", final_step));
-  if (recipe.sample) {
-    fault_point("sample");
-    std::string sample = recipe.sample();
-    if (stop_requested())
-      return stopped(detail::concat("after the final evaluation of step ", final_step));
-    std::printf("%s\n", sample.c_str());
-  }
+  if (recipe.sample) std::printf("%s\n", sample.c_str());
   return 0;
 }
 
