@@ -53,7 +53,8 @@ void fault_point(std::string_view point) {
     std::raise(s.substr(0, at) == "SIGINT" ? SIGINT : SIGTERM);
 }
 
-// Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after.
+// Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after;
+// a stop request outlives neither.
 class SignalScope {
  public:
   SignalScope() {
@@ -67,6 +68,7 @@ class SignalScope {
   ~SignalScope() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    g_stop_signal = 0;
   }
 
  private:

@@ -164,6 +164,27 @@ TEST(Trainer, AStopDuringAPeriodicEvaluationCutsItShortAndSavesTheCurrentStep) {
   EXPECT_EQ(steps_of(dir.path(), "train"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
 }
 
+// Stopped in the evaluation before the first step there is nothing to save: the same command
+// starts over.
+TEST(Trainer, AStopDuringTheEvaluationBeforeTheFirstStepSavesNothing) {
+  testing::TempDir dir;
+  bool stop = true;
+  auto setup = [&](RunConfig&, Recipe& recipe) {
+    recipe.eval_at_start = true;
+    recipe.evaluate = [&](bool) {
+      if (stop) std::raise(SIGINT);
+      return Metrics{{"loss", 0.0}};
+    };
+  };
+  EXPECT_EQ(train_bias(dir.path(), setup), 130);
+  EXPECT_FALSE(stop_requested());  // the request ended with the run
+  EXPECT_FALSE(latest_checkpoint(dir.path()));
+  EXPECT_EQ(steps_of(dir.path(), "val"), (std::vector<int64_t>{}));
+  stop = false;
+  EXPECT_EQ(train_bias(dir.path(), setup), 0);
+  EXPECT_EQ(steps_of(dir.path(), "val"), (std::vector<int64_t>{0, 6}));
+}
+
 // A step that nan_policy: skip skips is a step like another for a stop request.
 TEST(Trainer, AStopDuringASkippedStepSavesIt) {
   testing::TempDir dir;
