@@ -79,8 +79,7 @@ class SignalScope {
 // error naming it, not a filesystem exception.
 void create_run_directory(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!ec && !fs::is_directory(dir, ec) && !ec) ec = std::make_error_code(std::errc::not_a_directory);
+  fs::create_directories(dir, ec);  // also fails (ENOTDIR) when dir exists as a file
   if (ec)
     throw Error(ExitCode::usage, detail::concat("output_dir ", dir.string(),
                                                 ": cannot create the run directory: ", ec.message()));

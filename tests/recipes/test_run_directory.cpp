@@ -136,6 +136,10 @@ TEST_F(RunDirectory, AnOutputDirThatCannotBeCreatedIsAUsageError) {
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(o.err, "forge: usage error: output_dir " + (dir_ / "a_file" / "run").string() +
                        ": cannot create the run directory: Not a directory\n");
+  o = run("train " + cfg.string() + " output_dir=" + (dir_ / "a_file").string());
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.err, "forge: usage error: output_dir " + (dir_ / "a_file").string() +
+                       ": cannot create the run directory: Not a directory\n");
 }
 
 // Bytes a user or a corrupt file put in a message (a newline in a value, terminal escapes in
