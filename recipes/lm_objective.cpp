@@ -75,8 +75,9 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
   int64_t windows = val.num_eval_windows();
   double total = 0;
   int64_t targets = 0;
+  int64_t batches_run = 0;
   auto run = [&](int64_t first) {
-    if (stop_requested()) return;
+    if (batches_run++ > 0 && stop_requested()) return;  // between batches: the loss needs one
     MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
     total += r.loss_sum.item();
     targets += r.num_targets;

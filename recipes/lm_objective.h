@@ -29,8 +29,8 @@ LMSplits load_lm_splits(const RunConfig& config);
 MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch);
 
 /// Validation loss, perplexity and scored tokens: over every window (`full`, or `batches` 0), else
-/// over `batches` evenly spread blocks of windows; only the batches before a stop request
-/// (stop_requested()) when one arrives.
+/// over `batches` evenly spread blocks of windows; after a stop request (stop_requested()) no
+/// further batch than the first.
 Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
                 bool full);
 

@@ -79,6 +79,24 @@ TEST_F(RunDirectory, SigintDuringAPeriodicEvaluationSavesThatStepAndExits130) {
   EXPECT_EQ(lines_with(o.err, "forge: stopped by SIGINT at step 10").size(), 1u) << o.err;
 }
 
+// Each recipe's evaluation stops between batches, keeping what it needs to return (BERT's metrics
+// need one batch of pairs).
+TEST_F(RunDirectory, BertStopsInsideItsEvaluation) {
+  std::ofstream(dir_ / "bert.yaml")
+      << "recipe: bert_pretrain\noutput_dir: " << (dir_ / "bert").string() << "\n"
+      << "model: {arch: bert, vocab_size: 260, context: 32, d_model: 16, n_layers: 1, n_heads: 2}\n"
+      << "data: {tokenizer: bytes, special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]'], train: "
+      << (dir_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
+      << "bert: {paragraphs_per_document: 5, eval_pairs: 64}\n"
+      << "train: {batch_size: 4, max_steps: 4, eval_every: 2, eval_batches: 2, log_every: 1}\n";
+  Output o = run("train " + (dir_ / "bert.yaml").string(), "FORGE_TEST_RAISE=SIGTERM@eval");
+  EXPECT_EQ(o.code, 143) << o.err;
+  EXPECT_EQ(latest_checkpoint(dir_ / "bert"), checkpoint_path(dir_ / "bert", 2));
+  o = run("train " + (dir_ / "bert.yaml").string(), "FORGE_TEST_RAISE=SIGTERM@final_eval");
+  EXPECT_EQ(o.code, 143) << o.err;
+  EXPECT_EQ(latest_checkpoint(dir_ / "bert"), checkpoint_path(dir_ / "bert", 4));
+}
+
 TEST_F(RunDirectory, SigtermDuringASampleSavesThatStepAndExits143) {
   fs::path cfg = write_config("sample");
   Output o = run("train " + cfg.string() + " train.save_every=0 train.sample_every=10",
