@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace forge {
 
@@ -28,6 +29,11 @@ class Error : public std::runtime_error {
  private:
   ExitCode code_;
 };
+
+/// `text` as one printable line: control characters (newlines included), DEL, C1 controls and bytes
+/// that are not UTF-8 are escaped (`\n`, `\t`, `\x1b`, `\xff`), so a message quoting a file's
+/// bytes or a user's string can neither span lines nor drive the terminal. Valid UTF-8 passes.
+std::string printable(std::string_view text);
 
 namespace detail {
 template <class... Args>

@@ -69,6 +69,7 @@ std::vector<int64_t> generate(const GPT& model, const std::vector<int64_t>& prom
     logits = model.forward_incremental(as_tensor(tokens.data(), int64_t(tokens.size())), cache,
                                        GPTOutput::last_logits);
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    if (options.stop && options.stop()) break;
     int64_t n = int64_t(tokens.size());
     if (n > context) {
       logits = model.forward(as_tensor(tokens.data() + (n - context), context), GPTOutput::last_logits);

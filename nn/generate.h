@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "nn/gpt.h"
@@ -16,6 +17,9 @@ struct SamplingOptions {
   int64_t top_k = 0;         ///< keep the k most likely tokens; 0 = all
   double top_p = 1.0;        ///< keep the smallest set whose probability reaches top_p; 1 = all
   uint64_t seed = 0;
+  /// Optional: asked before each token; generation ends early when it returns true (a trainer
+  /// sampling mid-run notices a stop request this way).
+  std::function<bool()> stop = {};
 };
 
 /// Throws Error(usage) quoting a bad option (negative temperature, top_p outside (0, 1], ...).

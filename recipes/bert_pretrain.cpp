@@ -128,7 +128,8 @@ Metrics pair_metrics(const std::map<std::string, double>& s) {
 Metrics bert_eval(const nn::Bert& model, const BertPairs& val, uint64_t seed, int64_t batch_size,
                   int64_t pairs) {
   std::map<std::string, double> sums;
-  for (int64_t first = 0; first < pairs; first += batch_size) {
+  // A stop request ends the loop between batches; the metrics need at least one.
+  for (int64_t first = 0; first < pairs && (first == 0 || !stop_requested()); first += batch_size) {
     PairLosses r =
         pair_losses(model, val.eval_batch(seed, first, std::min(batch_size, pairs - first)));
     for (const auto& [key, value] : r.sums) sums[key] += value;

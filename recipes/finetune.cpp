@@ -132,7 +132,7 @@ Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size,
   const int64_t count = full || batches == 0 ? rows : std::min(rows, batches * batch_size);
   double total = 0;
   int64_t targets = 0;
-  for (int64_t first = 0; first < count; first += batch_size) {
+  for (int64_t first = 0; first < count && (first == 0 || !stop_requested()); first += batch_size) {
     MicroBatchLoss r = sft_loss(model, val.batch_at(first, std::min(batch_size, count - first)));
     total += r.loss_sum.item();
     targets += r.num_targets;

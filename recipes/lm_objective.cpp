@@ -81,7 +81,9 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
   int64_t windows = val.num_eval_windows();
   double total = 0;
   int64_t targets = 0;
+  int64_t batches_run = 0;
   auto run = [&](int64_t first) {
+    if (batches_run++ > 0 && stop_requested()) return;  // between batches: the loss needs one
     MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
     total += r.loss_sum.item();
     targets += r.num_targets;
@@ -104,6 +106,7 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
   options.temperature = 0.8;
   options.top_k = 200;
   options.seed = uint64_t(config.seed);
+  options.stop = stop_requested;
   const bool training = model.is_training();
   model.eval();
   std::vector<int32_t> ids = tokenizer.encode(prompt);

@@ -29,12 +29,14 @@ LMSplits load_lm_splits(const RunConfig& config);
 MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch);
 
 /// Validation loss, perplexity and scored tokens: over every window (`full`, or `batches` 0), else
-/// over `batches` evenly spread blocks of windows.
+/// over `batches` evenly spread blocks of windows; after a stop request (stop_requested()) no
+/// further batch than the first.
 Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
                 bool full);
 
 /// train.sample_tokens sampled after `prompt` (temperature 0.8, top-k 200, the run's seed), as
-/// the end-of-run sample shows them; the model is back in training mode after.
+/// the end-of-run sample shows them, fewer after a stop request; the model is back in training
+/// mode after.
 std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
                         const RunConfig& config);
 

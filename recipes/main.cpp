@@ -1,6 +1,7 @@
 // The forge command line: parses the subcommand and its options, dispatches to the recipe the
 // config names through the registry (registry.h), and turns every forge::Error into one line on
 // stderr and the exit code of README.md. Nothing here knows how a recipe trains.
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -443,14 +444,21 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const Error& e) {
     std::string message = e.what();
-    // Config errors arrive as complete "forge: config error: ..." lines, one per problem.
-    if (message.rfind("forge: ", 0) == 0)
-      std::fprintf(stderr, "%s\n", message.c_str());
-    else
-      std::fprintf(stderr, "forge: %s: %s\n", error_kind(e.code()), message.c_str());
+    if (message.rfind("forge: ", 0) != 0) {
+      std::fprintf(stderr, "forge: %s: %s\n", error_kind(e.code()), printable(message).c_str());
+      return int(e.code());
+    }
+    // Config errors arrive as complete "forge: config error: ..." lines, one per problem: each is
+    // printed as one line, and a newline inside a problem (a quoted value) is escaped.
+    const std::string separator = "\nforge: ";
+    for (size_t begin = 0, end; begin < message.size(); begin = end + 1) {
+      end = std::min(message.find(separator, begin), message.size());
+      std::fprintf(stderr, "%s\n", printable(message.substr(begin, end - begin)).c_str());
+    }
     return int(e.code());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "forge: internal error (please report it): %s\n", e.what());
+    std::fprintf(stderr, "forge: internal error (please report it): %s\n",
+                 printable(e.what()).c_str());
     return 1;
   }
 }

@@ -305,11 +305,26 @@ void ProgressPrinter::log(const ProgressStats& s) {
   }
 }
 
-void ProgressPrinter::message(const std::string& line) {
+void ProgressPrinter::message(const std::string& line) { print(printable(line)); }
+
+void ProgressPrinter::text(const std::string& lines) {
+  std::string out, run;  // `run`: the bytes since the last newline or tab
+  for (char c : lines) {
+    if (c != '\n' && c != '\t') {
+      run += c;
+      continue;
+    }
+    out += printable(run) + c;
+    run.clear();
+  }
+  print(out + printable(run));
+}
+
+void ProgressPrinter::print(const std::string& printable_text) {
   if (tty_ && !live_.empty()) {
-    std::fprintf(out_, "\r\x1b[K%s\n%s", line.c_str(), live_.c_str());
+    std::fprintf(out_, "\r\x1b[K%s\n%s", printable_text.c_str(), live_.c_str());
   } else {
-    std::fprintf(out_, "%s\n", line.c_str());
+    std::fprintf(out_, "%s\n", printable_text.c_str());
   }
   std::fflush(out_);
 }

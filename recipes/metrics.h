@@ -132,7 +132,11 @@ class ProgressPrinter {
   /// Every log event: redraws on a TTY, prints one line otherwise.
   void log(const ProgressStats& stats);
   /// A line of its own (eval results, checkpoint saved, warnings) that leaves the live line intact.
+  /// Printed through printable() (core/error.h): a path or a quoted value stays on the line.
   void message(const std::string& line);
+  /// Several lines (a sample of the model's text) the same way: newlines and tabs kept, other
+  /// control characters escaped.
+  void text(const std::string& lines);
   /// Ends the live line so later output starts on a fresh line.
   void finish();
   /// Seconds left, estimated from the steps this process has run; nullopt before the second call.
@@ -140,6 +144,7 @@ class ProgressPrinter {
 
  private:
   void draw(const ProgressStats& stats);
+  void print(const std::string& printable_text);
   void observe(const ProgressStats& stats);
   int64_t total_;
   bool tty_;

@@ -6,13 +6,21 @@
 // reloaded from their sources, whose digests the checkpoint records.
 #include "recipes/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <set>
+#include <string_view>
 
 #include "core/allocator.h"
 #include "core/ops.h"
@@ -30,7 +38,23 @@ namespace fs = std::filesystem;
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-// Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after.
+const char* stop_signal_name() { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+int stop_exit_code() { return g_stop_signal == SIGINT ? 130 : 143; }
+
+// Fault injection for the signal tests: FORGE_TEST_RAISE=<SIGINT|SIGTERM>@<point> raises the signal
+// whenever the run reaches <point> (eval, final_eval, sample, report), so a test stops a run inside
+// one deterministically instead of racing a kill against it.
+void fault_point(std::string_view point) {
+  const char* spec = std::getenv("FORGE_TEST_RAISE");
+  if (!spec) return;
+  const std::string_view s = spec;
+  const size_t at = s.find('@');
+  if (at != std::string_view::npos && s.substr(at + 1) == point)
+    std::raise(s.substr(0, at) == "SIGINT" ? SIGINT : SIGTERM);
+}
+
+// Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after;
+// a stop request outlives neither.
 class SignalScope {
  public:
   SignalScope() {
@@ -44,10 +68,65 @@ class SignalScope {
   ~SignalScope() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    g_stop_signal = 0;
   }
 
  private:
   struct sigaction old_int_ = {}, old_term_ = {};
+};
+
+// output_dir is the user's choice: a path under a read-only directory, or below a file, is a usage
+// error naming it, not a filesystem exception.
+void create_run_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);  // also fails (ENOTDIR) when dir exists as a file
+  if (ec)
+    throw Error(ExitCode::usage, detail::concat("output_dir ", dir.string(),
+                                                ": cannot create the run directory: ", ec.message()));
+}
+
+// An advisory lock on the run directory while a trainer uses it: flock(2) on <run>/train.lock,
+// which holds the owner's pid for the message a second trainer prints. The kernel drops the lock
+// when its process dies, however it dies, so a killed run resumes at once. The file stays behind:
+// removing it would let a waiting and a new trainer lock two different files.
+class RunDirectoryLock {
+ public:
+  RunDirectoryLock(const fs::path& dir, ProgressPrinter& progress) {
+    const fs::path file = dir / "train.lock";
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw Error(ExitCode::usage, detail::concat(file.string(), ": cannot create the lock file: ",
+                                                  std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+        progress.message(detail::concat("forge: warning: ", file.string(),
+                                        ": cannot record this process's pid: ", std::strerror(errno)));
+      return;
+    }
+    const int err = errno;
+    if (err != EWOULDBLOCK) {  // a filesystem without flock (some network mounts): train unguarded
+      progress.message(detail::concat("forge: warning: ", file.string(), ": cannot lock (",
+                                      std::strerror(err),
+                                      "); a second trainer on this directory would not be noticed"));
+      return;
+    }
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    std::string holder(buf, size_t(std::max<ssize_t>(n, 0)));
+    holder.erase(holder.find_last_not_of("\n") + 1);
+    ::close(fd_);
+    throw Error(ExitCode::usage,
+                detail::concat(dir.string(), ": in use by another forge train (pid ",
+                               holder.empty() ? "unknown" : holder, ", holding ", file.string(),
+                               "); wait for it or stop it, or choose another output_dir"));
+  }
+  ~RunDirectoryLock() { ::close(fd_); }
+  RunDirectoryLock(const RunDirectoryLock&) = delete;
+  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
 };
 
 optim::ScheduleSpec schedule_spec(const RunConfig& c) {
@@ -177,18 +256,54 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
   return data.step;
 }
 
-// Removes a previous run's checkpoints when the config asks for a fresh start.
-void clear_checkpoints(const fs::path& dir, ProgressPrinter& progress) {
-  fs::path ckpt = dir / "checkpoints";
-  if (!fs::exists(ckpt)) return;
-  int removed = 0;
-  for (const auto& entry : fs::directory_iterator(ckpt)) {
-    fs::remove(entry.path());
-    removed++;
+// A fresh directory for an earlier run's record: <run>/previous-<UTC time>, with -2, -3 ... when
+// that name is taken, so an earlier moved-aside run is never overwritten.
+fs::path claim_previous_directory(const fs::path& dir) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc = {};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  for (int n = 1;; ++n) {
+    std::string name = std::string("previous-") + stamp;
+    if (n > 1) name += '-' + std::to_string(n);
+    const fs::path candidate = dir / name;
+    std::error_code ec;
+    if (fs::create_directory(candidate, ec)) return candidate;
+    if (ec)
+      throw Error(ExitCode::usage,
+                  detail::concat(candidate.string(), ": cannot create it to move the earlier run "
+                                 "aside (train.resume: never): ", ec.message(),
+                                 "; nothing was moved"));
   }
-  if (removed)
-    progress.message(detail::concat("train.resume is never: removed ", removed,
-                                    " files of an earlier run in ", ckpt.string()));
+}
+
+// train.resume: never starts over without losing the earlier run: its record moves into
+// previous-<UTC time>/ by one rename per entry. A crash between two renames leaves every file in
+// one of the two places. checkpoints/ goes last: moved first, a crash would leave metrics.jsonl
+// beside no checkpoint, and the next run, starting from step 0, would overwrite it.
+void move_earlier_run_aside(const fs::path& dir, ProgressPrinter& progress) {
+  std::vector<std::string> entries;
+  std::error_code ec;
+  for (const char* name : {"metrics.jsonl", "report.html", "checkpoints"})
+    if (fs::symlink_status(dir / name, ec).type() != fs::file_type::not_found) entries.push_back(name);
+  if (entries.empty()) return;  // a config.yaml alone records nothing worth keeping
+  if (fs::exists(fs::symlink_status(dir / "config.yaml", ec)))
+    entries.insert(entries.begin(), "config.yaml");
+  const fs::path previous = claim_previous_directory(dir);
+  std::string moved;
+  for (const std::string& name : entries) {
+    fs::rename(dir / name, previous / name, ec);
+    if (ec)
+      throw Error(ExitCode::usage,
+                  detail::concat(dir.string(), ": cannot move ", name, " aside to ",
+                                 previous.string(), " (train.resume: never): ", ec.message(),
+                                 moved.empty() ? "; nothing was moved" : "; moved already:" + moved,
+                                 "; nothing was deleted"));
+    moved += " " + name + (name == "checkpoints" ? "/" : "");
+  }
+  progress.message(detail::concat("train.resume is never: moved the earlier run (", moved.substr(1),
+                                  ") to ", previous.string()));
 }
 
 void save(const RunConfig& config, int64_t step, const RunModels& models,
@@ -290,6 +405,13 @@ class Updater final : public StepContext {
   UpdateResult last_{};
 };
 
+// Whether metrics.jsonl holds a val line for `step`.
+bool has_val_line(const fs::path& metrics_path, int64_t step) {
+  for (const MetricsRecord& r : read_metrics(metrics_path))
+    if (r.split == "val" && r.step == step) return true;
+  return false;
+}
+
 std::string describe_metrics(const Metrics& metrics) {
   std::string s;
   for (const Metric& m : metrics) {
@@ -337,24 +459,32 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
               "run_training: a recipe has either micro_batch or custom_step");
   const TrainConfig& tc = config.train;
   const fs::path dir = config.output_dir;
-  fs::create_directories(dir);
+  create_run_directory(dir);
   ProgressPrinter progress(tc.max_steps, ProgressPrinter::is_terminal(stderr));
+  const RunDirectoryLock lock(dir, progress);  // before anything in the directory is read
   SignalScope signals;
   const RunModels models(model_list, optimizer);
 
+  // Nothing in the directory is written before the checkpoint to continue from has loaded.
   int64_t start = 0;
   if (tc.resume == "auto")
     start = resume(config, models, optimizer, recipe, progress);
   else
-    clear_checkpoints(dir, progress);
+    move_earlier_run_aside(dir, progress);
+  if (start < 0)
+    throw Error(ExitCode::checkpoint,
+                detail::concat((dir / "checkpoints").string(), ": the latest checkpoint has step ",
+                               start, "; a step is never negative"));
   write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
-  if (start >= tc.max_steps) {
+  const fs::path metrics_path = dir / "metrics.jsonl";
+  // A run stopped during its final evaluation has its last checkpoint but no final val line: the
+  // same command finishes it.
+  if (start > tc.max_steps || (start == tc.max_steps && has_val_line(metrics_path, start))) {
     progress.message(detail::concat("the run in ", dir.string(), " is complete at step ", start,
                                     "; raise train.max_steps to train further"));
     return 0;
   }
-  const fs::path metrics_path = dir / "metrics.jsonl";
-  if (start > 0 && fs::exists(metrics_path)) truncate_after_step(metrics_path, start);
+  if (start > 0) truncate_after_step(metrics_path, start);
   MetricsWriter metrics(metrics_path, /*append=*/start > 0);
 
   // Fault injection for the kill-and-resume test: die by SIGKILL right after this step.
@@ -368,8 +498,10 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   double window_start = 0.0;
   int64_t window_tokens = 0, last_save = start;
 
-  // Returns the evaluation's "loss".
-  auto run_eval = [&](int64_t step, bool full) {
+  // Returns the evaluation's "loss", or nullopt when a stop request cut it short: a partial
+  // evaluation is not logged.
+  auto run_eval = [&](int64_t step, bool full) -> std::optional<double> {
+    fault_point(step == tc.max_steps ? "final_eval" : "eval");
     Metrics val;
     {
       NoGradGuard no_grad;
@@ -377,6 +509,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
       val = recipe.evaluate(full);
       models.set_training();
     }
+    if (stop_requested()) return std::nullopt;
     metrics.write(step, "val", val);
     progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
     // tokens_per_s measures training: the next window starts after the evaluation.
@@ -386,8 +519,18 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
       if (m.key == "loss") return m.value.as_double();
     return 0.0;
   };
+  auto stopped = [&](const std::string& when) {
+    progress.finish();
+    std::fprintf(stderr, "forge: stopped by %s %s\n", stop_signal_name(), when.c_str());
+    return stop_exit_code();
+  };
 
-  if (start == 0 && recipe.eval_at_start) run_eval(0, /*full=*/true);
+  if (start == 0 && recipe.eval_at_start) {
+    run_eval(0, /*full=*/true);
+    if (stop_requested())
+      return stopped("during the evaluation before the first step (no step to save); the same "
+                     "command starts over");
+  }
   models.set_training();
   for (int64_t i = start; i < tc.max_steps; ++i) {
     const int64_t step = i + 1;  // steps completed after this iteration
@@ -423,17 +566,19 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
         window_start = now;
         window_tokens = 0;
       }
-      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
+      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps &&
+          !stop_requested())
         run_eval(step, false);
-      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0)
-        progress.message(recipe.sample());
+      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0 &&
+          !stop_requested()) {
+        fault_point("sample");
+        std::string sample = recipe.sample();
+        if (!stop_requested()) progress.text(sample);
+      }
     }
-    if (g_stop_signal) {
+    if (stop_requested()) {
       save(config, step, models, optimizer, recipe, progress);
-      progress.finish();
-      std::fprintf(stderr, "forge: stopped by %s at step %lld; resume with the same command\n",
-                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);
-      return g_stop_signal == SIGINT ? 130 : 143;
+      return stopped(detail::concat("at step ", step, "; resume with the same command"));
     }
     if (tc.save_every > 0 && step % tc.save_every == 0) {
       save(config, step, models, optimizer, recipe, progress);
@@ -443,24 +588,33 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   }
 
   const int64_t final_step = tc.max_steps;
-  const double final_loss = run_eval(final_step, /*full=*/true);  // the whole split, always
-  if (!std::isfinite(final_loss)) {
+  // The whole split, always. Stopped during it, the run saves its final step and exits; resuming
+  // runs the evaluation again.
+  const std::optional<double> final_loss = run_eval(final_step, /*full=*/true);
+  if (final_loss && !std::isfinite(*final_loss)) {
     progress.finish();
     throw Error(ExitCode::numerical,
                 detail::concat("the final validation loss at step ", final_step, " is ",
-                               final_loss));
+                               *final_loss));
   }
   if (last_save != final_step) save(config, final_step, models, optimizer, recipe, progress);
-  if (g_stop_signal) {  // arrived during the final evaluation: the checkpoint is written
-    progress.finish();
-    std::fprintf(stderr, "forge: stopped by %s after the final evaluation of step %lld\n",
-                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)final_step);
-    return g_stop_signal == SIGINT ? 130 : 143;
-  }
+  if (!final_loss)
+    return stopped(detail::concat("during the final evaluation of step ", final_step,
+                                  "; the same command finishes it"));
   progress.finish();
+  fault_point("report");
   write_report(dir);
-  if (recipe.sample) std::printf("%s\n", recipe.sample().c_str());
+  std::string sample;
+  if (recipe.sample && !stop_requested()) {
+    fault_point("sample");
+    sample = recipe.sample();
+  }
+  if (stop_requested())
+    return stopped(detail::concat("after the final evaluation of step ", final_step));
+  if (recipe.sample) std::printf("%s\n", sample.c_str());
   return 0;
 }
+
+bool stop_requested() { return g_stop_signal != 0; }
 
 }  // namespace forge

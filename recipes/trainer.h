@@ -96,8 +96,11 @@ struct Recipe {
   std::function<void(int64_t step)> begin_step;
   /// Evaluation on the validation split (models in eval mode, no grad); `full` covers the whole
   /// split (the final evaluation), otherwise train.eval_batches batches. Must contain "loss".
+  /// Polls stop_requested() between batches and returns early when it is true (the trainer then
+  /// discards the metrics and saves a checkpoint).
   std::function<Metrics(bool full)> evaluate;
-  /// Optional text shown at the end of the run (a sample from the model).
+  /// Optional text shown at the end of the run (a sample from the model); polls stop_requested()
+  /// like evaluate.
   std::function<std::string()> sample;
   /// Optional: metrics for a train line from the logged step's summed MicroBatchLoss::sums.
   std::function<Metrics(const std::map<std::string, double>& sums)> train_metrics;
@@ -118,11 +121,19 @@ struct Recipe {
 AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro);
 
+/// True once SIGINT or SIGTERM arrived during run_training. Loops that can take long (evaluation
+/// over many batches, sampling) poll it and return early; the trainer then writes a checkpoint and
+/// exits 130 / 143. Always false outside run_training (`forge eval` keeps the default handlers).
+bool stop_requested();
+
 /// Runs `config.train.max_steps` steps of `recipe` over `models` with `optimizer` (which holds the
 /// trained parameters), resuming from the run directory's latest checkpoint unless train.resume is
-/// "never". Returns the process exit code: 0, or 130 / 143 after writing a checkpoint when stopped
-/// by SIGINT / SIGTERM. Throws Error(numerical) for a non-finite loss or gradient under nan_policy
-/// "abort", Error(checkpoint) when a referenced model changed since the checkpoint.
+/// "never", which moves the earlier run aside into <output_dir>/previous-<UTC time>/. Holds an
+/// advisory lock on the run directory (<output_dir>/train.lock) meanwhile. Returns the process exit
+/// code: 0, or 130 / 143 after writing a checkpoint when stopped by SIGINT / SIGTERM. Throws
+/// Error(usage) for a run directory it cannot create, lock or move aside, Error(numerical) for a
+/// non-finite loss or gradient under nan_policy "abort", Error(checkpoint) when a referenced model
+/// changed since the checkpoint.
 int run_training(const RunConfig& config, const std::vector<RunModel>& models,
                  optim::Optimizer& optimizer, const Recipe& recipe);
 /// The common case: one trained model, saved whole.

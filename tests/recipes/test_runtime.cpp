@@ -314,18 +314,31 @@ TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalError) {
   });
 }
 
-TEST(Runtime, ASignalDuringTheFinalEvaluationExitsWithTheCheckpointWritten) {
+// The stopped final evaluation is cut short and not logged; the checkpoint of the last step is
+// written, and the same command finishes the run (the evaluation, then nothing more).
+TEST(Runtime, ASignalDuringTheFinalEvaluationSavesAndTheSameCommandFinishesIt) {
   testing::TempDir dir;
-  int code = train_linear(dir.path(), 0.1, [](bool full) {
-    if (full) std::raise(SIGTERM);
+  bool stop = true;
+  auto evaluate = [&](bool full) {
+    if (full && stop) std::raise(SIGTERM);
     return Metrics{{"loss", 0.5}};
-  });
-  EXPECT_EQ(code, 143);
+  };
+  auto val_steps = [&] {
+    std::vector<int64_t> steps;
+    for (const auto& r : read_metrics(dir.path() / "metrics.jsonl"))
+      if (r.split == "val") steps.push_back(r.step);
+    return steps;
+  };
+  EXPECT_EQ(train_linear(dir.path(), 0.1, evaluate), 143);
   EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_path(dir.path(), 3));
-  std::vector<int64_t> val_steps;
-  for (const auto& r : read_metrics(dir.path() / "metrics.jsonl"))
-    if (r.split == "val") val_steps.push_back(r.step);
-  EXPECT_EQ(val_steps, (std::vector<int64_t>{3}));
+  EXPECT_EQ(val_steps(), (std::vector<int64_t>{}));
+  EXPECT_FALSE(fs::exists(dir.path() / "report.html"));
+  stop = false;
+  EXPECT_EQ(train_linear(dir.path(), 0.1, evaluate), 0);
+  EXPECT_EQ(val_steps(), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(fs::exists(dir.path() / "report.html"));
+  EXPECT_EQ(train_linear(dir.path(), 0.1, evaluate), 0);  // complete: nothing is run again
+  EXPECT_EQ(val_steps(), (std::vector<int64_t>{3}));
 }
 
 }  // namespace
