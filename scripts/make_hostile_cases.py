@@ -23,7 +23,7 @@ CKPT_DIR = os.path.join(RUN, "checkpoints")
 cases = []
 
 
-def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=20):
+def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=10):
     cases.append(dict(category=category, name=name, argv=argv, allowed=sorted(allowed),
                       unchanged=[os.path.abspath(p) for p in unchanged], copy_run=copy_run,
                       timeout=timeout))

@@ -22,6 +22,9 @@ MAX_LINE = 2000
 
 
 def digest(p):
+    # Only regular files: opening a FIFO to hash it would block the runner itself.
+    if not os.path.isfile(p):
+        return "not a regular file"
     try:
         with open(p, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
