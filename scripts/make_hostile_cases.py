@@ -316,9 +316,10 @@ for a in root_attrs:
     tokens_rewritten(f"attr-{a}-not-utf8", lambda h, a=a: h.attrs.__setitem__(a, np.void(b"\xff\xfe")))
     tokens_rewritten(f"attr-{a}-newline", lambda h, a=a: h.attrs.__setitem__(a, "x\nforge: fake"))
     tokens_rewritten(f"attr-{a}-huge-int", lambda h, a=a: h.attrs.__setitem__(a, np.int64(2 ** 62)))
-dataset_case("dev-zero", "/dev/zero")
-dataset_case("fifo", fifo)
-dataset_case("directory", OUT)
+# The config loader may refuse a path that is no regular file before the reader sees it (2).
+dataset_case("dev-zero", "/dev/zero", (2, 3))
+dataset_case("fifo", fifo, (2, 3))
+dataset_case("directory", OUT, (2, 3))
 
 
 # --- hostile JSONL / SFT records ----------------------------------------------------------------
