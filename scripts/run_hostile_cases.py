@@ -12,6 +12,7 @@ import collections
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,12 @@ def check_stderr(code, err):
     return None
 
 
+def limit_memory():
+    # An input that makes forge read /dev/zero into memory must fail inside forge (bad_alloc, a
+    # finding), not wake the kernel's OOM killer, which may pick any process on the machine.
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
 def run_case(c, scratch):
     argv = [FORGE if a == "FORGE" else a for a in c["argv"]]
     unchanged = list(c["unchanged"])
@@ -70,7 +77,8 @@ def run_case(c, scratch):
     before = {p: digest(p) for p in unchanged + ([metrics] if metrics else [])}
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, timeout=c["timeout"], cwd=scratch)
+                           stderr=subprocess.PIPE, timeout=c["timeout"], cwd=scratch,
+                           preexec_fn=limit_memory)
         code, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired as e:
         return f"timeout after {c['timeout']} s", (e.stderr or b"")
