@@ -22,6 +22,25 @@ forge_install_missing() {
     { echo "forge: apt-get install failed for: ${missing[*]}" >&2; exit 1; }
 }
 
+# The checking build (scripts/test_sanitized, scripts/fuzz): clang (libFuzzer, and a libstdc++ 12
+# that clang 14's ranges support cannot compile), ASan+UBSan, and the fuzz targets, in one
+# directory so the two share one compile of the whole tree.
+FORGE_CHECK_BUILD="${FORGE_CHECK_BUILD:-$FORGE_ROOT/build-san}"
+forge_check_packages=(clang-16 libclang-rt-16-dev libomp-16-dev)
+
+forge_build_checking() {
+  forge_install_missing "${forge_packages[@]}" "${forge_check_packages[@]}"
+  if [ ! -f "$FORGE_CHECK_BUILD/CMakeCache.txt" ]; then
+    local launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    cmake -S "$FORGE_ROOT" -B "$FORGE_CHECK_BUILD" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DFORGE_SANITIZE=ON \
+      -DFORGE_FUZZ=ON "${launcher[@]}" >&2 || { echo "forge: cmake configure failed" >&2; exit 1; }
+  fi
+  cmake --build "$FORGE_CHECK_BUILD" -j "$(nproc)" -- --no-print-directory "$@" >&2 ||
+    { echo "forge: build failed" >&2; exit 1; }
+}
+
 forge_build() {
   forge_install_missing "${forge_packages[@]}"
   if [ ! -f "$FORGE_BUILD/CMakeCache.txt" ]; then

@@ -1,0 +1,20 @@
+// Fuzzes the token-dataset reader (data/token_dataset.h): a file either opens or throws
+// forge::Error, and an opened dataset yields batches whose ids are within its vocabulary.
+#include "data/lm_data.h"
+#include "data/token_dataset.h"
+#include "fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto file = forge::fuzz::write_input("tokens.h5", data, size);
+  return forge::fuzz::run_expecting_forge_errors([&] {
+    auto dataset = forge::open_token_dataset(file, nullptr, 1 << 20);
+    const int64_t vocab = dataset.info().vocab_size;
+    for (int32_t id : *dataset.tokens())
+      if (id < 0 || id >= vocab) __builtin_trap();
+    auto split = dataset.split_by_document(0.5);
+    const int64_t context = 4;
+    if (int64_t(split.train->size()) <= context) return;
+    forge::LMWindows windows(split.train, context);
+    for (int64_t step = 0; step < 3; ++step) windows.sample(2, 1234, step);
+  });
+}

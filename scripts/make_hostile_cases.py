@@ -1,0 +1,452 @@
+#!/usr/bin/python3
+"""Generates corrupted and hostile inputs for forge and a manifest of the commands to run on them.
+
+usage: make_hostile_cases.py BASE OUT
+  BASE holds a valid tiny run (BASE/run, config BASE/run.yaml), a prepared token dataset
+  (BASE/tokens.h5) and a text file (BASE/tiny.txt), as scripts/hostile makes them.
+  OUT receives the cases and OUT/manifest.jsonl, one case per line: category, name, argv ("FORGE"
+  stands for the binary), allowed exit codes, files that must stay byte-identical, and a directory
+  to copy from BASE first when the command writes (resume). scripts/hostile runs the manifest.
+Only the standard library and h5py (Debian: python3-h5py).
+"""
+import json
+import os
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+BASE, OUT = sys.argv[1], sys.argv[2]
+RUN = os.path.join(BASE, "run")
+CKPT_DIR = os.path.join(RUN, "checkpoints")
+cases = []
+
+
+def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=10):
+    cases.append(dict(category=category, name=name, argv=argv, allowed=sorted(allowed),
+                      unchanged=[os.path.abspath(p) for p in unchanged], copy_run=copy_run,
+                      timeout=timeout))
+
+
+def path(*parts):
+    p = os.path.join(OUT, *parts)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    return p
+
+
+def write(p, data):
+    with open(p, "wb") as f:
+        f.write(data)
+    return p
+
+
+steps = sorted(f for f in os.listdir(CKPT_DIR) if f.startswith("step-") and f.endswith(".h5"))
+LATEST_NAME = steps[-1]
+GOOD = os.path.join(CKPT_DIR, LATEST_NAME)
+good = open(GOOD, "rb").read()
+tiny_txt = os.path.join(BASE, "tiny.txt")
+run_yaml = os.path.join(BASE, "run.yaml")
+
+
+def checkpoint_reads(category, name, file, allowed=(4,)):
+    """The read-only commands that take a checkpoint."""
+    case(category, name + "/inspect", ["FORGE", "inspect", file], allowed, [file])
+    case(category, name + "/generate", ["FORGE", "generate", "--checkpoint", file, "--prompt",
+                                        "ab", "--max-new-tokens", "2"], allowed, [file])
+
+
+# --- checkpoint truncations ---------------------------------------------------------------------
+n = len(good)
+offsets = sorted(set([0, 1, 4, 8, 16, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096] +
+                     [n * k // 16 for k in range(1, 16)] + [n - 1, n - 8, n - 512]))
+for off in offsets:
+    if 0 <= off < n:
+        f = write(path("ckpt_truncate", f"cut-{off}.h5"), good[:off])
+        checkpoint_reads("ckpt_truncate", f"cut-{off}", f)
+
+
+# --- byte flips in each HDF5 structure ----------------------------------------------------------
+# Structures are found by their signatures (HDF5 file format spec, "Disk Format: Level 0-2"):
+# flipping bytes just after a signature hits the version, sizes and addresses the parser trusts.
+signatures = {b"\x89HDF\r\n\x1a\n": "superblock", b"OHDR": "object_header",
+              b"OCHK": "object_header_continuation", b"TREE": "btree_v1", b"BTHD": "btree_v2",
+              b"BTIN": "btree_v2", b"BTLF": "btree_v2", b"HEAP": "local_heap",
+              b"SNOD": "symbol_table_node", b"GCOL": "global_heap", b"FRHP": "fractal_heap",
+              b"FHDB": "fractal_heap", b"FHIB": "fractal_heap", b"FSHD": "free_space",
+              b"FSSE": "free_space"}
+found = {}
+for sig, kind in signatures.items():
+    start = 0
+    while (i := good.find(sig, start)) >= 0:
+        found.setdefault(kind, []).append(i)
+        start = i + 1
+with h5py.File(GOOD, "r") as h:
+    data_ranges = []
+    h.visititems(lambda name, obj: data_ranges.append((obj.id.get_offset(), obj.id.get_storage_size()))
+                 if isinstance(obj, h5py.Dataset) and obj.id.get_offset() is not None else None)
+for kind, starts in sorted(found.items()):
+    picks = []
+    for s in starts[:4]:
+        for k in (4, 5, 6, 8, 9, 12, 16, 20, 24, 32, 40):
+            if s + k < n:
+                picks.append(s + k)
+    for off in picks[:24]:
+        for xor in (0xFF,):
+            data = bytearray(good)
+            data[off] ^= xor
+            f = write(path("ckpt_flip_" + kind, f"flip-{off}.h5"), bytes(data))
+            # A flip in bytes the reader never needs (reserved, unused) may still load: 0 allowed.
+            case("ckpt_flip_" + kind, f"flip-{off}/inspect", ["FORGE", "inspect", f], {0, 4}, [f])
+for i, (start, size) in enumerate(data_ranges[:8]):
+    if size:
+        data = bytearray(good)
+        data[start + size // 2] ^= 0x01
+        f = write(path("ckpt_flip_dataset_data", f"flip-{i}.h5"), bytes(data))
+        checkpoint_reads("ckpt_flip_dataset_data", f"dataset-{i}", f)
+# A sweep of offsets over the whole file, whatever lives there.
+for off in range(0, n, max(1, n // 48)):
+    data = bytearray(good)
+    data[off] ^= 0x55
+    f = write(path("ckpt_flip_sweep", f"flip-{off}.h5"), bytes(data))
+    case("ckpt_flip_sweep", f"flip-{off}/inspect", ["FORGE", "inspect", f], {0, 4}, [f])
+
+
+# --- rewritten checkpoints: huge shapes, bad types, bad strings ---------------------------------
+def rewritten(category, name, edit, allowed=(4,)):
+    f = path(category, name + ".h5")
+    shutil.copyfile(GOOD, f)
+    with h5py.File(f, "r+") as h:
+        edit(h)
+    checkpoint_reads(category, name, f, allowed)
+
+
+with h5py.File(GOOD, "r") as h:
+    first_param = sorted(h["model"].keys())[0]
+    first_attrs = dict(h["model"][first_param].attrs)
+
+
+def replace_param(shape, dtype="f4", chunks=True):
+    def edit(h):
+        del h["model"][first_param]
+        d = h["model"].create_dataset(first_param, shape=shape, dtype=dtype,
+                                      chunks=(1,) * len(shape) if chunks else None)
+        for k, v in first_attrs.items():
+            d.attrs[k] = v
+    return edit
+
+
+rewritten("ckpt_shape", "huge-2^40", replace_param((2 ** 40, 16)))
+rewritten("ckpt_shape", "overflow-2^62x2^62", replace_param((2 ** 62, 2 ** 62)))
+rewritten("ckpt_shape", "overflow-3d", replace_param((2 ** 31, 2 ** 31, 2 ** 31)))
+rewritten("ckpt_shape", "rank-32", replace_param((1,) * 32))
+rewritten("ckpt_shape", "empty", replace_param((0, 16), chunks=False))
+rewritten("ckpt_shape", "int8-data", replace_param((4, 4), dtype="i1", chunks=False))
+rewritten("ckpt_shape", "f64-labelled-f32", replace_param((4, 4), dtype="f8", chunks=False))
+
+
+def set_attr(obj_path, key, value):
+    def edit(h):
+        h[obj_path].attrs[key] = value
+    return edit
+
+
+def fixed_nullpad_config(h):
+    cfg = h.attrs["config"]
+    raw = cfg.encode() if isinstance(cfg, str) else bytes(cfg)
+    del h.attrs["config"]
+    h.attrs.create("config", np.array(raw, dtype=f"S{len(raw) + 8}"))
+
+
+def rename_param(new):
+    def edit(h):
+        h["model"].move(first_param, new)
+    return edit
+
+
+rewritten("ckpt_strings", "config-fixed-nullpad", fixed_nullpad_config, {0, 4})
+rewritten("ckpt_strings", "config-not-utf8", set_attr("/", "config", np.void(b"recipe: \xff\xfe")))
+rewritten("ckpt_strings", "config-bytes-not-utf8",
+          set_attr("/", "config", np.array(b"recipe: gpt\xc3(", dtype="S20")))
+rewritten("ckpt_strings", "dtype-not-utf8",
+          lambda h: h["model"][first_param].attrs.__setitem__("dtype", np.void(b"\xff\xfe")))
+rewritten("ckpt_strings", "dtype-unknown", lambda h: h["model"][first_param].attrs.__setitem__(
+    "dtype", "f16"))
+rewritten("ckpt_strings", "name-with-newline", rename_param(first_param + "\nforge: fake line"))
+rewritten("ckpt_strings", "name-with-escape", rename_param(first_param + "\x1b[2J"))
+rewritten("ckpt_strings", "config-huge", set_attr("/", "config", "a: " + "x" * (8 << 20)))
+rewritten("ckpt_strings", "format-version-99", set_attr("/", "format_version", 99))
+rewritten("ckpt_strings", "step-negative", set_attr("/", "step", -5))
+rewritten("ckpt_strings", "step-as-string", set_attr("/", "step", "12"))
+rewritten("ckpt_strings", "config-crc-wrong", set_attr("/", "config_crc32", np.uint32(1)))
+
+
+# --- resume from a run whose newest checkpoint is damaged ----------------------------------------
+# The command works on a fresh copy of BASE/run; the older checkpoints must come out identical.
+older = [os.path.join("run", "checkpoints", s) for s in steps[:-1]]
+for label, data in [("latest-truncated", good[: len(good) // 2]),
+                    ("latest-flipped", good[:4000] + bytes([good[4000] ^ 0xFF]) + good[4001:]),
+                    ("latest-empty", b"")]:
+    f = write(path("ckpt_resume", label + ".h5"), data)
+    case("ckpt_resume", label, ["FORGE", "train", "RUN.yaml", "train.max_steps=8"],
+         {0, 4}, copy_run=dict(replace={os.path.join("run", "checkpoints", LATEST_NAME): f},
+                               keep=older), timeout=120)
+for label, text in [("LATEST-traversal", b"../../../../etc/passwd\n"),
+                    ("LATEST-garbage", b"\xff\xfe\x00step-\n"), ("LATEST-huge", b"s" * (1 << 22))]:
+    f = write(path("ckpt_resume", label), text)
+    case("ckpt_resume", label, ["FORGE", "train", "RUN.yaml", "train.max_steps=8"], {0, 4},
+         copy_run=dict(replace={os.path.join("run", "checkpoints", "LATEST"): f},
+                       keep=older + [os.path.join("run", "checkpoints", LATEST_NAME)]), timeout=120)
+
+
+# --- hostile configs ----------------------------------------------------------------------------
+base_cfg = open(run_yaml).read()
+
+
+def config_case(name, text=None, file=None, allowed=(2, 3), overrides=()):
+    if file is None:
+        file = write(path("config", name + ".yaml"), text.encode() if isinstance(text, str) else text)
+    case("config", name, ["FORGE", "validate", file, *overrides], allowed,
+         [file] if os.path.isfile(file) else [])
+
+
+config_case("max-steps-1e30", base_cfg, overrides=["train.max_steps=1e30"])
+config_case("max-steps-2^63", base_cfg, overrides=["train.max_steps=9223372036854775808"])
+config_case("d-model-10^12", base_cfg, overrides=["model.d_model=1000000000000"])
+config_case("vocab-2^40", base_cfg, overrides=["model.vocab_size=1099511627776"])
+config_case("context-2^31", base_cfg, overrides=["model.context=2147483648"])
+config_case("batch-negative", base_cfg, overrides=["train.batch_size=-1"])
+config_case("lr-nan", base_cfg, overrides=["optimizer.lr=nan"])
+config_case("lr-inf", base_cfg, overrides=["optimizer.lr=.inf"])
+config_case("heads-zero", base_cfg, overrides=["model.n_heads=0"])
+config_case("dropout-2", base_cfg, overrides=["model.dropout=2"])
+config_case("dev-zero", file="/dev/zero")
+config_case("dev-null", file="/dev/null")
+fifo = path("config", "fifo.yaml")
+os.mkfifo(fifo)
+config_case("fifo", file=fifo)
+config_case("directory", file=os.path.dirname(fifo))
+config_case("missing", file=path("config", "does-not-exist.yaml"))
+config_case("deep-nesting-list", "[" * 100000 + "]" * 100000)
+config_case("deep-nesting-map", "a: {" * 50000 + "}" * 50000)
+config_case("huge-file", base_cfg + "#" + "x" * (64 << 20) + "\n")
+config_case("binary-garbage", bytes(range(256)) * 64)
+config_case("not-utf8", base_cfg.encode() + b"\nseed: \xff\xfe\n")
+config_case("nul-byte", base_cfg.encode() + b"\x00seed: 3\n")
+config_case("alias-bomb", "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+    f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n"
+    for i in range(9)))
+config_case("newline-in-key", base_cfg + '"evil\\nforge: fake": 1\n')
+config_case("escape-in-value", base_cfg.replace("recipe: gpt_pretrain", 'recipe: "\\e[2Jx"'))
+config_case("data-dev-zero", base_cfg, overrides=["data.train=/dev/zero"])
+config_case("data-fifo", base_cfg, overrides=["data.train=" + fifo])
+config_case("data-directory", base_cfg, overrides=["data.train=" + OUT])
+config_case("output-dev-null", base_cfg, overrides=["output_dir=/dev/null"])
+config_case("output-is-file", base_cfg, overrides=["output_dir=" + tiny_txt])
+config_case("init-from-dev-zero", base_cfg, overrides=["model.init_from=/dev/zero"], allowed=(2, 3, 4))
+config_case("override-no-value", base_cfg, overrides=["train.max_steps="])
+config_case("override-huge", base_cfg, overrides=["seed=" + "9" * 100000])
+
+
+# --- hostile token datasets ---------------------------------------------------------------------
+tokens_good = open(os.path.join(BASE, "tokens.h5"), "rb").read()
+
+
+def dataset_case(name, file, allowed=(3,)):
+    out = path("tokdata", name + "-run")
+    case("tokdata", name, ["FORGE", "train", run_yaml, "data.train=" + file, "output_dir=" + out,
+                           "train.max_steps=1", "train.save_every=1", "train.eval_every=1"],
+         allowed, [file], timeout=60)
+
+
+for off in [0, 8, 512, len(tokens_good) // 2, len(tokens_good) - 1]:
+    dataset_case(f"cut-{off}", write(path("tokdata", f"cut-{off}.h5"), tokens_good[:off]))
+for off in range(0, len(tokens_good), max(1, len(tokens_good) // 12)):
+    data = bytearray(tokens_good)
+    data[off] ^= 0xFF
+    dataset_case(f"flip-{off}", write(path("tokdata", f"flip-{off}.h5"), bytes(data)), (0, 3))
+with h5py.File(os.path.join(BASE, "tokens.h5"), "r") as h:
+    token_names = []
+    h.visititems(lambda n, o: token_names.append(n) if isinstance(o, h5py.Dataset) else None)
+
+
+def tokens_rewritten(name, edit):
+    f = path("tokdata", name + ".h5")
+    shutil.copyfile(os.path.join(BASE, "tokens.h5"), f)
+    with h5py.File(f, "r+") as h:
+        edit(h)
+    dataset_case(name, f)
+
+
+def replace_dataset(dname, make):
+    def edit(h):
+        attrs = dict(h[dname].attrs)
+        old = h[dname][()]
+        del h[dname]
+        d = make(h, dname, old)
+        for k, v in attrs.items():
+            d.attrs[k] = v
+    return edit
+
+
+for dname in token_names:
+    safe = dname.replace("/", "_")
+    tokens_rewritten(f"{safe}-huge-shape", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, shape=(2 ** 40,), dtype=old.dtype, chunks=(1,))))
+    tokens_rewritten(f"{safe}-overflow-shape", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, shape=(2 ** 62, 2 ** 62), dtype=old.dtype,
+                                                  chunks=(1, 1))))
+    tokens_rewritten(f"{safe}-negative", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, data=-np.abs(old.astype(np.int64)) - 1)))
+    tokens_rewritten(f"{safe}-huge-values", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, data=np.full_like(old, np.iinfo(old.dtype).max)
+                                                  if old.dtype.kind in "iu" else old * 1e30)))
+    tokens_rewritten(f"{safe}-reversed", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, data=old[::-1].copy())))
+    tokens_rewritten(f"{safe}-float", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, data=old.astype(np.float32) + 0.5)))
+    tokens_rewritten(f"{safe}-missing", lambda h, n=dname: h.__delitem__(n))
+    tokens_rewritten(f"{safe}-2d", replace_dataset(
+        dname, lambda h, n, old: h.create_dataset(n, data=np.stack([old, old]))))
+with h5py.File(os.path.join(BASE, "tokens.h5"), "r") as h:
+    root_attrs = list(h.attrs.keys())
+for a in root_attrs:
+    tokens_rewritten(f"attr-{a}-missing", lambda h, a=a: h.attrs.__delitem__(a))
+    tokens_rewritten(f"attr-{a}-not-utf8", lambda h, a=a: h.attrs.__setitem__(a, np.void(b"\xff\xfe")))
+    tokens_rewritten(f"attr-{a}-newline", lambda h, a=a: h.attrs.__setitem__(a, "x\nforge: fake"))
+    tokens_rewritten(f"attr-{a}-huge-int", lambda h, a=a: h.attrs.__setitem__(a, np.int64(2 ** 62)))
+# The config loader may refuse a path that is no regular file before the reader sees it (2).
+dataset_case("dev-zero", "/dev/zero", (2, 3))
+dataset_case("fifo", fifo, (2, 3))
+dataset_case("directory", OUT, (2, 3))
+
+
+# --- hostile JSONL / SFT records ----------------------------------------------------------------
+def sft_case(name, content, allowed=(2, 3)):
+    f = write(path("records", name + ".jsonl"), content)
+    out = path("records", name + "-run")
+    case("records", name, ["FORGE", "train", run_yaml, "recipe=finetune", "model.init_from=" + RUN,
+                           "data.train=" + f, "output_dir=" + out, "train.max_steps=1"],
+         allowed, [f], timeout=60)
+
+
+good_line = b'{"prompt": "a: ", "completion": "bcd"}\n'
+sft_case("invalid-json", good_line * 4 + b'{"prompt": "a\n')
+sft_case("not-object", good_line * 4 + b"[1, 2, 3]\n")
+sft_case("missing-key", good_line * 4 + b'{"prompt": "a"}\n')
+sft_case("number-prompt", good_line * 4 + b'{"prompt": 5, "completion": "x"}\n')
+sft_case("null-completion", good_line * 4 + b'{"prompt": "a", "completion": null}\n')
+sft_case("not-utf8", good_line * 4 + b'{"prompt": "\xff\xfe", "completion": "x"}\n')
+sft_case("nul-byte", good_line * 4 + b'{"prompt": "a\x00", "completion": "x"}\n')
+sft_case("huge-line", good_line * 4 + b'{"prompt": "' + b"a" * (32 << 20) + b'", "completion": "x"}\n')
+sft_case("deep-nesting", good_line * 4 + b"[" * 200000 + b"]" * 200000 + b"\n")
+sft_case("empty", b"")
+sft_case("only-blank", b"\n\n\n")
+sft_case("huge-number", good_line * 4 + b'{"prompt": "a", "completion": "b", "x": 1e999999}\n')
+sft_case("escape-in-prompt", good_line * 4 + b'{"prompt": "\\u001b[2J\\n", "completion": "x"}\n',
+         (0, 2, 3))
+sft_case("lone-surrogate", good_line * 4 + b'{"prompt": "\\ud800", "completion": "x"}\n')
+
+
+# --- hostile tokenizer files --------------------------------------------------------------------
+byte_encoder = {}
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs = bs[:]
+extra = 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + extra)
+        extra += 1
+units = [chr(c) for c in cs]
+good_encoder = {u: i for i, u in enumerate(units)}
+good_encoder[units[bs.index(ord("a"))] + units[bs.index(ord("b"))]] = 256
+good_merges = "#version: 0.2\n" + units[bs.index(ord("a"))] + " " + units[bs.index(ord("b"))] + "\n"
+
+
+def tokenizer_case(name, encoder, merges, allowed=(3,)):
+    d = path("tokenizer", name, "x")[:-2]
+    write(os.path.join(d, "encoder.json"), encoder if isinstance(encoder, bytes) else
+          json.dumps(encoder).encode())
+    write(os.path.join(d, "vocab.bpe"), merges.encode() if isinstance(merges, str) else merges)
+    files = [os.path.join(d, "encoder.json"), os.path.join(d, "vocab.bpe")]
+    case("tokenizer", name + "/tokenize", ["FORGE", "tokenize", "--tokenizer", d, "--text",
+                                           "abc hello"], allowed, files)
+    case("tokenizer", name + "/prepare", ["FORGE", "prepare", "--tokenizer", d, "--input",
+                                          tiny_txt, "--output", os.path.join(d, "out.h5")],
+         allowed, files + [tiny_txt])
+
+
+tokenizer_case("valid", good_encoder, good_merges, (0,))
+tokenizer_case("invalid-json", b'{"a": 1', good_merges)
+tokenizer_case("not-object", b"[1, 2]", good_merges)
+tokenizer_case("string-id", {**good_encoder, "zz": "1"}, good_merges)
+tokenizer_case("negative-id", {**good_encoder, "zz": -1}, good_merges)
+tokenizer_case("huge-id", {**good_encoder, "zz": 2 ** 31}, good_merges)
+tokenizer_case("huge-id-64", {**good_encoder, "zz": 2 ** 63}, good_merges)
+tokenizer_case("float-id", {**good_encoder, "zz": 1.5}, good_merges)
+tokenizer_case("duplicate-id", {**good_encoder, "zz": 5}, good_merges)
+tokenizer_case("gap-in-ids", {**good_encoder, "zz": 100000}, good_merges)
+tokenizer_case("missing-byte", {k: v for k, v in good_encoder.items() if v != 10}, good_merges)
+tokenizer_case("empty-encoder", b"", good_merges)
+tokenizer_case("empty-merges", good_encoder, b"")
+tokenizer_case("merge-unknown-token", good_encoder, good_merges + "zz qq\n")
+tokenizer_case("merge-one-field", good_encoder, good_merges + "abc\n")
+tokenizer_case("merge-three-fields", good_encoder, good_merges + "a b c\n")
+tokenizer_case("merges-not-utf8", good_encoder, good_merges.encode() + b"\xff \xfe\n")
+tokenizer_case("encoder-not-utf8", json.dumps(good_encoder).encode()[:-1] + b', "\xff": 300}',
+               good_merges)
+tokenizer_case("merges-more-than-vocab", good_encoder, good_merges + (units[1] + " " + units[2]
+                                                                      + "\n") * 5000)
+tokenizer_case("encoder-deep-nesting", b"[" * 200000 + b"]" * 200000, good_merges)
+tokenizer_case("encoder-empty-key", {**good_encoder, "": 257}, good_merges)
+missing_dir = path("tokenizer", "missing-files", "x")[:-2]
+case("tokenizer", "missing-files/tokenize", ["FORGE", "tokenize", "--tokenizer", missing_dir,
+                                             "--text", "abc"], (3,))
+
+
+# --- special files as inputs and outputs --------------------------------------------------------
+def special(name, argv, allowed, unchanged=()):
+    case("special_files", name, argv, allowed, unchanged)
+
+
+special("prepare-input-dev-zero", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                   "/dev/zero", "--output", path("special", "a.h5")], (2, 3))
+special("prepare-input-fifo", ["FORGE", "prepare", "--tokenizer", "bytes", "--input", fifo,
+                               "--output", path("special", "b.h5")], (2, 3))
+special("prepare-input-directory", ["FORGE", "prepare", "--tokenizer", "bytes", "--input", OUT,
+                                    "--output", path("special", "c.h5")], (2, 3))
+special("prepare-output-dev-full", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                    tiny_txt, "--output", "/dev/full"], (2, 3), [tiny_txt])
+special("prepare-output-directory", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                     tiny_txt, "--output", OUT], (2, 3), [tiny_txt])
+special("prepare-output-is-input", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                    tiny_txt, "--output", tiny_txt, "--force"], (2, 3), [tiny_txt])
+ro = path("special", "readonly", "x")[:-2]
+os.chmod(ro, 0o555)
+if os.geteuid() != 0:  # root writes into a read-only directory anyway
+    special("prepare-output-readonly-dir", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                            tiny_txt, "--output", os.path.join(ro, "o.h5")], (2, 3))
+special("prepare-input-missing", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                  path("special", "nope.txt"), "--output", path("special", "d.h5")],
+        (2, 3))
+special("tokenize-input-dev-zero", ["FORGE", "tokenize", "--tokenizer", "bytes", "--input",
+                                    "/dev/zero"], (2, 3))
+for label, target in [("dev-zero", "/dev/zero"), ("dev-null", "/dev/null"), ("fifo", fifo),
+                      ("directory", OUT), ("missing", path("special", "nope.h5"))]:
+    special("inspect-" + label, ["FORGE", "inspect", target], (2, 4))
+    special("generate-" + label, ["FORGE", "generate", "--checkpoint", target, "--prompt", "a",
+                                  "--max-new-tokens", "1"], (2, 4))
+special("eval-dev-zero", ["FORGE", "eval", "/dev/zero"], (2, 4))
+special("generate-prompt-not-utf8", ["FORGE", "generate", "--checkpoint", GOOD, "--prompt",
+                                     "\udcff\udcfe", "--max-new-tokens", "1"], (0, 2, 3), [GOOD])
+special("generate-max-tokens-huge", ["FORGE", "generate", "--checkpoint", GOOD, "--prompt", "a",
+                                     "--max-new-tokens", "99999999999999999999"], (2,), [GOOD])
+special("generate-top-p-nan", ["FORGE", "generate", "--checkpoint", GOOD, "--prompt", "a",
+                               "--top-p", "nan", "--max-new-tokens", "1"], (2,), [GOOD])
+
+with open(os.path.join(OUT, "manifest.jsonl"), "w") as f:
+    for c in cases:
+        f.write(json.dumps(c) + "\n")
+print(f"make_hostile_cases: {len(cases)} cases in {OUT}", file=sys.stderr)
