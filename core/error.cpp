@@ -41,6 +41,11 @@ std::string printable(std::string_view text) {
     }
   };
   for (size_t i = 0; i < text.size();) {
+    // A message quoting a whole garbage file or a huge override must stay a readable line.
+    if (out.size() >= kMaxPrintable) {
+      out += "... (" + std::to_string(text.size() - i) + " more bytes)";
+      break;
+    }
     const auto c = static_cast<unsigned char>(text[i]);
     if (c >= 0x20 && c < 0x7f) {
       out += char(c);
@@ -49,7 +54,10 @@ std::string printable(std::string_view text) {
     }
     const size_t n = c < 0x80 ? 0 : utf8_length(text.substr(i));
     // U+0080..U+009F (C2 80..C2 9F) are the C1 controls, which some terminals obey like ESC.
-    if (n == 0 || (n == 2 && c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0)) {
+    // U+FFFD (EF BF BD) is escaped too: in a message it stands for bytes lost elsewhere, and a
+    // reader could not tell it from a decoder's replacement of them.
+    if (n == 0 || (n == 2 && c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0) ||
+        (n == 3 && text.substr(i, 3) == "\xef\xbf\xbd")) {
       for (size_t j = 0; j < std::max<size_t>(n, 1); ++j) escape(static_cast<unsigned char>(text[i + j]));
       i += std::max<size_t>(n, 1);
       continue;

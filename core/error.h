@@ -33,6 +33,8 @@ class Error : public std::runtime_error {
 /// `text` as one printable line: control characters (newlines included), DEL, C1 controls and bytes
 /// that are not UTF-8 are escaped (`\n`, `\t`, `\x1b`, `\xff`), so a message quoting a file's
 /// bytes or a user's string can neither span lines nor drive the terminal. Valid UTF-8 passes.
+/// Text beyond kMaxPrintable characters is cut and the rest counted.
+inline constexpr size_t kMaxPrintable = 1000;
 std::string printable(std::string_view text);
 
 namespace detail {

@@ -35,6 +35,8 @@ SFTRecord parse_record(std::string_view line, const std::string& where) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ExitCode::data, detail::concat(where, ": not JSON (byte ", e.byte, ": ",
                                                parse_reason(e), ")"));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range
+    throw Error(ExitCode::data, detail::concat(where, ": not valid JSON (", e.what(), ")"));
   }
   if (!j.is_object())
     throw Error(ExitCode::data, detail::concat(where, ": expected an object with \"prompt\" and ",

@@ -362,6 +362,9 @@ std::vector<StoredSpec> read_group_specs(const H5File& f, const std::string& gro
   std::vector<StoredSpec> specs;
   for (const std::string& name : member_names(f, g.get(), "'" + group + "'")) {
     std::string where = "dataset '" + group + "/" + name + "'";
+    // Parameter names are printed and matched against module paths: no writer of Forge's makes
+    // one with control characters, so such a name is damage (or not a Forge file).
+    if (printable(name) != name) f.fail(printable(where) + " has a name with control characters");
     Hid ds = f.check(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose,
                      "cannot open " + where + " (corrupt, or not a dataset)");
     specs.push_back(read_spec(f, ds.get(), where, name));

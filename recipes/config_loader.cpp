@@ -164,19 +164,22 @@ class Loader : public ConfigChecker {
     };
     std::sort(problems_.begin(), problems_.end(),
               [&](const Problem& a, const Problem& b) { return rank(a) < rank(b); });
+    // One printable line per problem: a key or value quoted in a message may hold a newline, which
+    // must not start a line of its own (main() prints each line of this text).
     std::string out;
     for (const Problem& p : problems_) {
-      if (!out.empty()) out += '\n';
-      out += "forge: config error: ";
+      std::string line = "forge: config error: ";
       switch (p.where.kind) {
         case Where::mark:
-          out += name_ + ":" + std::to_string(p.where.line + 1) + ":" +
+          line += name_ + ":" + std::to_string(p.where.line + 1) + ":" +
                  std::to_string(p.where.col + 1);
           break;
-        case Where::override_arg: out += "override '" + p.where.override_text + "'"; break;
-        case Where::file: out += name_; break;
+        case Where::override_arg: line += "override '" + p.where.override_text + "'"; break;
+        case Where::file: line += name_; break;
       }
-      out += ": " + p.message;
+      line += ": " + p.message;
+      if (!out.empty()) out += '\n';
+      out += printable(line);
     }
     throw Error(ExitCode::usage, out);
   }
@@ -409,6 +412,13 @@ class Loader : public ConfigChecker {
         error(blame({key.path}),
               key.path + ": '" + quoted_path(file) + "': not a regular file");
     }
+    // The run directory is written to: something else at its path would fail only when training
+    // starts (or be mistaken for a directory by validate).
+    std::error_code ec;
+    auto run_dir = std::filesystem::status(config_.output_dir, ec);
+    if (std::filesystem::exists(run_dir) && !std::filesystem::is_directory(run_dir))
+      error(blame({"output_dir"}),
+            "output_dir: '" + quoted_path(config_.output_dir) + "' exists and is not a directory");
   }
 
   bool recipe_reads_data_directories() const {

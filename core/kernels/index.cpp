@@ -36,7 +36,8 @@ void cat_rows(const void* const* xs, const int64_t* row_bytes, int count, int64_
     int64_t o = u / count;
     int t = int(u % count);
     const char* src = static_cast<const char*>(xs[t]) + o * row_bytes[t];
-    std::memcpy(dst + o * row + start[size_t(t)], src, size_t(row_bytes[t]));
+    // An empty input may have no storage at all, and memcpy from null is undefined even for 0 bytes.
+    if (row_bytes[t] > 0) std::memcpy(dst + o * row + start[size_t(t)], src, size_t(row_bytes[t]));
   }
 }
 

@@ -28,7 +28,8 @@ inline float exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * bits_to_float((int32_t(n) + 127) << 23);
+  // NaN has no integer value (the conversion is undefined); p is NaN already and carries it.
+  return p * bits_to_float((int32_t(n == n ? n : 0.0f) + 127) << 23);
 }
 inline double exp(double x) { return std::exp(x); }
 

@@ -154,10 +154,14 @@ TEST_F(RunDirectory, AnOutputDirThatCannotBeCreatedIsAUsageError) {
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(o.err, "forge: usage error: output_dir " + (dir_ / "a_file" / "run").string() +
                        ": cannot create the run directory: Not a directory\n");
-  o = run("train " + cfg.string() + " output_dir=" + (dir_ / "a_file").string());
-  EXPECT_EQ(o.code, 2);
-  EXPECT_EQ(o.err, "forge: usage error: output_dir " + (dir_ / "a_file").string() +
-                       ": cannot create the run directory: Not a directory\n");
+  // A file where the run directory would be is found with the config, so validate reports it too.
+  const std::string file = (dir_ / "a_file").string();
+  for (const char* command : {"train ", "validate "}) {
+    o = run(command + cfg.string() + " output_dir=" + file);
+    EXPECT_EQ(o.code, 2);
+    EXPECT_EQ(o.err, "forge: config error: override 'output_dir=" + file + "': output_dir: '" +
+                         file + "' exists and is not a directory\n");
+  }
 }
 
 // Bytes a user or a corrupt file put in a message (a newline in a value, terminal escapes in
