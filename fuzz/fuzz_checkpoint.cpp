@@ -1,6 +1,6 @@
 // Fuzzes the checkpoint reader (recipes/checkpoint.h) on arbitrary files: the calls forge inspect,
 // eval, generate and resume make, in the order they make them. What libhdf5 itself does with a
-// corrupt file is outside Forge's control; docs/fuzzing.md says how findings there are triaged.
+// corrupt file is outside Forge's control; docs/reliability.md says how findings there are triaged.
 #include "fuzz/fuzz_util.h"
 #include "recipes/checkpoint.h"
 
