@@ -177,7 +177,7 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) {
     std::string warning;
     std::optional<std::filesystem::path> latest = latest_checkpoint(path, &warning);
-    if (!warning.empty()) std::fprintf(stderr, "forge: warning: %s\n", warning.c_str());
+    if (!warning.empty()) std::fprintf(stderr, "forge: warning: %s\n", printable(warning).c_str());
     if (latest) return *latest;
     throw Error(ExitCode::checkpoint, path.string() + ": no checkpoint in this run directory");
   }
