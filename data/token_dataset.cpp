@@ -1,24 +1,24 @@
 // Token datasets on the HDF5 C API (layout: docs/data-format.md), following the conventions of
 // recipes/checkpoint.cpp without depending on it (data/ sits below recipes/): RAII handles, HDF5's
-// error printing silenced so users see one line, a temp file renamed into place, CRC-32 (zlib's)
-// over the stored bytes. Tokens move in blocks of whole chunks, so neither writing nor checking a
+// error printing silenced so users see one line, a temp file renamed into place with a digest
+// sidecar beside it (core/durable_file.h), CRC-32 (zlib's) over the stored bytes. Tokens move in blocks of whole chunks, so neither writing nor checking a
 // corpus needs a second copy of it in memory.
 #include "data/token_dataset.h"
 
-#include <fcntl.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "core/checksum.h"
-#include "data/hdf5_handle.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/isolate.h"
+#include "data/hdf5_handle.h"
 
 namespace forge {
 
@@ -159,15 +159,6 @@ void read_range(const fs::path& file, hid_t ds, hid_t mem_type, hsize_t at, hsiz
   check(file, H5Dread(ds, mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, dst), what);
 }
 
-void fsync_path(const fs::path& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) fail(path, std::string("cannot open for fsync: ") + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(err));
-}
-
 std::string crc_hex(uint32_t crc) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", unsigned(crc));
@@ -287,10 +278,12 @@ void TokenDatasetWriter::finish() {
   w.offsets.reset();
   hid_t id = w.file.release();
   check(w.tmp, H5Fclose(id), "cannot close (disk full?)");
-  fsync_path(w.tmp, false);
-  if (::rename(w.tmp.c_str(), w.path.c_str()) != 0)
-    fail(w.path, std::string("cannot rename temp file into place: ") + std::strerror(errno));
-  fsync_path(w.path.parent_path().empty() ? fs::path(".") : w.path.parent_path(), true);
+  fsync_path(w.tmp, false, ExitCode::data);
+  // The sidecar of a file this one replaces (prepare --force) would call the new file damaged.
+  std::error_code ec;
+  fs::remove(digest_path(w.path), ec);
+  rename_durably(w.tmp, w.path, ExitCode::data);
+  write_digest_sidecar(w.path, ExitCode::data);
   w.finished = true;
 }
 
@@ -396,6 +389,13 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   if (!fs::exists(path, ec)) fail(path, "no such token dataset");
   if (fs::is_directory(path, ec)) fail(path, "is a directory, not a token dataset");
   const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
+  // A dataset `forge prepare` wrote is checked against its digest before libhdf5 parses it; one
+  // from elsewhere is read once in a throwaway process first (core/isolate.h).
+  if (!check_sidecar_digest(path, ExitCode::data)) {
+    if (std::optional<std::string> crash =
+            run_isolated([&] { open_token_dataset(path, expected, model_vocab_size); }))
+      fail(path, "the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
+  }
   if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, "not an HDF5 file (truncated or overwritten?)");
   Hid fapl = file_access_plist();
   Hid file = check(path, H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,

@@ -77,8 +77,9 @@ class TokenDataset {
 };
 
 /// Reads and validates a dataset written by TokenDatasetWriter (or by any tool following
-/// docs/data-format.md). Every failure is Error(data, "<file>: ..."): not HDF5, missing or
-/// malformed dataset/attribute, checksum mismatch, a tokenizer other than `expected` (when given),
+/// docs/data-format.md). Every failure is Error(data, "<file>: ..."): a digest that does not match
+/// the `<file>.digest` sidecar the writer leaves, not HDF5, missing or malformed
+/// dataset/attribute, checksum mismatch, a tokenizer other than `expected` (when given),
 /// or an id ≥ `model_vocab_size` (when ≥ 0).
 TokenDataset open_token_dataset(const std::filesystem::path& path,
                                 const TokenizerInfo* expected = nullptr,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/isolate.h"
 
 namespace forge::fuzz {
 
@@ -31,9 +32,12 @@ inline std::filesystem::path write_input(const std::string& name, const uint8_t*
   return path;
 }
 
-/// Runs `body`; forge::Error is swallowed, anything else escapes and libFuzzer reports it.
+/// Runs `body`; forge::Error is swallowed, anything else escapes and libFuzzer reports it. Readers
+/// of files from elsewhere run in-process: a forked probe would turn a crash into an error the
+/// fuzzer never sees.
 template <class Body>
 int run_expecting_forge_errors(Body&& body) {
+  forge::set_process_isolation(false);
   try {
     body();
   } catch (const forge::Error&) {

@@ -14,120 +14,25 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "core/durable_file.h"
+#include "core/isolate.h"
 #include "data/hdf5_handle.h"
 
 namespace forge {
 
 namespace fs = std::filesystem;
 
-// ---------------------------------------------------------------------------------------------
-// Files: durable atomic replacement.
-
 namespace {
 
-[[noreturn]] void fail(const fs::path& file, const std::string& what,
-                       ExitCode code = ExitCode::checkpoint) {
-  throw Error(code, file.string() + ": " + what);
+[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+  throw Error(ExitCode::checkpoint, file.string() + ": " + what);
 }
 
 fs::path temp_path_for(const fs::path& file) { return fs::path(file.string() + ".tmp"); }
-
-void fsync_path(const fs::path& path, bool directory, ExitCode code) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) fail(path, std::string("cannot open for fsync: ") + std::strerror(errno), code);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(path, std::string("fsync failed: ") + std::strerror(err), code);
-}
-
-// rename(2) is atomic within a file system; fsyncing the directory makes the new name durable.
-void rename_durably(const fs::path& from, const fs::path& to, ExitCode code) {
-  if (::rename(from.c_str(), to.c_str()) != 0)
-    fail(to, std::string("cannot rename temp file into place: ") + std::strerror(errno), code);
-  fs::path dir = to.parent_path().empty() ? fs::path(".") : to.parent_path();
-  fsync_path(dir, true, code);
-}
-
-}  // namespace
-
-std::string file_digest(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, "cannot open for reading");
-  std::vector<char> buffer(size_t(1) << 22);
-  uint32_t crc = 0;
-  uint64_t size = 0;
-  while (in) {
-    in.read(buffer.data(), std::streamsize(buffer.size()));
-    std::streamsize n = in.gcount();
-    crc = crc32(buffer.data(), size_t(n), crc);
-    size += uint64_t(n);
-  }
-  if (in.bad()) fail(file, "read error");
-  char out[48];
-  std::snprintf(out, sizeof out, "crc32:%08x:%llu", crc, (unsigned long long)size);
-  return out;
-}
-
-void write_file_atomic(const fs::path& file, const std::string& content, ExitCode code) {
-  fs::path tmp = temp_path_for(file);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno), code);
-  const char* p = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(tmp, std::string("write failed: ") + std::strerror(err), code);
-    }
-    p += n;
-    left -= size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail(tmp, std::string("fsync failed: ") + std::strerror(err), code);
-  }
-  rename_durably(tmp, file, code);
-}
-
-fs::path digest_path(const fs::path& file) { return fs::path(file.string() + ".digest"); }
-
-namespace {
-
-// HDF5 does not checksum everything it parses (the global heap holding variable-length strings),
-// and a damaged heap can crash libhdf5 itself; a whole-file digest recorded outside the file lets
-// every reader reject a damaged Forge checkpoint before libhdf5 sees a byte of it.
-void check_digest(const fs::path& file, const std::string& expected, const std::string& source) {
-  std::string actual = file_digest(file);
-  if (actual != expected)
-    fail(file, "digest " + actual + " does not match " + expected + " recorded in " + source +
-                   ": the file is damaged (or was replaced without its .digest)");
-}
-
-std::string read_first_line(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  if (!in || !std::getline(in, line)) return "";
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-  return line;
-}
-
-void check_sidecar_digest(const fs::path& file) {
-  fs::path sidecar = digest_path(file);
-  std::error_code ec;
-  if (!fs::exists(sidecar, ec)) return;
-  std::string expected = read_first_line(sidecar);
-  if (expected.rfind("crc32:", 0) != 0) fail(sidecar, "not a digest file (damaged?)");
-  check_digest(file, expected, sidecar.string());
-}
 
 }  // namespace
 
@@ -393,7 +298,12 @@ H5File open_for_read(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) fail(file, "no such checkpoint file");
   if (fs::is_directory(file, ec)) fail(file, "is a directory, not a checkpoint file");
-  check_sidecar_digest(file);
+  // A file of Forge's own is checked against its digest before libhdf5 parses a byte of it; one
+  // from elsewhere is read once in a throwaway process first (core/isolate.h).
+  if (!check_sidecar_digest(file, ExitCode::checkpoint)) {
+    if (std::optional<std::string> crash = run_isolated([&] { verify_checkpoint(file); }))
+      fail(file, "the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
+  }
   uint64_t file_size = fs::file_size(file, ec);
   if (ec) fail(file, "cannot stat: " + ec.message());
   if (H5Fis_hdf5(file.c_str()) <= 0) fail(file, "not an HDF5 file (truncated or overwritten?)");
@@ -669,7 +579,7 @@ void write_checkpoint_durably(const fs::path& file, const CheckpointData& data) 
     throw;
   }
   rename_durably(tmp, file, ExitCode::checkpoint);
-  write_file_atomic(digest_path(file), file_digest(file) + "\n");
+  write_digest_sidecar(file, ExitCode::checkpoint);
 }
 
 }  // namespace
@@ -695,7 +605,8 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   fs::path file = checkpoint_path(run_dir, data.step);
   write_checkpoint_durably(file, data);
   write_file_atomic(dir / "LATEST",
-                    file.filename().string() + " " + read_first_line(digest_path(file)) + "\n");
+                    file.filename().string() + " " + read_first_line(digest_path(file)) + "\n",
+                    ExitCode::checkpoint);
 
   if (keep_last > 0) {
     auto files = step_files(dir);
@@ -730,7 +641,8 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir, std::string* 
   auto [latest, latest_digest] = read_latest(dir);
   if (!latest.empty() && latest.find('/') == std::string::npos) {
     try {
-      if (!latest_digest.empty()) check_digest(dir / latest, latest_digest, (dir / "LATEST").string());
+      if (!latest_digest.empty())
+        check_digest(dir / latest, latest_digest, (dir / "LATEST").string(), ExitCode::checkpoint);
       verify_checkpoint(dir / latest);
       return dir / latest;
     } catch (const Error& e) {

@@ -117,19 +117,4 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& file);
 /// Error(checkpoint, "<file>: ...") on the first problem.
 void verify_checkpoint(const std::filesystem::path& file);
 
-/// "crc32:<8 hex digits>:<size in bytes>" of a whole file: identifies the exact weights a run
-/// referenced, so that resuming against a changed file is refused. Error(checkpoint) if unreadable.
-std::string file_digest(const std::filesystem::path& file);
-
-/// `<file>.digest`: the sidecar holding file_digest(file) for every checkpoint Forge writes, checked
-/// by every reader before HDF5 opens the file.
-std::filesystem::path digest_path(const std::filesystem::path& file);
-
-/// Replaces `file` with `content` atomically and durably: a temp file in the same directory,
-/// fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.
-/// Used for LATEST, config.yaml and report.html; failures throw Error(code).
-void write_file_atomic(const std::filesystem::path& file, const std::string& content,
-                       ExitCode code = ExitCode::checkpoint);
-
-
 }  // namespace forge

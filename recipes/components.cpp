@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/durable_file.h"
 #include "core/file_io.h"
 #include "core/glob.h"
 #include "optim/groups.h"
@@ -304,7 +305,8 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
 LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointInfo& info) {
   RunConfig config = stored_config(info, file, "gpt");
   const ModelReference& base = info.references.at("model");
-  if (const std::string digest = file_digest(base.path); digest != base.digest)
+  if (const std::string digest = file_digest(base.path, ExitCode::checkpoint);
+      digest != base.digest)
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": its base model ", base.path,
                                " changed since the adapters were trained (digest ", base.digest,

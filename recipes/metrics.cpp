@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/durable_file.h"
 #include "core/error.h"
-#include "recipes/checkpoint.h"
 
 namespace forge {
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 
 namespace forge {

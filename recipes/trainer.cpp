@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "core/allocator.h"
+#include "core/durable_file.h"
 #include "core/ops.h"
 #include "optim/clip.h"
 #include "optim/groups.h"
@@ -179,7 +180,9 @@ class RunModels {
       FORGE_CHECK(m.source.empty() == (m.trainable && !m.adapters_only),
                   "run_training: model '", m.name,
                   "' needs a source exactly when it is frozen or saves adapters only");
-      if (!m.source.empty()) references_[reference_name(m)] = {m.source.string(), file_digest(m.source)};
+      if (!m.source.empty())
+        references_[reference_name(m)] = {m.source.string(),
+                                          file_digest(m.source, ExitCode::checkpoint)};
       if (!m.trainable) {
         for (NamedTensor p : m.module->named_parameters()) p.tensor.set_requires_grad(false);
         continue;

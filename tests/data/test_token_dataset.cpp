@@ -1,6 +1,7 @@
 // HDF5 token datasets: write/read round trips on both storage widths, streaming across block
-// boundaries, the split by document, and every way a file is rejected (corruption, truncation, not
-// HDF5, missing metadata, another tokenizer, ids beyond the model's vocabulary) with exit code 3.
+// boundaries, the split by document, and every way a file is rejected (a digest mismatch,
+// corruption, truncation, not HDF5, missing metadata, another tokenizer, ids beyond the model's
+// vocabulary) with exit code 3.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "core/durable_file.h"
 #include "data/token_dataset.h"
 #include "tests/test_util.h"
 
@@ -25,6 +27,14 @@ void write_dataset(const fs::path& path, const TokenizerInfo& info,
   TokenDatasetWriter w(path, info);
   for (const auto& d : docs) w.add_document(d);
   w.finish();
+}
+
+// A dataset the test then edits as a damaged or forged file from elsewhere would be: without the
+// digest sidecar the writer leaves, so readers check what is inside it.
+void write_foreign_dataset(const fs::path& path, const TokenizerInfo& info,
+                           const std::vector<std::vector<int32_t>>& docs) {
+  write_dataset(path, info, docs);
+  fs::remove(digest_path(path));
 }
 
 /// The data-error message of `fn`, failing the test if it does not throw Error(data).
@@ -161,7 +171,7 @@ TEST(TokenDataset, DetectsCorruptTokens) {
   fs::path path = dir.path() / "corrupt.h5";
   std::vector<int32_t> doc;
   for (int i = 0; i < 200; ++i) doc.push_back(1000 + i);
-  write_dataset(path, {"t", 2000, "h"}, {doc});
+  write_foreign_dataset(path, {"t", 2000, "h"}, {doc});
   std::string bytes = testing::read_file(path);
   const char pattern[] = {char(0xe8), char(0x03), char(0xe9), char(0x03)};  // 1000, 1001 as u16
   size_t at = bytes.find(std::string(pattern, 4));
@@ -173,10 +183,32 @@ TEST(TokenDataset, DetectsCorruptTokens) {
   EXPECT_HAS(msg, "checksum mismatch in dataset '/tokens'");
 }
 
+// Readers compare a dataset with the digest its writer left beside it before libhdf5 parses a
+// byte: a damaged file is refused without being parsed. Rewriting a dataset replaces its digest.
+TEST(TokenDataset, TheWritersDigestIsCheckedBeforeParsing) {
+  TempDir dir;
+  fs::path path = dir.path() / "digest.h5";
+  std::vector<int32_t> doc;
+  for (int i = 0; i < 200; ++i) doc.push_back(1000 + i);
+  write_dataset(path, {"t", 2000, "h"}, {{1, 2, 3}});
+  write_dataset(path, {"t", 2000, "h"}, {doc});
+  EXPECT_EQ(testing::read_file(digest_path(path)), file_digest(path, ExitCode::data) + "\n");
+  EXPECT_EQ(open_token_dataset(path).num_tokens(), 200);
+  std::string bytes = testing::read_file(path);
+  const char pattern[] = {char(0xe8), char(0x03), char(0xe9), char(0x03)};  // 1000, 1001 as u16
+  size_t at = bytes.find(std::string(pattern, 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 40] ^= 0x01;
+  testing::write_file(path, bytes);
+  std::string msg = data_error([&] { open_token_dataset(path); });
+  EXPECT_HAS(msg, path.string() + ": digest crc32:");
+  EXPECT_HAS(msg, "recorded in " + digest_path(path).string() + ": the file is damaged");
+}
+
 TEST(TokenDataset, RejectsTruncatedAndNonHdf5Files) {
   TempDir dir;
   fs::path path = dir.path() / "cut.h5";
-  write_dataset(path, kBytes, {std::vector<int32_t>(5000, 65)});
+  write_foreign_dataset(path, kBytes, {std::vector<int32_t>(5000, 65)});
   std::string bytes = testing::read_file(path);
   testing::write_file(path, bytes.substr(0, bytes.size() / 2));
   std::string msg = data_error([&] { open_token_dataset(path); });
@@ -202,7 +234,7 @@ void set_root_attr(hid_t f, const char* name, int64_t value) {
 TEST(TokenDataset, DeclaredLengthsBeyondTheFileAreRejectedBeforeAllocating) {
   TempDir dir;
   fs::path path = dir.path() / "forged.h5";
-  write_dataset(path, kBytes, {{1, 2}});
+  write_foreign_dataset(path, kBytes, {{1, 2}});
   // A consistent header declaring 2^40 tokens, the tokens dataset extended (never written, so
   // no storage): reading it would first allocate 4 TiB.
   const int64_t huge = int64_t(1) << 40;
@@ -223,7 +255,7 @@ TEST(TokenDataset, DeclaredLengthsBeyondTheFileAreRejectedBeforeAllocating) {
   EXPECT_HAS(msg, path.string() + ": dataset '/tokens' declares 1099511627776 elements");
 
   // The same for the document offsets, which are read first.
-  write_dataset(path, kBytes, {{1, 2}});
+  write_foreign_dataset(path, kBytes, {{1, 2}});
   f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ds = H5Dopen2(f, "doc_offsets", H5P_DEFAULT);
   ASSERT_GE(H5Dset_extent(ds, &n), 0);
@@ -237,7 +269,7 @@ TEST(TokenDataset, DeclaredLengthsBeyondTheFileAreRejectedBeforeAllocating) {
 TEST(TokenDataset, RejectsMissingMetadataAndOtherFormats) {
   TempDir dir;
   fs::path path = dir.path() / "meta.h5";
-  write_dataset(path, kBytes, {{1, 2}});
+  write_foreign_dataset(path, kBytes, {{1, 2}});
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   ASSERT_GE(H5Adelete(f, "vocab_hash"), 0);

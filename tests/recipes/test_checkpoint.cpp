@@ -14,6 +14,7 @@
 
 #include "tests/test_util.h"
 #include "core/ops.h"
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 
 namespace forge {
@@ -110,11 +111,11 @@ TEST(Checkpoint, RoundTripIsBitwiseExact) {
   fs::path file = save_checkpoint(tmp.path(), d, 3);
   EXPECT_EQ(file, tmp.path() / "checkpoints" / "step-000200.h5");
   EXPECT_EQ(read_file(tmp.path() / "checkpoints" / "LATEST"),
-            "step-000200.h5 " + file_digest(file) + "\n");
-  EXPECT_EQ(read_file(digest_path(file)), file_digest(file) + "\n");
+            "step-000200.h5 " + file_digest(file, ExitCode::checkpoint) + "\n");
+  EXPECT_EQ(read_file(digest_path(file)), file_digest(file, ExitCode::checkpoint) + "\n");
   fs::path exported = tmp.path() / "exported.h5";  // as `forge export` writes one
   save_checkpoint_file(exported, d);
-  EXPECT_EQ(read_file(digest_path(exported)), file_digest(exported) + "\n");
+  EXPECT_EQ(read_file(digest_path(exported)), file_digest(exported, ExitCode::checkpoint) + "\n");
 
   CheckpointData back = load_checkpoint(file, specs_of(d.model));
   EXPECT_EQ(back.step, 200);

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
@@ -171,6 +173,27 @@ TEST_F(CheckpointCli, StoredConfigThatDoesNotLoadIsACheckpointError) {
   EXPECT_EQ(forge_err("generate --checkpoint " + file.string() + " --prompt a", err), 4) << err;
   EXPECT_NE(err.find(file.string() + ": the stored config does not load: "), std::string::npos)
       << err;
+}
+
+// A file from elsewhere (no digest) on which libhdf5 itself dies with SIGSEGV (the fixture and the
+// script that made it: tests/golden/make_hdf5_heap_crash.py): the first read of it runs in a
+// throwaway process (core/isolate.h), so every command that takes it ends with one line and exit 4.
+TEST_F(CheckpointCli, AFileOnWhichTheHdf5LibraryCrashesIsOneErrorLine) {
+  const fs::path file = dir_ / "crash.h5";
+  fs::copy_file(fs::path(FORGE_SOURCE_DIR) / "tests/golden/hdf5_heap_crash.h5", file);
+  for (const std::string& command :
+       {"inspect " + file.string(),
+        "generate --checkpoint " + file.string() + " --prompt a --max-new-tokens 1"}) {
+    std::string err;
+    EXPECT_EQ(forge_err(command, err), 4) << command << "\n" << err;
+    EXPECT_EQ(err.rfind("forge: checkpoint error: " + file.string() +
+                            ": the HDF5 library crashed reading it (",
+                        0),
+              0u)
+        << err;
+    EXPECT_NE(err.find("): the file is corrupt\n"), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
 }
 
 TEST_F(CheckpointCli, FullDiskIsOneErrorLineAndACleanExit) {

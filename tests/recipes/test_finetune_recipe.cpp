@@ -15,6 +15,7 @@
 #include "data/sft.h"
 #include "data/tokenizer.h"
 #include "nn/lora.h"
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/finetune.h"
@@ -194,7 +195,7 @@ TEST_F(FinetuneRecipe, AdapterCheckpointHoldsOnlyAdaptersAndReferencesTheBase) {
   // The adapters' AdamW moments (and a step count each), none for the frozen base.
   EXPECT_LE(info.optim_numel(), 2 * info.model_numel() + int64_t(info.model.size()));
   ASSERT_EQ(info.references.count("model"), 1u);
-  EXPECT_EQ(info.references.at("model").digest, file_digest(base_file_));
+  EXPECT_EQ(info.references.at("model").digest, file_digest(base_file_, ExitCode::checkpoint));
   EXPECT_EQ(fs::path(info.references.at("model").path), base_file_);
   // Rank 2 adapters are 6% of the base's weights; with the file's fixed overhead (metadata, the
   // config, checksums) the checkpoint stays under a sixth of the base's.
@@ -222,7 +223,7 @@ TEST_F(FinetuneRecipe, ResumingALoRARunRefusesAChangedBase) {
   ASSERT_EQ(forge("train " + cfg.string() + " train.max_steps=6"), 0);
   // Another base (seed 8) over the base's checkpoint file: same path, other weights.
   ASSERT_EQ(forge("train " + write_base_config("other", 8).string()), 0);
-  const std::string old_digest = file_digest(base_file_);
+  const std::string old_digest = file_digest(base_file_, ExitCode::checkpoint);
   fs::copy_file(resolve_checkpoint(dir_ / "other"), base_file_,
                 fs::copy_options::overwrite_existing);
   // With the digests Forge records next to it, else they reject the file as damaged first.
@@ -230,7 +231,7 @@ TEST_F(FinetuneRecipe, ResumingALoRARunRefusesAChangedBase) {
                 fs::copy_options::overwrite_existing);
   fs::copy_file(dir_ / "other" / "checkpoints" / "LATEST", base_file_.parent_path() / "LATEST",
                 fs::copy_options::overwrite_existing);
-  const std::string new_digest = file_digest(base_file_);
+  const std::string new_digest = file_digest(base_file_, ExitCode::checkpoint);
   ASSERT_NE(old_digest, new_digest);
   auto [code, out] = forge_output("train " + cfg.string() + " train.max_steps=12");
   EXPECT_EQ(code, 4) << out;

@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/metrics.h"
@@ -105,7 +106,7 @@ TEST(Runtime, AFrozenModelIsUntouchedInEvalModeAndReferencedNotSaved) {
   EXPECT_EQ(saved, (std::vector<std::string>{"weight", "bias"}));  // the student only
   ASSERT_EQ(info.references.count("teacher"), 1u);
   EXPECT_EQ(info.references.at("teacher").path, teacher_file.string());
-  EXPECT_EQ(info.references.at("teacher").digest, file_digest(teacher_file));
+  EXPECT_EQ(info.references.at("teacher").digest, file_digest(teacher_file, ExitCode::checkpoint));
 }
 
 TEST(Runtime, ResumeWithAFrozenModelIsExactAndRefusesAChangedSource) {
@@ -226,7 +227,7 @@ TEST(Runtime, AdaptersOnlyModelsSaveTheTrainedTensorsAndReferenceTheirBase) {
   CheckpointInfo info = read_checkpoint_info(checkpoint_path(run_dir.path(), 2));
   ASSERT_EQ(info.model.size(), 1u);
   EXPECT_EQ(info.model[0].name, "bias");
-  EXPECT_EQ(info.references.at("model").digest, file_digest(base_file));
+  EXPECT_EQ(info.references.at("model").digest, file_digest(base_file, ExitCode::checkpoint));
   EXPECT_EQ(values(model.weight), values(base.weight));  // the frozen base never moved
 }
 
