@@ -112,6 +112,52 @@ for off in range(0, n, max(1, n // 48)):
     case("ckpt_flip_sweep", f"flip-{off}/inspect", ["FORGE", "inspect", f], {0, 4}, [f])
 
 
+# Files of Forge's own carry a digest in `<file>.digest`: with it beside the damaged copy, every
+# flip must be refused (exit 4), none may load.
+good_digest = open(GOOD + ".digest", "rb").read()
+for off in range(0, n, max(1, n // 24)):
+    data = bytearray(good)
+    data[off] ^= 0x55
+    f = write(path("ckpt_flip_own", f"flip-{off}.h5"), bytes(data))
+    write(f + ".digest", good_digest)
+    case("ckpt_flip_own", f"flip-{off}/inspect", ["FORGE", "inspect", f], {4}, [f])
+
+
+def heap_objects(data):
+    """(offset of the size field, size) of every object in the file's global heap collections: a
+    collection is "GCOL", version, 3 reserved bytes, its size (8 bytes), then objects of index (2),
+    reference count (2), 4 reserved bytes, size (8) and data padded to 8 bytes; index 0 is free
+    space."""
+    out = []
+    start = 0
+    while (g := data.find(b"GCOL", start)) >= 0:
+        end = g + int.from_bytes(data[g + 8:g + 16], "little")
+        at = g + 16
+        while at + 16 <= min(end, len(data)):
+            index = int.from_bytes(data[at:at + 2], "little")
+            size = int.from_bytes(data[at + 8:at + 16], "little")
+            if index == 0:
+                break
+            out.append((at + 8, size))
+            at += 16 + (size + 7) // 8 * 8
+        start = g + 4
+    return out
+
+
+def huge_heap_sizes(data):
+    """Copies of `data`, each with one global heap object claiming 2^40 bytes: libhdf5 copies that
+    many when it reads the string, and dies (tests/golden/make_hdf5_heap_crash.py)."""
+    for i, (at, _) in enumerate(heap_objects(data)):
+        out = bytearray(data)
+        out[at:at + 8] = (1 << 40).to_bytes(8, "little")
+        yield i, bytes(out)
+
+
+for i, data in huge_heap_sizes(good):
+    f = write(path("ckpt_heap_size", f"object-{i}.h5"), data)
+    checkpoint_reads("ckpt_heap_size", f"object-{i}", f)
+
+
 # --- rewritten checkpoints: huge shapes, bad types, bad strings ---------------------------------
 def rewritten(category, name, edit, allowed=(4,)):
     f = path(category, name + ".h5")
@@ -266,6 +312,15 @@ for off in range(0, len(tokens_good), max(1, len(tokens_good) // 12)):
     data = bytearray(tokens_good)
     data[off] ^= 0xFF
     dataset_case(f"flip-{off}", write(path("tokdata", f"flip-{off}.h5"), bytes(data)), (0, 3))
+tokens_digest = open(os.path.join(BASE, "tokens.h5.digest"), "rb").read()
+for off in range(0, len(tokens_good), max(1, len(tokens_good) // 12)):
+    data = bytearray(tokens_good)
+    data[off] ^= 0xFF
+    f = write(path("tokdata", f"own-flip-{off}.h5"), bytes(data))
+    write(f + ".digest", tokens_digest)
+    dataset_case(f"own-flip-{off}", f)
+for i, data in huge_heap_sizes(tokens_good):
+    dataset_case(f"heap-size-{i}", write(path("tokdata", f"heap-size-{i}.h5"), data))
 with h5py.File(os.path.join(BASE, "tokens.h5"), "r") as h:
     token_names = []
     h.visititems(lambda n, o: token_names.append(n) if isinstance(o, h5py.Dataset) else None)
