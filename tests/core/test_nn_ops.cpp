@@ -309,11 +309,12 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f, fl
 
 // |got - want| <= tol * max(|want|, floor * max|want|): relative, with a floor for values that
 // are small next to the rest (their absolute rounding error follows the large ones).
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, double tol,
+template <class T>
+void expect_near_all(const std::vector<T>& got, const std::vector<T>& want, double tol,
                      const std::string& what, double floor = 1e-2, double atol = 0.0) {
   ASSERT_EQ(got.size(), want.size());
   double scale = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+  for (T w : want) scale = std::max(scale, std::fabs(double(w)));
   int failures = 0;
   for (size_t i = 0; i < got.size() && failures < 5; ++i)
     if (!(std::fabs(double(got[i]) - double(want[i])) <=
@@ -416,6 +417,52 @@ TEST(NNKernels, CrossEntropyMatchesReference) {
     }
   }
 }
+
+template <class T>
+void check_kd_kl_div_kernels(double tol) {
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{1, 1}, {4, 7}, {5, 17}, {9, 3000}, {3, 1025}}) {
+    size_t n = size_t(N * V);
+    std::vector<float> s32 = random_floats(n, 21, 4.0f, 10.0f),
+                       t32 = random_floats(n, 22, 3.0f, -5.0f),
+                       scale32 = random_floats(size_t(N), 23);
+    std::vector<T> s(s32.begin(), s32.end()), t(t32.begin(), t32.end()),
+        scale(scale32.begin(), scale32.end());
+    std::vector<int64_t> targets(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) targets[size_t(i)] = i % 3 == 1 ? -100 : i;
+    for (bool all_scored : {false, true})
+      for (double temp : {1.0, 2.0})
+        for (bool reverse : {false, true}) {
+          std::string what = std::to_string(N) + "x" + std::to_string(V) + " T " +
+                             std::to_string(temp) + (reverse ? " reverse" : "") +
+                             (all_scored ? " all scored" : "");
+          const int64_t* tp = all_scored ? nullptr : targets.data();
+          size_t rows = static_cast<size_t>(N);
+          // Outputs start at 7: the fast kernel must write every row, ignored ones too.
+          std::vector<T> kl(rows, T(7)), kl_ref(rows), ls(rows), ls_ref(rows), lt(rows),
+              lt_ref(rows);
+          kernels::kd_kl_div_forward(s.data(), t.data(), tp, kl.data(), ls.data(), lt.data(), N, V,
+                                     -100, temp, reverse);
+          kernels::ref::kd_kl_div_forward(s.data(), t.data(), tp, kl_ref.data(), ls_ref.data(),
+                                          lt_ref.data(), N, V, -100, temp, reverse);
+          expect_near_all(kl, kl_ref, tol, "kd kl " + what);
+          expect_near_all(ls, ls_ref, tol, "kd lse_s " + what);
+          expect_near_all(lt, lt_ref, tol, "kd lse_t " + what);
+          std::vector<T> d(n, T(7)), d_ref(n);
+          kernels::kd_kl_div_backward(s.data(), t.data(), tp, ls_ref.data(), lt_ref.data(),
+                                      kl_ref.data(), scale.data(), d.data(), N, V, -100, temp,
+                                      reverse);
+          kernels::ref::kd_kl_div_backward(s.data(), t.data(), tp, ls_ref.data(), lt_ref.data(),
+                                           kl_ref.data(), scale.data(), d_ref.data(), N, V, -100,
+                                           temp, reverse);
+          // Reverse KL's factor (log p_s - log p_t) - KL subtracts terms of ~20 nats on these
+          // unrelated rows, which f32 holds to ~1e-6 absolute only.
+          expect_near_all(d, d_ref, reverse ? 10 * tol : tol, "kd dstudent " + what);
+        }
+  }
+}
+
+TEST(NNKernels, KDKLDivMatchesReferenceF32) { check_kd_kl_div_kernels<float>(1e-5); }
+TEST(NNKernels, KDKLDivMatchesReferenceF64) { check_kd_kl_div_kernels<double>(1e-12); }
 
 TEST(NNKernels, EmbeddingMatchesReference) {
   int64_t V = 50, C = 37, n = 300;
