@@ -69,6 +69,39 @@ Axis split_at(const Shape& shape, int64_t d) {
   return a;
 }
 
+// The row losses (cross_entropy): their targets, reduction and its backward.
+
+// i64 targets [N] for the rows of `logits` [N, V], which the message calls `what`.
+void check_targets(const Tensor& targets, const Tensor& logits, const char* op, const char* what) {
+  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64, op, ": targets must be i64, got ",
+              targets.defined() ? dtype_name(targets.dtype()) : "undefined");
+  FORGE_CHECK(targets.shape() == Shape{logits.size(0)}, op, ": targets must have shape [",
+              logits.size(0), "] to match ", what, " ", shape_str(logits.shape()), ", got ",
+              shape_str(targets.shape()));
+}
+
+// Per-row losses as they are (none), summed, or averaged over the `count` scored rows (0 when
+// there are none).
+Tensor reduce_rows(const Tensor& rows, Reduction reduction, int64_t count, const char* op) {
+  if (reduction == Reduction::none) return rows;
+  double total = 0;
+  FORGE_DISPATCH_FLOAT(rows.dtype(), op, [&] {
+    const scalar_t* r = rows.data<scalar_t>();
+    for (int64_t n = 0; n < rows.numel(); ++n) total += double(r[n]);
+  });
+  if (reduction == Reduction::mean) total = count > 0 ? total / double(count) : 0.0;
+  return scalar(total, rows.dtype());
+}
+
+// The backward of reduce_rows: each row's weight is dout_n (none), dout (sum) or dout / count
+// (mean).
+Tensor row_weights(const Tensor& dout, int64_t N, DType dtype, Reduction reduction, int64_t count) {
+  Tensor weights = empty({N}, dtype);
+  if (reduction == Reduction::none) return weights.copy_(dout);
+  return weights.fill_(reduction == Reduction::sum || count == 0 ? dout.item()
+                                                                 : dout.item() / double(count));
+}
+
 // ---- softmax, log_softmax ----
 
 // y = softmax(x) along dim, or log_softmax(x) = x - logsumexp(x); x [..., C, ...] -> x's shape.
@@ -236,12 +269,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
   FORGE_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ",
               shape_str(logits.shape()));
   int64_t N = logits.size(0), V = logits.size(1);
-  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
-              "cross_entropy: targets must be i64, got ",
-              targets.defined() ? dtype_name(targets.dtype()) : "undefined");
-  FORGE_CHECK(targets.shape() == Shape{N}, "cross_entropy: targets must have shape [", N,
-              "] to match logits ", shape_str(logits.shape()), ", got ",
-              shape_str(targets.shape()));
+  check_targets(targets, logits, "cross_entropy", "logits");
   double eps = options.label_smoothing;
   FORGE_CHECK(eps >= 0.0 && eps <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
               eps);
@@ -263,29 +291,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                                    lse.data<scalar_t>(), N, V, options.ignore_index, eps);
   });
   Reduction reduction = options.reduction;
-  Tensor out = rows;
-  if (reduction != Reduction::none) {
-    double total = 0;
-    FORGE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
-      const scalar_t* r = rows.data<scalar_t>();
-      for (int64_t n = 0; n < N; ++n) total += double(r[n]);
-    });
-    if (reduction == Reduction::mean) total = count > 0 ? total / double(count) : 0.0;
-    out = scalar(total, logits.dtype());
-  }
+  Tensor out = reduce_rows(rows, reduction, count, "cross_entropy");
   if (needs_grad(logits)) {
     // Differentiates the fused loss: dlogits = w_n (softmax - (1 - eps) onehot - eps / V), the
     // softmax rebuilt from the saved per-row lse; w_n is dout_n, dout, or dout / count.
     int64_t ignore = options.ignore_index;
     record(Op::cross_entropy, out, {logits},
            [xc, tc, lse, N, V, ignore, eps, reduction, count](const Tensor& dout) {
-             Tensor weights = empty({N}, xc.dtype());
-             if (reduction == Reduction::none)
-               weights.copy_(dout);
-             else
-               weights.fill_(reduction == Reduction::sum || count == 0
-                                 ? dout.item()
-                                 : dout.item() / double(count));
+             Tensor weights = row_weights(dout, N, xc.dtype(), reduction, count);
              Tensor dlogits = empty({N, V}, xc.dtype());
              FORGE_DISPATCH_FLOAT(xc.dtype(), "cross_entropy backward", [&] {
                kernels::cross_entropy_backward(xc.data<scalar_t>(), tc.data<int64_t>(),
