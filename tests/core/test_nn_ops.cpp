@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -94,6 +95,32 @@ FORGE_GRADCHECK(cross_entropy, ignore_smoothing_reductions) {
       {randn_strided({3, 4}, 2)});
 }
 
+FORGE_GRADCHECK(kd_kl_div, directions_temperatures_reductions) {
+  // The teacher is a constant: it gets no gradient, which finite differences would contradict.
+  Tensor teacher = randn({4, 5}, 9).detach();
+  Tensor targets = testing::ids({2, -100, 0, 4}, {4});
+  for (bool reverse : {false, true})
+    for (double temp : {1.0, 2.0, 0.5})
+      for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+        KLDivOptions o{temp, reverse, -100, r};
+        EXPECT_GRADCHECK(
+            [teacher, targets, o](const In& v) { return kd_kl_div(v[0], teacher, targets, o); },
+            {randn({4, 5}, 1)});
+      }
+  // Every row scored (no targets), a custom ignore_index, a strided student.
+  Tensor teacher3 = randn({3, 4}, 10).detach();
+  for (bool reverse : {false, true}) {
+    KLDivOptions o{2.0, reverse, 3, Reduction::mean};
+    EXPECT_GRADCHECK([teacher3, o](const In& v) { return kd_kl_div(v[0], teacher3, Tensor(), o); },
+                     {randn_strided({3, 4}, 2)});
+    EXPECT_GRADCHECK(
+        [teacher3, o](const In& v) {
+          return kd_kl_div(v[0], teacher3, testing::ids({3, 1, 0}, {3}), o);
+        },
+        {randn_strided({3, 4}, 3)});
+  }
+}
+
 FORGE_GRADCHECK(cosine_similarity, broadcast) {
   EXPECT_GRADCHECK([](const In& v) { return cosine_similarity(v[0], v[1]); },
                    {randn({4, 1, 6}, 1), randn({3, 6}, 2)});
@@ -112,6 +139,7 @@ TEST(NNOps, EachOpRecordsItsOwnNode) {
   EXPECT_EQ(rms_norm(x, w).grad_fn()->op, Op::rms_norm);
   EXPECT_EQ(embedding(table, ids).grad_fn()->op, Op::embedding);
   EXPECT_EQ(cross_entropy(x, t).grad_fn()->op, Op::cross_entropy);
+  EXPECT_EQ(kd_kl_div(x, randn({2, 4}, 2), t).grad_fn()->op, Op::kd_kl_div);
   EXPECT_EQ(cosine_similarity(x, b).grad_fn()->op, Op::cosine_similarity);
 }
 
@@ -167,16 +195,25 @@ TEST(NNOps, OutOfRangeTargetIsADataErrorNamingPositionAndValue) {
 }
 
 TEST(NNOps, FullyIgnoredBatchGivesZeroLossAndZeroGradient) {
+  Tensor ignored = testing::ids({-100, -100, -100}, {3});
   for (Reduction r : {Reduction::mean, Reduction::sum}) {
     for (DType dt : {DType::f32, DType::f64}) {
       Tensor logits = randn({3, 5}).detach().to(dt).set_requires_grad(true);
       CrossEntropyOptions o;
       o.reduction = r;
       o.label_smoothing = 0.2;
-      Tensor loss = cross_entropy(logits, testing::ids({-100, -100, -100}, {3}), o);
+      Tensor loss = cross_entropy(logits, ignored, o);
       EXPECT_EQ(loss.item(), 0.0);
       loss.backward();
       for (double g : logits.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
+      for (bool reverse : {false, true}) {
+        logits.set_grad(Tensor());
+        Tensor teacher = randn({3, 5}, 2).detach().to(dt);
+        Tensor kd = kd_kl_div(logits, teacher, ignored, KLDivOptions{2.0, reverse, -100, r});
+        EXPECT_EQ(kd.item(), 0.0);
+        kd.backward();
+        for (double g : logits.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
+      }
     }
   }
 }
@@ -192,6 +229,83 @@ TEST(NNOps, CrossEntropyMeanDividesByNonIgnoredCount) {
   EXPECT_NEAR(cross_entropy(logits, t, mean).item(), (rows[0] + rows[2]) / 2, 1e-14);
 }
 
+TEST(NNOps, KDKLDivMeanDividesByScoredRowsWhoseTargetsAreNotRangeChecked) {
+  Tensor s = randn({4, 6}).detach(), t = randn({4, 6}, 2).detach();
+  // 99 and -7 lie outside [0, V): targets only select rows, so both rows are scored.
+  Tensor targets = testing::ids({99, -100, -7, -100}, {4});
+  for (bool reverse : {false, true}) {
+    KLDivOptions none{2.0, reverse, -100, Reduction::none},
+        mean{2.0, reverse, -100, Reduction::mean};
+    std::vector<double> rows = kd_kl_div(s, t, targets, none).to_vector<double>();
+    EXPECT_EQ(rows[1], 0.0);
+    EXPECT_EQ(rows[3], 0.0);
+    EXPECT_GT(rows[0], 0.0);
+    EXPECT_GT(rows[2], 0.0);
+    EXPECT_NEAR(kd_kl_div(s, t, targets, mean).item(), (rows[0] + rows[2]) / 2, 1e-14);
+    // Without targets every row is scored and the same rows give the same values.
+    std::vector<double> all = kd_kl_div(s, t, Tensor(), none).to_vector<double>();
+    EXPECT_EQ(all[0], rows[0]);
+    EXPECT_EQ(all[2], rows[2]);
+    EXPECT_GT(all[1], 0.0);
+    EXPECT_GT(all[3], 0.0);
+  }
+}
+
+// Softmax ignores a constant added to a row, so a teacher that is the student shifted row by row
+// is the same distribution: loss and gradient vanish in both directions, at any temperature.
+TEST(NNOps, KDKLDivOfEqualDistributionsIsZero) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+    Tensor student = mul(randn({3, 50}), 3.0).detach().to(dt).set_requires_grad(true);
+    Tensor teacher = add(student.detach(), testing::constant({5.0, -2.0, 40.0}, {3, 1}).to(dt));
+    for (bool reverse : {false, true})
+      for (double temp : {1.0, 2.0}) {
+        student.set_grad(Tensor());
+        Tensor loss = kd_kl_div(student, teacher, Tensor(), KLDivOptions{temp, reverse});
+        EXPECT_NEAR(loss.item(), 0.0, tol) << dtype_name(dt) << " T " << temp << " " << reverse;
+        loss.backward();
+        for (double g : student.grad().to_vector<double>()) ASSERT_NEAR(g, 0.0, tol);
+      }
+  }
+}
+
+TEST(NNOps, KDKLDivTeacherGetsNoGradient) {
+  Tensor student = randn({3, 5}, 1), teacher = randn({3, 5}, 2);  // both require grad
+  kd_kl_div(student, teacher, Tensor()).backward();
+  EXPECT_TRUE(student.grad().defined());
+  EXPECT_FALSE(teacher.grad().defined());
+  // With only the teacher requiring grad there is nothing to differentiate.
+  EXPECT_FALSE(kd_kl_div(student.detach(), teacher, Tensor()).requires_grad());
+}
+
+TEST(NNOps, KDKLDivRejectsBadInputsNamingThem) {
+  Tensor s = randn({3, 4}), t = randn({3, 4}, 2).detach();
+  auto expect_bad = [](const std::string& part, const std::function<void()>& f) {
+    testing::expect_error(ExitCode::internal, "kd_kl_div: " + part, f);
+  };
+  expect_bad("student_logits must be f32 or f64, got i64",
+             [&] { kd_kl_div(testing::ids({0, 1}, {1, 2}), t, Tensor()); });
+  expect_bad("teacher_logits is undefined", [&] { kd_kl_div(s, Tensor(), Tensor()); });
+  expect_bad("student_logits must be [N, V] with V > 0, got [12]",
+             [&] { kd_kl_div(reshape(s, {12}), reshape(t, {12}), Tensor()); });
+  expect_bad("student_logits must be [N, V] with V > 0, got [3, 0]",
+             [&] { kd_kl_div(zeros({3, 0}), zeros({3, 0}), Tensor()); });
+  expect_bad("teacher_logits [4, 3] must have the shape of student_logits [3, 4]",
+             [&] { kd_kl_div(s, reshape(t, {4, 3}), Tensor()); });
+  expect_bad("teacher_logits are f32 but student_logits are f64",
+             [&] { kd_kl_div(s, t.to(DType::f32), Tensor()); });
+  for (double temp : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    std::ostringstream got;
+    got << temp;
+    expect_bad("temperature must be finite and > 0, got " + got.str(),
+               [&] { kd_kl_div(s, t, Tensor(), KLDivOptions{temp}); });
+  }
+  expect_bad("targets must be i64, got f64",
+             [&] { kd_kl_div(s, t, testing::constant({0, 1, 2}, {3})); });
+  expect_bad("targets must have shape [3] to match student_logits [3, 4], got [2]",
+             [&] { kd_kl_div(s, t, testing::ids({0, 1}, {2})); });
+}
+
 TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
   double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   for (DType dt : {DType::f32, DType::f64}) {
@@ -205,6 +319,28 @@ TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
     std::vector<double> l = loss.to_vector<double>();
     EXPECT_TRUE(std::isfinite(l[0]));
     EXPECT_TRUE(std::isnan(l[1]));
+  }
+}
+
+// torch: kl_div(log_softmax(s), log_softmax(t), log_target=True) per row is [0.0913, inf, nan];
+// the written-out reverse KL sum p_s (log p_s - log p_t) is [0.0757, nan, nan] (0 * -inf).
+TEST(NNOps, KDKLDivPropagatesNonFiniteLikePyTorch) {
+  double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor s = from_vector({1.0, 0.5, 2.0, 1.0, -inf, 0.0, 0.3, 0.2, 0.1}, {3, 3}, dt);
+    Tensor t = from_vector({0.5, 1.0, 1.5, 0.0, 1.0, 2.0, nan, 0.0, 1.0}, {3, 3}, dt);
+    std::vector<double> fwd =
+        kd_kl_div(s, t, Tensor(), KLDivOptions{1.0, false, -100, Reduction::none})
+            .to_vector<double>();
+    EXPECT_NEAR(fwd[0], 0.0913, 1e-4);
+    EXPECT_EQ(fwd[1], inf);
+    EXPECT_TRUE(std::isnan(fwd[2]));
+    std::vector<double> rev =
+        kd_kl_div(s, t, Tensor(), KLDivOptions{1.0, true, -100, Reduction::none})
+            .to_vector<double>();
+    EXPECT_NEAR(rev[0], 0.0757, 1e-4);
+    EXPECT_TRUE(std::isnan(rev[1]));
+    EXPECT_TRUE(std::isnan(rev[2]));
   }
 }
 
