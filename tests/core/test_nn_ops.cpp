@@ -1,7 +1,7 @@
 // Fused layer and loss ops (core/ops/nn.h): finite-difference checks of every op, values and
-// gradients against PyTorch 1.13 (tests/golden/nn_ops.txt, written by make_nn_goldens.py), parity
-// of each fast kernel with its kernels::ref oracle on odd shapes, input errors, and determinism
-// of the reductions across thread counts.
+// gradients against PyTorch 1.13 (tests/golden/nn_ops.txt and kd_ops.txt, written by
+// make_nn_goldens.py and make_kd_goldens.py), parity of each fast kernel with its kernels::ref
+// oracle on odd shapes, input errors, and determinism of the reductions across thread counts.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -421,6 +421,34 @@ void check_against_torch(DType dt, double rtol) {
 
 TEST(NNOps, MatchesPyTorchInF64) { check_against_torch(DType::f64, 1e-10); }
 TEST(NNOps, MatchesPyTorchInF32) { check_against_torch(DType::f32, 1e-5); }
+
+// Loss and student gradient of kd_kl_div at T = 1 and 2, both directions, mean and none, with
+// row 2 ignored (tests/golden/kd_ops.txt).
+void check_kd_against_torch(DType dt, double rtol) {
+  static const testing::Goldens table = testing::load_goldens("kd_ops.txt");
+  auto values = [](const std::string& name) -> const std::vector<double>& {
+    return testing::golden_values(table, name, "kd_ops.txt");
+  };
+  Tensor teacher = from_vector(values("kd.teacher"), {5, 19}, dt);
+  Tensor targets = from_vector(values("kd.targets"), {5}, DType::i64);
+  for (double temp : {1.0, 2.0})
+    for (bool reverse : {false, true})
+      for (Reduction r : {Reduction::mean, Reduction::none}) {
+        std::string key = std::string("kd_T") + (temp == 1.0 ? "1" : "2") +
+                          (reverse ? "_reverse" : "_forward") +
+                          (r == Reduction::mean ? "_mean" : "_none");
+        Tensor student = from_vector(values("kd.student"), {5, 19}, dt).set_requires_grad(true);
+        Tensor out = kd_kl_div(student, teacher, targets, KLDivOptions{temp, reverse, -100, r});
+        out.backward(from_vector(values(key + ".r"), out.shape(), dt));
+        testing::expect_near_golden(out.to_vector<double>(), values(key + ".out"), key + ".out",
+                                    rtol);
+        testing::expect_near_golden(student.grad().to_vector<double>(), values(key + ".dstudent"),
+                                    key + ".dstudent", rtol);
+      }
+}
+
+TEST(NNOps, KDKLDivMatchesPyTorchInF64) { check_kd_against_torch(DType::f64, 1e-12); }
+TEST(NNOps, KDKLDivMatchesPyTorchInF32) { check_kd_against_torch(DType::f32, 1e-5); }
 
 // PyTorch 1.13 clamps each squared norm at eps^2 for the value but lets the gradient through.
 TEST(NNOps, CosineSimilarityClampsTinyNormsAsPyTorch) {
