@@ -24,7 +24,8 @@ constexpr const char* kUsage =
     "usage: forge_bench SUITE [--only OP[,OP...]] [--repeat N]\n"
     "\n"
     "suites:\n"
-    "  core   linear, attention, layernorm, cross_entropy, gelu, embedding (forward+backward)\n"
+    "  core   linear, attention, layernorm, cross_entropy, kd_kl_div, kd_kl_div_v256, gelu,\n"
+    "         embedding (forward+backward)\n"
     "\n"
     "  --only OP,...   run only these ops of the suite\n"
     "  --repeat N      time N times the default number of iterations (default 1)\n";
@@ -63,6 +64,17 @@ Tensor random_ids(int64_t count, int64_t n, uint64_t seed) {
 // GPT-2 small shapes: N = B*T = 2048 tokens, C = 768, hidden 4C = 3072, V = 50257, H = 12, D = 64.
 constexpr int64_t N = 2048, C = 768, F = 3072, V = 50257, B = 8, H = 12, T = 256, D = 64;
 
+// Distillation at temperature 2 over 768 rows: student and teacher [768, vocab], the teacher
+// without gradient, every row scored, mean over rows.
+Bench kd_kl_div_bench(int64_t vocab, int warmup, int iters) {
+  Generator gen(7);
+  Tensor student = randn({768, vocab}, gen, 1.0, true), teacher = randn({768, vocab}, gen);
+  KLDivOptions options;
+  options.temperature = 2.0;
+  return Bench{warmup, iters, {student},
+               [=] { return kd_kl_div(student, teacher, Tensor(), options); }, Tensor()};
+}
+
 std::vector<Case> core_suite() {
   return {
       {"linear",
@@ -99,6 +111,8 @@ std::vector<Case> core_suite() {
          Tensor targets = random_ids(N, V, 4);
          return Bench{1, 6, {logits}, [=] { return cross_entropy(logits, targets); }, Tensor()};
        }},
+      {"kd_kl_div", [] { return kd_kl_div_bench(V, 1, 6); }},
+      {"kd_kl_div_v256", [] { return kd_kl_div_bench(256, 3, 20); }},
       {"gelu",
        [] {
          Generator gen(5);

@@ -54,6 +54,26 @@ def cross_entropy():
     return 1, 6, [logits], lambda: F.cross_entropy(logits, targets), None
 
 
+def kd_kl_div_bench(vocab, warmup, iters):
+    # Distillation at temperature 2 over 768 rows, as Forge's kd_kl_div with every row scored.
+    student, teacher, temp = randn(768, vocab, grad=True), randn(768, vocab), 2.0
+
+    def forward():
+        log_s = F.log_softmax(student / temp, -1)
+        log_t = F.log_softmax(teacher / temp, -1)
+        return temp * temp * F.kl_div(log_s, log_t, log_target=True, reduction="batchmean")
+
+    return warmup, iters, [student], forward, None
+
+
+def kd_kl_div():
+    return kd_kl_div_bench(V, 1, 6)
+
+
+def kd_kl_div_v256():
+    return kd_kl_div_bench(256, 3, 20)
+
+
 def gelu():
     x = randn(N, FF, grad=True)
     return 3, 20, [x], lambda: F.gelu(x), randn(N, FF)
@@ -65,7 +85,8 @@ def embedding():
     return 3, 20, [w], lambda: F.embedding(ids, w), randn(N, C)
 
 
-SUITES = {"core": [linear, attention, layernorm, cross_entropy, gelu, embedding]}
+SUITES = {"core": [linear, attention, layernorm, cross_entropy, kd_kl_div, kd_kl_div_v256, gelu,
+                   embedding]}
 
 
 def run(name, make, repeat):
