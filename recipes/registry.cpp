@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "recipes/bert_objective.h"
 #include "recipes/bert_pretrain.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
