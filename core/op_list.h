@@ -16,7 +16,7 @@
   X(reshape) X(permute) X(slice) X(expand) X(contiguous) X(cat) X(index_select) X(gather)        \
   /* linear algebra and fused layers */                                                          \
   X(matmul) X(linear) X(softmax) X(log_softmax) X(layer_norm) X(rms_norm) X(embedding)           \
-  X(cross_entropy) X(attention) X(cosine_similarity)                                             \
+  X(cross_entropy) X(kd_kl_div) X(attention) X(cosine_similarity)                                \
   /* engine */                                                                                   \
   X(checkpoint)
 

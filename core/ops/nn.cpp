@@ -69,6 +69,43 @@ Axis split_at(const Shape& shape, int64_t d) {
   return a;
 }
 
+// The row losses (cross_entropy, kd_kl_div): their targets, reduction and its backward.
+
+// i64 targets [N] for the rows of `logits` [N, V], which the message calls `what`.
+void check_targets(const Tensor& targets, const Tensor& logits, const char* op, const char* what) {
+  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64, op, ": targets must be i64, got ",
+              targets.defined() ? dtype_name(targets.dtype()) : "undefined");
+  FORGE_CHECK(targets.shape() == Shape{logits.size(0)}, op, ": targets must have shape [",
+              logits.size(0), "] to match ", what, " ", shape_str(logits.shape()), ", got ",
+              shape_str(targets.shape()));
+}
+
+// Per-row losses as they are (none), summed, or averaged over the `count` scored rows (0 when
+// there are none).
+Tensor reduce_rows(const Tensor& rows, Reduction reduction, int64_t count, const char* op) {
+  if (reduction == Reduction::none) return rows;
+  double total = 0;
+  FORGE_DISPATCH_FLOAT(rows.dtype(), op, [&] {
+    const scalar_t* r = rows.data<scalar_t>();
+    for (int64_t n = 0; n < rows.numel(); ++n) total += double(r[n]);
+  });
+  if (reduction == Reduction::mean) total = count > 0 ? total / double(count) : 0.0;
+  return scalar(total, rows.dtype());
+}
+
+// The backward of reduce_rows times `factor`: each row's weight is dout_n (none), dout (sum) or
+// dout / count (mean).
+Tensor row_weights(const Tensor& dout, int64_t N, DType dtype, Reduction reduction, int64_t count,
+                   double factor) {
+  Tensor weights = empty({N}, dtype);
+  if (reduction == Reduction::none) {
+    weights.copy_(dout);
+    return factor == 1.0 ? weights : mul(weights, factor);
+  }
+  double w = reduction == Reduction::sum || count == 0 ? dout.item() : dout.item() / double(count);
+  return weights.fill_(factor * w);
+}
+
 // ---- softmax, log_softmax ----
 
 // y = softmax(x) along dim, or log_softmax(x) = x - logsumexp(x); x [..., C, ...] -> x's shape.
@@ -236,12 +273,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
   FORGE_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ",
               shape_str(logits.shape()));
   int64_t N = logits.size(0), V = logits.size(1);
-  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
-              "cross_entropy: targets must be i64, got ",
-              targets.defined() ? dtype_name(targets.dtype()) : "undefined");
-  FORGE_CHECK(targets.shape() == Shape{N}, "cross_entropy: targets must have shape [", N,
-              "] to match logits ", shape_str(logits.shape()), ", got ",
-              shape_str(targets.shape()));
+  check_targets(targets, logits, "cross_entropy", "logits");
   double eps = options.label_smoothing;
   FORGE_CHECK(eps >= 0.0 && eps <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
               eps);
@@ -263,29 +295,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                                    lse.data<scalar_t>(), N, V, options.ignore_index, eps);
   });
   Reduction reduction = options.reduction;
-  Tensor out = rows;
-  if (reduction != Reduction::none) {
-    double total = 0;
-    FORGE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
-      const scalar_t* r = rows.data<scalar_t>();
-      for (int64_t n = 0; n < N; ++n) total += double(r[n]);
-    });
-    if (reduction == Reduction::mean) total = count > 0 ? total / double(count) : 0.0;
-    out = scalar(total, logits.dtype());
-  }
+  Tensor out = reduce_rows(rows, reduction, count, "cross_entropy");
   if (needs_grad(logits)) {
     // Differentiates the fused loss: dlogits = w_n (softmax - (1 - eps) onehot - eps / V), the
     // softmax rebuilt from the saved per-row lse; w_n is dout_n, dout, or dout / count.
     int64_t ignore = options.ignore_index;
     record(Op::cross_entropy, out, {logits},
            [xc, tc, lse, N, V, ignore, eps, reduction, count](const Tensor& dout) {
-             Tensor weights = empty({N}, xc.dtype());
-             if (reduction == Reduction::none)
-               weights.copy_(dout);
-             else
-               weights.fill_(reduction == Reduction::sum || count == 0
-                                 ? dout.item()
-                                 : dout.item() / double(count));
+             Tensor weights = row_weights(dout, N, xc.dtype(), reduction, count, 1.0);
              Tensor dlogits = empty({N, V}, xc.dtype());
              FORGE_DISPATCH_FLOAT(xc.dtype(), "cross_entropy backward", [&] {
                kernels::cross_entropy_backward(xc.data<scalar_t>(), tc.data<int64_t>(),
@@ -293,6 +310,70 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                                                dlogits.data<scalar_t>(), N, V, ignore, eps);
              });
              return std::vector<Tensor>{dlogits};
+           });
+  }
+  return out;
+}
+
+// ---- kd_kl_div ----
+
+// loss_n = T^2 KL(p_t || p_s) (reverse: T^2 KL(p_s || p_t)), p = softmax(logits / T) per row;
+// student and teacher logits [N, V], targets i64 [N] or undefined -> mean over scored rows (0 when
+// none are), sum, or [N].
+Tensor kd_kl_div(const Tensor& student_logits, const Tensor& teacher_logits, const Tensor& targets,
+                 const KLDivOptions& options) {
+  check_float(student_logits, "kd_kl_div", "student_logits");
+  check_float(teacher_logits, "kd_kl_div", "teacher_logits");
+  FORGE_CHECK(student_logits.dim() == 2 && student_logits.size(1) > 0,
+              "kd_kl_div: student_logits must be [N, V] with V > 0, got ",
+              shape_str(student_logits.shape()));
+  FORGE_CHECK(teacher_logits.shape() == student_logits.shape(), "kd_kl_div: teacher_logits ",
+              shape_str(teacher_logits.shape()), " must have the shape of student_logits ",
+              shape_str(student_logits.shape()));
+  FORGE_CHECK(teacher_logits.dtype() == student_logits.dtype(), "kd_kl_div: teacher_logits are ",
+              dtype_name(teacher_logits.dtype()), " but student_logits are ",
+              dtype_name(student_logits.dtype()));
+  double temp = options.temperature;
+  FORGE_CHECK(std::isfinite(temp) && temp > 0,
+              "kd_kl_div: temperature must be finite and > 0, got ", temp);
+  int64_t N = student_logits.size(0), V = student_logits.size(1);
+  int64_t ignore = options.ignore_index, count = N;
+  Tensor tc;  // undefined: every row is scored
+  if (targets.defined()) {
+    check_targets(targets, student_logits, "kd_kl_div", "student_logits");
+    tc = targets.clone();  // owned, like embedding ids
+    const int64_t* t = tc.data<int64_t>();
+    count = int64_t(std::count_if(t, t + N, [ignore](int64_t v) { return v != ignore; }));
+  }
+  DType dtype = student_logits.dtype();
+  bool reverse = options.reverse;
+  Tensor sc = dense(student_logits), tec = dense(teacher_logits);
+  Tensor kl = empty({N}, dtype), lse_s = empty({N}, dtype), lse_t = empty({N}, dtype);
+  FORGE_DISPATCH_FLOAT(dtype, "kd_kl_div", [&] {
+    kernels::kd_kl_div_forward(sc.data<scalar_t>(), tec.data<scalar_t>(), ptr<int64_t>(tc),
+                               kl.data<scalar_t>(), lse_s.data<scalar_t>(), lse_t.data<scalar_t>(),
+                               N, V, ignore, temp, reverse);
+  });
+  Reduction reduction = options.reduction;
+  Tensor out = reduce_rows(mul(kl, temp * temp), reduction, count, "kd_kl_div");
+  if (needs_grad(student_logits)) {
+    // Differentiates T^2 kl_n through the kernel's d kl / d student, rebuilding both softmaxes
+    // from the saved lse rows; the teacher is not an input of the node. Forward KL's gradient
+    // does not read kl, so only reverse keeps it.
+    Tensor saved_kl = reverse ? kl : Tensor();
+    record(Op::kd_kl_div, out, {student_logits},
+           [sc, tec, tc, lse_s, lse_t, saved_kl, N, V, ignore, temp, reverse, reduction,
+            count](const Tensor& dout) {
+             Tensor weights = row_weights(dout, N, sc.dtype(), reduction, count, temp * temp);
+             Tensor dstudent = empty({N, V}, sc.dtype());
+             FORGE_DISPATCH_FLOAT(sc.dtype(), "kd_kl_div backward", [&] {
+               kernels::kd_kl_div_backward(sc.data<scalar_t>(), tec.data<scalar_t>(),
+                                           ptr<int64_t>(tc), lse_s.data<scalar_t>(),
+                                           lse_t.data<scalar_t>(), ptr<scalar_t>(saved_kl),
+                                           weights.data<scalar_t>(), dstudent.data<scalar_t>(), N,
+                                           V, ignore, temp, reverse);
+             });
+             return std::vector<Tensor>{dstudent};
            });
   }
   return out;

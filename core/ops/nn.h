@@ -30,6 +30,23 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const CrossEntropyOptions& options = {});
 
+/// How kd_kl_div compares a student's and a teacher's distributions at a temperature.
+struct KLDivOptions {
+  double temperature = 1.0;     ///< T > 0: both logits are divided by T
+  bool reverse = false;         ///< KL(p_s || p_t) (mode-seeking) instead of KL(p_t || p_s)
+  int64_t ignore_index = -100;  ///< rows whose target is this are not scored
+  /// mean divides by the number of scored rows (0 when none)
+  Reduction reduction = Reduction::mean;
+};
+/// Knowledge-distillation loss T^2 KL(p_t || p_s) per row, p_s = softmax(student / T),
+/// p_t = softmax(teacher / T); student and teacher logits [N, V] (same dtype), targets i64 [N] or
+/// an undefined Tensor (every row scored) -> scalar (or [N] with Reduction::none; unscored rows 0).
+/// Only the student receives a gradient: T (p_s - p_t) per scored row (forward KL).
+/// Targets only select rows: values other than ignore_index are not checked against [0, V). The
+/// teacher gets no gradient even when it requires grad: it is the fixed distribution to match.
+Tensor kd_kl_div(const Tensor& student_logits, const Tensor& teacher_logits, const Tensor& targets,
+                 const KLDivOptions& options = {});
+
 /// Cosine of the angle between a and b along dim (broadcasting), each norm clamped below by eps.
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = -1, double eps = 1e-8);
 

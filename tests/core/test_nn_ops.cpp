@@ -1,12 +1,13 @@
 // Fused layer and loss ops (core/ops/nn.h): finite-difference checks of every op, values and
-// gradients against PyTorch 1.13 (tests/golden/nn_ops.txt, written by make_nn_goldens.py), parity
-// of each fast kernel with its kernels::ref oracle on odd shapes, input errors, and determinism
-// of the reductions across thread counts.
+// gradients against PyTorch 1.13 (tests/golden/nn_ops.txt and kd_ops.txt, written by
+// make_nn_goldens.py and make_kd_goldens.py), parity of each fast kernel with its kernels::ref
+// oracle on odd shapes, input errors, and determinism of the reductions across thread counts.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -94,6 +95,32 @@ FORGE_GRADCHECK(cross_entropy, ignore_smoothing_reductions) {
       {randn_strided({3, 4}, 2)});
 }
 
+FORGE_GRADCHECK(kd_kl_div, directions_temperatures_reductions) {
+  // The teacher is a constant: it gets no gradient, which finite differences would contradict.
+  Tensor teacher = randn({4, 5}, 9).detach();
+  Tensor targets = testing::ids({2, -100, 0, 4}, {4});
+  for (bool reverse : {false, true})
+    for (double temp : {1.0, 2.0, 0.5})
+      for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+        KLDivOptions o{temp, reverse, -100, r};
+        EXPECT_GRADCHECK(
+            [teacher, targets, o](const In& v) { return kd_kl_div(v[0], teacher, targets, o); },
+            {randn({4, 5}, 1)});
+      }
+  // Every row scored (no targets), a custom ignore_index, a strided student.
+  Tensor teacher3 = randn({3, 4}, 10).detach();
+  for (bool reverse : {false, true}) {
+    KLDivOptions o{2.0, reverse, 3, Reduction::mean};
+    EXPECT_GRADCHECK([teacher3, o](const In& v) { return kd_kl_div(v[0], teacher3, Tensor(), o); },
+                     {randn_strided({3, 4}, 2)});
+    EXPECT_GRADCHECK(
+        [teacher3, o](const In& v) {
+          return kd_kl_div(v[0], teacher3, testing::ids({3, 1, 0}, {3}), o);
+        },
+        {randn_strided({3, 4}, 3)});
+  }
+}
+
 FORGE_GRADCHECK(cosine_similarity, broadcast) {
   EXPECT_GRADCHECK([](const In& v) { return cosine_similarity(v[0], v[1]); },
                    {randn({4, 1, 6}, 1), randn({3, 6}, 2)});
@@ -112,6 +139,7 @@ TEST(NNOps, EachOpRecordsItsOwnNode) {
   EXPECT_EQ(rms_norm(x, w).grad_fn()->op, Op::rms_norm);
   EXPECT_EQ(embedding(table, ids).grad_fn()->op, Op::embedding);
   EXPECT_EQ(cross_entropy(x, t).grad_fn()->op, Op::cross_entropy);
+  EXPECT_EQ(kd_kl_div(x, randn({2, 4}, 2), t).grad_fn()->op, Op::kd_kl_div);
   EXPECT_EQ(cosine_similarity(x, b).grad_fn()->op, Op::cosine_similarity);
 }
 
@@ -167,16 +195,25 @@ TEST(NNOps, OutOfRangeTargetIsADataErrorNamingPositionAndValue) {
 }
 
 TEST(NNOps, FullyIgnoredBatchGivesZeroLossAndZeroGradient) {
+  Tensor ignored = testing::ids({-100, -100, -100}, {3});
   for (Reduction r : {Reduction::mean, Reduction::sum}) {
     for (DType dt : {DType::f32, DType::f64}) {
       Tensor logits = randn({3, 5}).detach().to(dt).set_requires_grad(true);
       CrossEntropyOptions o;
       o.reduction = r;
       o.label_smoothing = 0.2;
-      Tensor loss = cross_entropy(logits, testing::ids({-100, -100, -100}, {3}), o);
+      Tensor loss = cross_entropy(logits, ignored, o);
       EXPECT_EQ(loss.item(), 0.0);
       loss.backward();
       for (double g : logits.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
+      for (bool reverse : {false, true}) {
+        logits.set_grad(Tensor());
+        Tensor teacher = randn({3, 5}, 2).detach().to(dt);
+        Tensor kd = kd_kl_div(logits, teacher, ignored, KLDivOptions{2.0, reverse, -100, r});
+        EXPECT_EQ(kd.item(), 0.0);
+        kd.backward();
+        for (double g : logits.grad().to_vector<double>()) EXPECT_EQ(g, 0.0);
+      }
     }
   }
 }
@@ -192,6 +229,83 @@ TEST(NNOps, CrossEntropyMeanDividesByNonIgnoredCount) {
   EXPECT_NEAR(cross_entropy(logits, t, mean).item(), (rows[0] + rows[2]) / 2, 1e-14);
 }
 
+TEST(NNOps, KDKLDivMeanDividesByScoredRowsWhoseTargetsAreNotRangeChecked) {
+  Tensor s = randn({4, 6}).detach(), t = randn({4, 6}, 2).detach();
+  // 99 and -7 lie outside [0, V): targets only select rows, so both rows are scored.
+  Tensor targets = testing::ids({99, -100, -7, -100}, {4});
+  for (bool reverse : {false, true}) {
+    KLDivOptions none{2.0, reverse, -100, Reduction::none},
+        mean{2.0, reverse, -100, Reduction::mean};
+    std::vector<double> rows = kd_kl_div(s, t, targets, none).to_vector<double>();
+    EXPECT_EQ(rows[1], 0.0);
+    EXPECT_EQ(rows[3], 0.0);
+    EXPECT_GT(rows[0], 0.0);
+    EXPECT_GT(rows[2], 0.0);
+    EXPECT_NEAR(kd_kl_div(s, t, targets, mean).item(), (rows[0] + rows[2]) / 2, 1e-14);
+    // Without targets every row is scored and the same rows give the same values.
+    std::vector<double> all = kd_kl_div(s, t, Tensor(), none).to_vector<double>();
+    EXPECT_EQ(all[0], rows[0]);
+    EXPECT_EQ(all[2], rows[2]);
+    EXPECT_GT(all[1], 0.0);
+    EXPECT_GT(all[3], 0.0);
+  }
+}
+
+// Softmax ignores a constant added to a row, so a teacher that is the student shifted row by row
+// is the same distribution: loss and gradient vanish in both directions, at any temperature.
+TEST(NNOps, KDKLDivOfEqualDistributionsIsZero) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+    Tensor student = mul(randn({3, 50}), 3.0).detach().to(dt).set_requires_grad(true);
+    Tensor teacher = add(student.detach(), testing::constant({5.0, -2.0, 40.0}, {3, 1}).to(dt));
+    for (bool reverse : {false, true})
+      for (double temp : {1.0, 2.0}) {
+        student.set_grad(Tensor());
+        Tensor loss = kd_kl_div(student, teacher, Tensor(), KLDivOptions{temp, reverse});
+        EXPECT_NEAR(loss.item(), 0.0, tol) << dtype_name(dt) << " T " << temp << " " << reverse;
+        loss.backward();
+        for (double g : student.grad().to_vector<double>()) ASSERT_NEAR(g, 0.0, tol);
+      }
+  }
+}
+
+TEST(NNOps, KDKLDivTeacherGetsNoGradient) {
+  Tensor student = randn({3, 5}, 1), teacher = randn({3, 5}, 2);  // both require grad
+  kd_kl_div(student, teacher, Tensor()).backward();
+  EXPECT_TRUE(student.grad().defined());
+  EXPECT_FALSE(teacher.grad().defined());
+  // With only the teacher requiring grad there is nothing to differentiate.
+  EXPECT_FALSE(kd_kl_div(student.detach(), teacher, Tensor()).requires_grad());
+}
+
+TEST(NNOps, KDKLDivRejectsBadInputsNamingThem) {
+  Tensor s = randn({3, 4}), t = randn({3, 4}, 2).detach();
+  auto expect_bad = [](const std::string& part, const std::function<void()>& f) {
+    testing::expect_error(ExitCode::internal, "kd_kl_div: " + part, f);
+  };
+  expect_bad("student_logits must be f32 or f64, got i64",
+             [&] { kd_kl_div(testing::ids({0, 1}, {1, 2}), t, Tensor()); });
+  expect_bad("teacher_logits is undefined", [&] { kd_kl_div(s, Tensor(), Tensor()); });
+  expect_bad("student_logits must be [N, V] with V > 0, got [12]",
+             [&] { kd_kl_div(reshape(s, {12}), reshape(t, {12}), Tensor()); });
+  expect_bad("student_logits must be [N, V] with V > 0, got [3, 0]",
+             [&] { kd_kl_div(zeros({3, 0}), zeros({3, 0}), Tensor()); });
+  expect_bad("teacher_logits [4, 3] must have the shape of student_logits [3, 4]",
+             [&] { kd_kl_div(s, reshape(t, {4, 3}), Tensor()); });
+  expect_bad("teacher_logits are f32 but student_logits are f64",
+             [&] { kd_kl_div(s, t.to(DType::f32), Tensor()); });
+  for (double temp : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    std::ostringstream got;
+    got << temp;
+    expect_bad("temperature must be finite and > 0, got " + got.str(),
+               [&] { kd_kl_div(s, t, Tensor(), KLDivOptions{temp}); });
+  }
+  expect_bad("targets must be i64, got f64",
+             [&] { kd_kl_div(s, t, testing::constant({0, 1, 2}, {3})); });
+  expect_bad("targets must have shape [3] to match student_logits [3, 4], got [2]",
+             [&] { kd_kl_div(s, t, testing::ids({0, 1}, {2})); });
+}
+
 TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
   double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   for (DType dt : {DType::f32, DType::f64}) {
@@ -205,6 +319,28 @@ TEST(NNOps, SoftmaxPropagatesNonFiniteLikePyTorch) {
     std::vector<double> l = loss.to_vector<double>();
     EXPECT_TRUE(std::isfinite(l[0]));
     EXPECT_TRUE(std::isnan(l[1]));
+  }
+}
+
+// torch: kl_div(log_softmax(s), log_softmax(t), log_target=True) per row is [0.0913, inf, nan];
+// the written-out reverse KL sum p_s (log p_s - log p_t) is [0.0757, nan, nan] (0 * -inf).
+TEST(NNOps, KDKLDivPropagatesNonFiniteLikePyTorch) {
+  double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor s = from_vector({1.0, 0.5, 2.0, 1.0, -inf, 0.0, 0.3, 0.2, 0.1}, {3, 3}, dt);
+    Tensor t = from_vector({0.5, 1.0, 1.5, 0.0, 1.0, 2.0, nan, 0.0, 1.0}, {3, 3}, dt);
+    std::vector<double> fwd =
+        kd_kl_div(s, t, Tensor(), KLDivOptions{1.0, false, -100, Reduction::none})
+            .to_vector<double>();
+    EXPECT_NEAR(fwd[0], 0.0913, 1e-4);
+    EXPECT_EQ(fwd[1], inf);
+    EXPECT_TRUE(std::isnan(fwd[2]));
+    std::vector<double> rev =
+        kd_kl_div(s, t, Tensor(), KLDivOptions{1.0, true, -100, Reduction::none})
+            .to_vector<double>();
+    EXPECT_NEAR(rev[0], 0.0757, 1e-4);
+    EXPECT_TRUE(std::isnan(rev[1]));
+    EXPECT_TRUE(std::isnan(rev[2]));
   }
 }
 
@@ -286,6 +422,34 @@ void check_against_torch(DType dt, double rtol) {
 TEST(NNOps, MatchesPyTorchInF64) { check_against_torch(DType::f64, 1e-10); }
 TEST(NNOps, MatchesPyTorchInF32) { check_against_torch(DType::f32, 1e-5); }
 
+// Loss and student gradient of kd_kl_div at T = 1 and 2, both directions, mean and none, with
+// row 2 ignored (tests/golden/kd_ops.txt).
+void check_kd_against_torch(DType dt, double rtol) {
+  static const testing::Goldens table = testing::load_goldens("kd_ops.txt");
+  auto values = [](const std::string& name) -> const std::vector<double>& {
+    return testing::golden_values(table, name, "kd_ops.txt");
+  };
+  Tensor teacher = from_vector(values("kd.teacher"), {5, 19}, dt);
+  Tensor targets = from_vector(values("kd.targets"), {5}, DType::i64);
+  for (double temp : {1.0, 2.0})
+    for (bool reverse : {false, true})
+      for (Reduction r : {Reduction::mean, Reduction::none}) {
+        std::string key = std::string("kd_T") + (temp == 1.0 ? "1" : "2") +
+                          (reverse ? "_reverse" : "_forward") +
+                          (r == Reduction::mean ? "_mean" : "_none");
+        Tensor student = from_vector(values("kd.student"), {5, 19}, dt).set_requires_grad(true);
+        Tensor out = kd_kl_div(student, teacher, targets, KLDivOptions{temp, reverse, -100, r});
+        out.backward(from_vector(values(key + ".r"), out.shape(), dt));
+        testing::expect_near_golden(out.to_vector<double>(), values(key + ".out"), key + ".out",
+                                    rtol);
+        testing::expect_near_golden(student.grad().to_vector<double>(), values(key + ".dstudent"),
+                                    key + ".dstudent", rtol);
+      }
+}
+
+TEST(NNOps, KDKLDivMatchesPyTorchInF64) { check_kd_against_torch(DType::f64, 1e-12); }
+TEST(NNOps, KDKLDivMatchesPyTorchInF32) { check_kd_against_torch(DType::f32, 1e-5); }
+
 // PyTorch 1.13 clamps each squared norm at eps^2 for the value but lets the gradient through.
 TEST(NNOps, CosineSimilarityClampsTinyNormsAsPyTorch) {
   Tensor a = from_vector({1e-9, 0.0}, {1, 2}, DType::f64).set_requires_grad(true);
@@ -309,11 +473,12 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f, fl
 
 // |got - want| <= tol * max(|want|, floor * max|want|): relative, with a floor for values that
 // are small next to the rest (their absolute rounding error follows the large ones).
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, double tol,
+template <class T>
+void expect_near_all(const std::vector<T>& got, const std::vector<T>& want, double tol,
                      const std::string& what, double floor = 1e-2, double atol = 0.0) {
   ASSERT_EQ(got.size(), want.size());
   double scale = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+  for (T w : want) scale = std::max(scale, std::fabs(double(w)));
   int failures = 0;
   for (size_t i = 0; i < got.size() && failures < 5; ++i)
     if (!(std::fabs(double(got[i]) - double(want[i])) <=
@@ -416,6 +581,52 @@ TEST(NNKernels, CrossEntropyMatchesReference) {
     }
   }
 }
+
+template <class T>
+void check_kd_kl_div_kernels(double tol) {
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{1, 1}, {4, 7}, {5, 17}, {9, 3000}, {3, 1025}}) {
+    size_t n = size_t(N * V);
+    std::vector<float> s32 = random_floats(n, 21, 4.0f, 10.0f),
+                       t32 = random_floats(n, 22, 3.0f, -5.0f),
+                       scale32 = random_floats(size_t(N), 23);
+    std::vector<T> s(s32.begin(), s32.end()), t(t32.begin(), t32.end()),
+        scale(scale32.begin(), scale32.end());
+    std::vector<int64_t> targets(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) targets[size_t(i)] = i % 3 == 1 ? -100 : i;
+    for (bool all_scored : {false, true})
+      for (double temp : {1.0, 2.0})
+        for (bool reverse : {false, true}) {
+          std::string what = std::to_string(N) + "x" + std::to_string(V) + " T " +
+                             std::to_string(temp) + (reverse ? " reverse" : "") +
+                             (all_scored ? " all scored" : "");
+          const int64_t* tp = all_scored ? nullptr : targets.data();
+          size_t rows = static_cast<size_t>(N);
+          // Outputs start at 7: the fast kernel must write every row, ignored ones too.
+          std::vector<T> kl(rows, T(7)), kl_ref(rows), ls(rows), ls_ref(rows), lt(rows),
+              lt_ref(rows);
+          kernels::kd_kl_div_forward(s.data(), t.data(), tp, kl.data(), ls.data(), lt.data(), N, V,
+                                     -100, temp, reverse);
+          kernels::ref::kd_kl_div_forward(s.data(), t.data(), tp, kl_ref.data(), ls_ref.data(),
+                                          lt_ref.data(), N, V, -100, temp, reverse);
+          expect_near_all(kl, kl_ref, tol, "kd kl " + what);
+          expect_near_all(ls, ls_ref, tol, "kd lse_s " + what);
+          expect_near_all(lt, lt_ref, tol, "kd lse_t " + what);
+          std::vector<T> d(n, T(7)), d_ref(n);
+          kernels::kd_kl_div_backward(s.data(), t.data(), tp, ls_ref.data(), lt_ref.data(),
+                                      kl_ref.data(), scale.data(), d.data(), N, V, -100, temp,
+                                      reverse);
+          kernels::ref::kd_kl_div_backward(s.data(), t.data(), tp, ls_ref.data(), lt_ref.data(),
+                                           kl_ref.data(), scale.data(), d_ref.data(), N, V, -100,
+                                           temp, reverse);
+          // Reverse KL's factor (log p_s - log p_t) - KL subtracts terms of ~20 nats on these
+          // unrelated rows, which f32 holds to ~1e-6 absolute only.
+          expect_near_all(d, d_ref, reverse ? 10 * tol : tol, "kd dstudent " + what);
+        }
+  }
+}
+
+TEST(NNKernels, KDKLDivMatchesReferenceF32) { check_kd_kl_div_kernels<float>(1e-5); }
+TEST(NNKernels, KDKLDivMatchesReferenceF64) { check_kd_kl_div_kernels<double>(1e-12); }
 
 TEST(NNKernels, EmbeddingMatchesReference) {
   int64_t V = 50, C = 37, n = 300;
