@@ -145,6 +145,18 @@ TEST_F(DistillRecipe, GptRunLogsTheExpectedLosses) {
   EXPECT_NEAR(*last.number("kd_loss"), 0.08569, 2e-3);
   EXPECT_NEAR(*last.number("top1_agree"), 0.0005, 1e-3);
 
+  // From a random student, the forward KL(teacher || student) and the reverse KL(student ||
+  // teacher) of the first batch differ (values from these seeds); the cross-entropy does not.
+  for (const auto& [kl, want] : std::vector<std::pair<std::string, double>>{{"forward", 1.03355},
+                                                                           {"reverse", 0.79250}}) {
+    ASSERT_EQ(forge("train " + write_student(kl, 32, "kl: " + kl + ", alpha_cos: 0.5").string() +
+                    " train.max_steps=1 train.eval_every=0"),
+              0);
+    const MetricsRecord first = records(dir_ / kl, "train").at(1);
+    EXPECT_NEAR(*first.number("kd_loss"), want, 2e-3) << kl;
+    EXPECT_NEAR(*first.number("ce_loss"), 5.5377, 2e-3) << kl;
+  }
+
   // A student that is a copy of the teacher (every block, KL only): the KL's gradient is zero up to
   // rounding, which plain SGD leaves at that, so after a step the two still agree everywhere.
   ASSERT_EQ(forge("train " +
