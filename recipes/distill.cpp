@@ -99,6 +99,7 @@ MemoryEstimate estimate_distill(const RunConfig& config) {
   else
     nn::check_config(bert_config(config));
   const auto [file, teacher] = teacher_checkpoint(config);
+  // forge validate reports a student block the teacher lacks, as forge train would.
   teacher_blocks_for_student(config, teacher.model.n_layers);
   const int64_t student = num_parameters(config);
   const int64_t projection = config.get<double>("distill.alpha_cos") > 0 &&
@@ -127,11 +128,10 @@ Teacher load_teacher(const RunConfig& config) {
   Teacher t;
   RunConfig stored;
   std::tie(t.file, stored) = teacher_checkpoint(config);
-  if (config.model.arch == "gpt") {
+  if (config.model.arch == "gpt")
     t.gpt = std::move(load_gpt(t.file).model);
-  } else {
+  else
     t.bert = std::move(load_bert(t.file).model);
-  }
   t.n_layers = stored.model.n_layers;
   t.width = stored.model.d_model;
   if (stored.model.context < config.model.context)
