@@ -4,23 +4,11 @@
 
 #include <string>
 
+#include "recipes/bert_objective.h"
 #include "recipes/config.h"
 #include "recipes/registry.h"
 
 namespace forge {
-
-/// The `bert:` section (RunConfig::sections) as typed values.
-struct BertSettings {
-  int64_t type_vocab_size = 0;
-  double mask_prob = 0;
-  int64_t eval_pairs = 0;
-  int64_t paragraphs_per_document = 0;
-  bool sentence_breaks = false;
-};
-BertSettings bert_settings(const RunConfig& config);
-
-/// The `bert:` section: keys only the BERT recipe reads.
-ConfigSection bert_section();
 
 /// bert_pretrain for the registry.
 RecipeSpec bert_pretrain_recipe();

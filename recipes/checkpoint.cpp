@@ -314,8 +314,9 @@ H5File open_for_read(const fs::path& file) {
 }
 
 /// Root attributes (all required), and the config checksum, which HDF5's own metadata checksums
-/// do not cover (variable-length strings live in the unchecksummed global heap).
-CheckpointInfo read_header(const H5File& f) {
+/// do not cover (variable-length strings live in the unchecksummed global heap). The tensor count
+/// /auxiliary records for each auxiliary model goes to `auxiliary_tensors`.
+CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxiliary_tensors) {
   hid_t root = f.id.get();
   CheckpointInfo info;
   info.format_version = read_attr_i64(f, root, "/", "format_version");
@@ -332,25 +333,27 @@ CheckpointInfo read_header(const H5File& f) {
   uint32_t stored = uint32_t(read_attr_i64(f, root, "/", "config_crc32"));
   if (crc32(info.config_yaml.data(), info.config_yaml.size()) != stored)
     f.fail("checksum mismatch in attribute 'config': the file is corrupt");
-  if (H5Lexists(root, "counters", H5P_DEFAULT) <= 0) f.fail("missing group '/counters'");
-  Hid g = f.check(H5Gopen2(root, "counters", H5P_DEFAULT), H5Gclose,
-                  "cannot open group '/counters'");
-  std::vector<std::string> names;
-  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
-    static_cast<std::vector<std::string>*>(out)->push_back(name);
-    return 0;
+  // A group under the root and the names of its attributes.
+  auto open_group = [&](const std::string& name, std::vector<std::string>& names) {
+    Hid g = f.check(H5Gopen2(root, name.c_str(), H5P_DEFAULT), H5Gclose,
+                    "cannot open group '/" + name + "'");
+    auto collect = [](hid_t, const char* attr, const H5A_info_t*, void* out) -> herr_t {
+      static_cast<std::vector<std::string>*>(out)->push_back(attr);
+      return 0;
+    };
+    f.check(H5Aiterate2(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
+            "cannot list attributes of '/" + name + "'");
+    return g;
   };
-  f.check(H5Aiterate2(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
-          "cannot list attributes of '/counters'");
+  if (H5Lexists(root, "counters", H5P_DEFAULT) <= 0) f.fail("missing group '/counters'");
+  std::vector<std::string> names;
+  Hid g = open_group("counters", names);
   for (const std::string& name : names)
     info.counters[name] = read_attr_i64(f, g.get(), "'/counters'", name);
   // Written by runs that reference models they do not save; absent in older checkpoints.
   if (H5Lexists(root, "references", H5P_DEFAULT) > 0) {
-    Hid r = f.check(H5Gopen2(root, "references", H5P_DEFAULT), H5Gclose,
-                    "cannot open group '/references'");
     names.clear();
-    f.check(H5Aiterate2(r.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
-            "cannot list attributes of '/references'");
+    Hid r = open_group("references", names);
     for (const std::string& name : names) {
       size_t dot = name.rfind('.');
       std::string model = dot == std::string::npos ? "" : name.substr(0, dot);
@@ -367,7 +370,31 @@ CheckpointInfo read_header(const H5File& f) {
       if (ref.path.empty() || ref.digest.empty())
         f.fail("reference '" + model + "' in '/references' lacks its path or digest");
   }
+  // Written by runs that train models besides the main one; absent otherwise.
+  if (H5Lexists(root, "auxiliary", H5P_DEFAULT) > 0) {
+    names.clear();
+    Hid a = open_group("auxiliary", names);
+    for (const std::string& name : names) {
+      if (name.empty() || name.find('.') != std::string::npos)
+        f.fail("invalid auxiliary model name '" + name + "' in '/auxiliary'");
+      info.auxiliary.push_back(name);
+      auxiliary_tensors[name] = read_attr_i64(f, a.get(), "'/auxiliary'", name);
+    }
+  }
   return info;
+}
+
+// Each auxiliary model holds as many tensors under /model as /auxiliary records for it.
+void check_auxiliary(const H5File& f, const CheckpointInfo& info,
+                     const std::map<std::string, int64_t>& auxiliary_tensors,
+                     const std::vector<StoredSpec>& model) {
+  for (const std::string& name : info.auxiliary) {
+    int64_t n = 0;
+    for (const StoredSpec& s : model) n += is_auxiliary_tensor({name}, s.spec.name);
+    if (n != auxiliary_tensors.at(name))
+      f.fail("'/auxiliary' records " + std::to_string(auxiliary_tensors.at(name)) +
+             " tensors of model '" + name + "', '/model' holds " + std::to_string(n));
+  }
 }
 
 std::vector<TensorSpec> plain_specs(const std::vector<StoredSpec>& stored) {
@@ -492,6 +519,17 @@ void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
       write_attr_str(f, g.get(), model + ".digest", ref.digest);
     }
   }
+  if (!data.auxiliary.empty()) {
+    Hid g = f.check(H5Gcreate2(root, "auxiliary", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    H5Gclose, "cannot create group '/auxiliary'");
+    for (const std::string& model : data.auxiliary) {
+      FORGE_CHECK(!model.empty() && model.find('.') == std::string::npos,
+                  "save_checkpoint: invalid auxiliary model name '", model, "'");
+      int64_t tensors = 0;
+      for (const NamedTensor& t : data.model) tensors += is_auxiliary_tensor({model}, t.name);
+      write_attr_i64(f, g.get(), model, tensors);
+    }
+  }
   write_group(f, "/model", data.model);
   write_group(f, "/optim", data.optim);
   f.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "cannot flush checkpoint (disk full?)");
@@ -543,6 +581,24 @@ int64_t CheckpointInfo::model_numel() const {
   int64_t n = 0;
   for (const TensorSpec& s : model) n += shape_numel(s.shape);
   return n;
+}
+
+std::vector<TensorSpec> CheckpointInfo::main_model() const {
+  std::vector<TensorSpec> out;
+  for (const TensorSpec& s : model)
+    if (!is_auxiliary_tensor(auxiliary, s.name)) out.push_back(s);
+  return out;
+}
+
+int64_t CheckpointInfo::main_model_numel() const {
+  int64_t n = 0;
+  for (const TensorSpec& s : main_model()) n += shape_numel(s.shape);
+  return n;
+}
+
+bool is_auxiliary_tensor(const std::vector<std::string>& auxiliary, const std::string& name) {
+  return std::any_of(auxiliary.begin(), auxiliary.end(),
+                     [&](const std::string& m) { return name.rfind(m + ".", 0) == 0; });
 }
 
 int64_t CheckpointInfo::optim_numel() const {
@@ -623,7 +679,9 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
 
 void verify_checkpoint(const fs::path& file) {
   H5File f = open_for_read(file);
-  read_header(f);
+  std::map<std::string, int64_t> auxiliary_tensors;
+  CheckpointInfo info = read_header(f, auxiliary_tensors);
+  check_auxiliary(f, info, auxiliary_tensors, read_group_specs(f, "/model", true));
   std::vector<unsigned char> buffer;
   for (const char* group : {"/model", "/optim"}) {
     for (const StoredSpec& s : read_group_specs(f, group, std::string(group) == "/model")) {
@@ -676,8 +734,11 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir, std::string* 
 
 CheckpointInfo read_checkpoint_info(const fs::path& file) {
   H5File f = open_for_read(file);
-  CheckpointInfo info = read_header(f);
-  info.model = plain_specs(read_group_specs(f, "/model", true));
+  std::map<std::string, int64_t> auxiliary_tensors;
+  CheckpointInfo info = read_header(f, auxiliary_tensors);
+  std::vector<StoredSpec> model = read_group_specs(f, "/model", true);
+  check_auxiliary(f, info, auxiliary_tensors, model);
+  info.model = plain_specs(model);
   info.optim = plain_specs(read_group_specs(f, "/optim", false));
   return info;
 }
@@ -685,13 +746,17 @@ CheckpointInfo read_checkpoint_info(const fs::path& file) {
 CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpec>& expected_model,
                                const LoadOptions& options) {
   H5File f = open_for_read(file);
-  CheckpointInfo info = read_header(f);
+  std::map<std::string, int64_t> auxiliary_tensors;
+  CheckpointInfo info = read_header(f, auxiliary_tensors);
   std::vector<StoredSpec> model = read_group_specs(f, "/model", true);
-  if (options.model_subset) {
-    std::set<std::string> wanted;
-    for (const TensorSpec& e : expected_model) wanted.insert(e.name);
-    std::erase_if(model, [&](const StoredSpec& s) { return !wanted.count(s.spec.name); });
-  }
+  check_auxiliary(f, info, auxiliary_tensors, model);
+  std::set<std::string> expected_names;
+  for (const TensorSpec& e : expected_model) expected_names.insert(e.name);
+  std::erase_if(model, [&](const StoredSpec& s) {
+    return is_auxiliary_tensor(info.auxiliary, s.spec.name) && !expected_names.count(s.spec.name);
+  });
+  if (options.model_subset)
+    std::erase_if(model, [&](const StoredSpec& s) { return !expected_names.count(s.spec.name); });
   check_specs(f, "model parameter", model, expected_model);
   std::vector<StoredSpec> optim;
   std::vector<TensorSpec> optim_order;
@@ -710,6 +775,7 @@ CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpe
   data.config_yaml = std::move(info.config_yaml);
   data.counters = std::move(info.counters);
   data.references = std::move(info.references);
+  data.auxiliary = std::move(info.auxiliary);
   data.model = read_tensors(f, "/model", model, expected_model);
   data.optim = read_tensors(f, "/optim", optim, optim_order);
   return data;

@@ -41,6 +41,9 @@ struct CheckpointData {
   std::map<std::string, int64_t> counters;
   /// By model name ("model" for the run's main model); stored under /references.
   std::map<std::string, ModelReference> references;
+  /// Trained models saved beside the main one (a distillation's cos_projection), their tensors in
+  /// `model` as "<name>.<tensor>"; stored under /auxiliary.
+  std::vector<std::string> auxiliary;
 };
 
 /// A tensor's name, shape and dtype: what a caller expects a checkpoint to contain.
@@ -63,11 +66,18 @@ struct CheckpointInfo {
   std::string forge_version;
   std::map<std::string, int64_t> counters;
   std::map<std::string, ModelReference> references;
+  std::vector<std::string> auxiliary;
   std::vector<TensorSpec> model;  // in the order they were saved
   std::vector<TensorSpec> optim;
   int64_t model_numel() const;
   int64_t optim_numel() const;
+  /// The tensors of the main model: `model` without those of the auxiliary models.
+  std::vector<TensorSpec> main_model() const;
+  int64_t main_model_numel() const;
 };
+
+/// Whether tensor `name` belongs to one of the `auxiliary` models ("<model>.<tensor>").
+bool is_auxiliary_tensor(const std::vector<std::string>& auxiliary, const std::string& name);
 
 /// What load_checkpoint checks and reads besides the model.
 struct LoadOptions {
@@ -103,7 +113,8 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
                                                        std::string* warning = nullptr);
 
 /// Reads a checkpoint. Names, shapes and dtypes of `/model` must match `expected_model` exactly
-/// (checked before any data is read); the returned model tensors follow `expected_model`'s order.
+/// (checked before any data is read), except that tensors of auxiliary models the caller does not
+/// expect are left unread; the returned model tensors follow `expected_model`'s order.
 /// Any problem (not HDF5, truncated, checksum mismatch, missing attribute, missing/unexpected
 /// parameter, shape or dtype mismatch, newer format) throws Error(checkpoint, "<file>: ...").
 CheckpointData load_checkpoint(const std::filesystem::path& file,

@@ -197,9 +197,12 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
                        [&](const std::string& p) { return glob_match(p, name); });
   };
   CheckpointInfo info = read_checkpoint_info(file);
+  // The tensors of the source's auxiliary models (a distillation's cos_projection) are not part of
+  // the model it holds.
+  const std::vector<TensorSpec> source_model = info.main_model();
   std::map<std::string, const TensorSpec*> source;  // by target name
   InitReport report;
-  for (const TensorSpec& spec : info.model) {
+  for (const TensorSpec& spec : source_model) {
     std::string target = renamed(spec.name);
     if (!source.emplace(target, &spec).second)
       throw Error(ExitCode::checkpoint, detail::concat(file.string(), ": tensors '", spec.name,
@@ -229,7 +232,7 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
     targets.push_back(t);
     used.insert(t.name);
   }
-  for (const TensorSpec& spec : info.model) {  // in the file's order
+  for (const TensorSpec& spec : source_model) {  // in the file's order
     const std::string target = renamed(spec.name);
     if (used.count(target)) continue;
     if (!any_match(options.allow_unexpected, target))
@@ -285,11 +288,11 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
   RunConfig config = stored_config(info, file, arch);
   // The stored config decides what gets allocated, so it must agree with the tensors the file
   // holds before the model is built: a config claiming a huge model costs nothing to write.
-  if (int64_t expected = num_parameters(model_config(config)); expected != info.model_numel())
+  if (int64_t expected = num_parameters(model_config(config)); expected != info.main_model_numel())
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": its stored config describes ", expected,
-                               " parameters but the file holds ", info.model_numel(),
-                               " values under /model"));
+                               " parameters but the file holds ", info.main_model_numel(),
+                               " values of its model under /model"));
   Generator gen(uint64_t(config.seed));
   auto model = std::make_unique<Model>(model_config(config), gen);
   LoadOptions options;

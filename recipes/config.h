@@ -93,8 +93,8 @@ struct TrainConfig {
 };
 
 /// A value of any config key (std::array<double, 2> fields travel as a 2-element vector).
-using ConfigValue =
-    std::variant<int64_t, double, bool, std::string, std::vector<double>, std::vector<std::string>>;
+using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<double>,
+                                 std::vector<std::string>, std::vector<int64_t>>;
 
 struct RunConfig {
   std::string recipe;
@@ -110,8 +110,9 @@ struct RunConfig {
   std::map<std::string, ConfigValue> sections;
   bool operator==(const RunConfig&) const = default;
 
-  /// The value of a section key. T is int64_t, double, bool, std::string, std::vector<double> or
-  /// std::vector<std::string> (section keys cannot be std::array<double, 2>: use a number list).
+  /// The value of a section key. T is int64_t, double, bool, std::string, std::vector<double>,
+  /// std::vector<std::string> or std::vector<int64_t> (section keys cannot be
+  /// std::array<double, 2>: use a number list).
   /// Throws Error(internal) naming the path when it is absent or holds another type.
   template <class T>
   const T& get(const std::string& path) const;
@@ -120,7 +121,7 @@ struct RunConfig {
 /// What a key accepts. `path` is a string naming a file that must exist when non-empty;
 /// `checkpoint` names a checkpoint file or a run directory whose latest checkpoint is meant.
 enum class ConfigType {
-  integer, number, boolean, string, path, checkpoint, choice, number_list, string_list
+  integer, number, boolean, string, path, checkpoint, choice, number_list, string_list, integer_list
 };
 
 /// A numeric interval written as in the docs: ">= 0", "> 0", "[0, 1)", "(0, 1]"; "" = any.
@@ -139,13 +140,16 @@ struct ConfigKey {
   ConfigType type;
   ConfigValue default_value;
   bool required;
-  ConfigRange range;                 ///< numbers and the elements of number lists
+  ConfigRange range;                 ///< numbers and the elements of number and integer lists
   std::vector<std::string> choices;  ///< choice keys
   size_t list_size;                  ///< number lists: exact length
   std::string shown_default;         ///< docs text when the default is derived ("" = the value)
   std::vector<std::string> aliases;  ///< names other tools use; only feed "did you mean"
   std::string doc;                   ///< one line
   bool architecture;                 ///< the weights fix it: model.init_from's checkpoint decides
+  /// Checkpoint keys: keys of this run that the named model's stored config fixes (a teacher's
+  /// vocabulary), taken from it when the config leaves them out; another value is a config error.
+  std::vector<std::string> inherits;
   std::function<void(RunConfig&, const ConfigValue&)> set;
   std::function<ConfigValue(const RunConfig&)> get;
 };

@@ -1,13 +1,15 @@
 // Config loading: the YAML walk that checks a file against the schema, `key.path=value` overrides,
 // recipe sections only where the active recipe reads them, files and checkpoints that must exist,
-// the architecture a model.init_from checkpoint fixes, derived defaults, and the rules across keys
-// (the common ones here, the recipes' own from the registry). Problems are collected, not thrown
-// one by one, so a user fixes a whole file in one round trip (docs/config.md).
+// the keys that another model fixes (model.init_from's architecture, a teacher's vocabulary),
+// derived defaults, and the rules across keys (the common ones here, the recipes' own from the
+// registry). Problems are collected, not thrown one by one, so a user fixes a whole file in one
+// round trip (docs/config.md).
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -124,7 +126,7 @@ class Loader : public ConfigChecker {
     check_sections();
     if (files_ == ConfigFiles::check) {
       check_files();
-      inherit_architecture();
+      inherit_from_checkpoints();
     }
     resolve_derived();
     check_cross_fields();
@@ -358,6 +360,27 @@ class Loader : public ConfigChecker {
         if (!ok) return std::nullopt;
         return xs;
       }
+      case ConfigType::integer_list: {
+        if (!node.IsSequence()) {
+          error(where, label + ": expected a list of integers, got " + describe(node));
+          return std::nullopt;
+        }
+        std::vector<int64_t> xs;
+        for (size_t i = 0; i < node.size(); ++i) {
+          const std::string element = label + "[" + std::to_string(i) + "]";
+          std::optional<int64_t> x;
+          if (node[i].IsScalar() && node[i].Tag() != "!") x = parse_integer(node[i].Scalar());
+          if (!x)
+            error(element_at(node[i], where),
+                  element + ": expected an integer, got " + describe(node[i]));
+          else if (!key.range.contains(static_cast<double>(*x)))
+            range_error(key, element, node[i].Scalar(), element_at(node[i], where));
+          else
+            xs.push_back(*x);
+        }
+        if (xs.size() != node.size()) return std::nullopt;
+        return xs;
+      }
     }
     return std::nullopt;
   }
@@ -448,13 +471,27 @@ class Loader : public ConfigChecker {
     }
   }
 
-  // With model.init_from, the keys the weights fix come from the source checkpoint's stored
-  // config; a different value set by the file or an override is an error at that key. Section
-  // keys count only when both recipes read the section.
-  void inherit_architecture() {
-    const std::string from = config_.model.init_from;
+  // Keys that another model fixes come from the config stored in its checkpoint: the architecture
+  // for model.init_from, the keys a checkpoint key lists in `inherits` (a teacher's vocabulary and
+  // family). A value set by the file or an override that differs is an error at that key, and so
+  // are two sources that disagree. Section keys count only when both recipes read the section.
+  void inherit_from_checkpoints() {
+    for (const ConfigKey& source : config_schema()) {
+      if (source.type != ConfigType::checkpoint) continue;
+      if (source.path == "model.init_from")
+        inherit_from(source, [](const ConfigKey& key) { return key.architecture; });
+      else if (!source.inherits.empty())
+        inherit_from(source, [&](const ConfigKey& key) {
+          return std::find(source.inherits.begin(), source.inherits.end(), key.path) !=
+                 source.inherits.end();
+        });
+    }
+  }
+
+  void inherit_from(const ConfigKey& source, const std::function<bool(const ConfigKey&)>& fixes) {
+    const std::string from = std::get<std::string>(source.get(config_));
     // check_files resolved (and verified) it, or reported why not.
-    auto resolved = resolved_.find("model.init_from");
+    auto resolved = resolved_.find(source.path);
     if (from.empty() || resolved == resolved_.end()) return;
     RunConfig stored;
     try {
@@ -471,8 +508,9 @@ class Loader : public ConfigChecker {
       if (!checkpoint_error_) checkpoint_error_ = e;
       return;
     }
+    const std::string origin = source.path + " '" + from + "'";
     for (const ConfigKey& key : config_schema()) {
-      if (!key.architecture) continue;
+      if (!fixes(key)) continue;
       if (std::string section = recipe_section_of(key.path);
           !section.empty() && !(recipe_reads(config_, section) && recipe_reads(stored, section)))
         continue;
@@ -480,13 +518,23 @@ class Loader : public ConfigChecker {
       if (auto it = where_.find(key.path); it != where_.end()) {
         ConfigValue ours = key.get(config_);
         if (bad_.count(key.path) || ours == theirs) continue;
-        error(it->second, key.path + ": the config says " + format_config_value(ours) +
-                              ", but model.init_from '" + from + "' was trained with " +
-                              format_config_value(theirs));
+        error(it->second, key.path + ": the config says " + format_config_value(ours) + ", but " +
+                              origin + " was trained with " + format_config_value(theirs));
         bad_.insert(key.path);
         continue;
       }
+      if (auto it = inherited_.find(key.path); it != inherited_.end()) {
+        ConfigValue first = key.get(config_);
+        if (first != theirs) {
+          error(where_missing(key.path), key.path + ": " + it->second + " was trained with " +
+                                             format_config_value(first) + ", but " + origin +
+                                             " with " + format_config_value(theirs));
+          bad_.insert(key.path);
+        }
+        continue;
+      }
       key.set(config_, theirs);
+      inherited_[key.path] = origin;
     }
   }
 
@@ -578,6 +626,7 @@ class Loader : public ConfigChecker {
   ConfigFiles files_;
   RunConfig config_;
   std::map<std::string, std::filesystem::path> resolved_;  // checkpoint keys, resolved
+  std::map<std::string, std::string> inherited_;  // keys taken from a stored config: by whom
   std::map<std::string, Where> where_;  // keys and sections given by the file or an override
   std::set<std::string> bad_;           // keys whose given value was rejected
   std::vector<Problem> problems_;

@@ -38,6 +38,7 @@ std::string config_type_name(const ConfigKey& key) {
     case ConfigType::choice: return "choice";
     case ConfigType::number_list: return "list of " + std::to_string(key.list_size) + " numbers";
     case ConfigType::string_list: return "list of strings";
+    case ConfigType::integer_list: return "list of integers";
   }
   return "";
 }

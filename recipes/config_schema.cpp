@@ -61,6 +61,10 @@ KeySpec KeySpec::fixes_architecture() && {
   architecture = true;
   return std::move(*this);
 }
+KeySpec KeySpec::inherits_keys(std::vector<std::string> keys) && {
+  inherits = std::move(keys);
+  return std::move(*this);
+}
 
 KeySpec integer_key(int64_t def, std::string range) {
   return {.type = ConfigType::integer, .def = def, .range = std::move(range)};
@@ -92,6 +96,9 @@ KeySpec number_list_key(std::vector<double> def, std::string range) {
 KeySpec string_list_key(std::vector<std::string> def) {
   return {.type = ConfigType::string_list, .def = std::move(def)};
 }
+KeySpec integer_list_key(std::vector<int64_t> def, std::string range) {
+  return {.type = ConfigType::integer_list, .def = std::move(def), .range = std::move(range)};
+}
 
 ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,
                           std::function<void(RunConfig&, const ConfigValue&)> set,
@@ -100,7 +107,7 @@ ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,
                    spec.required,         ConfigRange::parse(spec.range),
                    std::move(spec.choices), spec.list_size, std::move(spec.shown),
                    std::move(spec.aliases), std::move(doc), spec.architecture,
-                   std::move(set),        std::move(get)};
+                   std::move(spec.inherits), std::move(set), std::move(get)};
 }
 
 ConfigKey section_key(std::string path, KeySpec spec, std::string doc) {
@@ -404,5 +411,6 @@ template const std::string& RunConfig::get<std::string>(const std::string&) cons
 template const std::vector<double>& RunConfig::get<std::vector<double>>(const std::string&) const;
 template const std::vector<std::string>& RunConfig::get<std::vector<std::string>>(
     const std::string&) const;
+template const std::vector<int64_t>& RunConfig::get<std::vector<int64_t>>(const std::string&) const;
 
 }  // namespace forge

@@ -124,6 +124,9 @@ struct ValueFormatter {
   std::string operator()(const std::string& v) const { return format_string(v); }
   std::string operator()(const std::vector<double>& v) const { return list(v, format_number); }
   std::string operator()(const std::vector<std::string>& v) const { return list(v, format_string); }
+  std::string operator()(const std::vector<int64_t>& v) const {
+    return list(v, [](int64_t x) { return std::to_string(x); });
+  }
   template <class X, class F>
   static std::string list(const std::vector<X>& xs, F format) {
     std::string out = "[";

@@ -62,39 +62,59 @@ LMSplits load_lm_splits(const RunConfig& config) {
           std::make_unique<LMWindows>(split.val, T)};
 }
 
-MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch) {
-  Tensor logits = model.forward(batch.ids);
-  int64_t V = logits.size(-1);
+LMForward lm_forward(const nn::GPT& model, const LMBatch& batch) {
+  LMForward r;
+  r.hidden = model.forward(batch.ids, nn::GPTOutput::hidden);
+  Tensor logits = model.head(r.hidden);
+  r.logits = reshape(logits, {-1, logits.size(-1)});
+  r.targets = reshape(batch.targets, {-1});
   CrossEntropyOptions ce;
   ce.reduction = Reduction::sum;
   ce.ignore_index = LMWindows::kIgnoreTarget;
-  Tensor flat_targets = reshape(batch.targets, {-1});
-  Tensor loss = cross_entropy(reshape(logits, {-1, V}), flat_targets, ce);
-  int64_t scored = 0;
-  const int64_t* t = flat_targets.contiguous().data<int64_t>();
-  for (int64_t i = 0; i < flat_targets.numel(); ++i) scored += t[i] != LMWindows::kIgnoreTarget;
-  return {loss, scored};
+  r.loss_sum = cross_entropy(r.logits, r.targets, ce);
+  r.num_targets = count_scored(r.targets);
+  return r;
+}
+
+int64_t count_scored(const Tensor& targets) {
+  const Tensor flat = targets.contiguous();
+  const int64_t* t = flat.data<int64_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < flat.numel(); ++i) n += t[i] != LMWindows::kIgnoreTarget;
+  return n;
+}
+
+MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch) {
+  LMForward r = lm_forward(model, batch);
+  return {r.loss_sum, r.num_targets};
+}
+
+void for_each_eval_batch(const LMWindows& val, int64_t batch_size, int64_t batches, bool full,
+                         const std::function<void(const LMBatch&)>& run) {
+  const int64_t windows = val.num_eval_windows();
+  int64_t batches_run = 0;
+  auto at = [&](int64_t first) {
+    if (batches_run++ > 0 && stop_requested()) return;  // between batches: the loss needs one
+    run(val.eval_batch(first, batch_size));
+  };
+  if (full || batches == 0 || batches * batch_size >= windows) {
+    for (int64_t first = 0; first < windows; first += batch_size) at(first);
+  } else {
+    // Evenly spread blocks, so a partial evaluation samples the whole split, not its beginning.
+    for (int64_t j = 0; j < batches; ++j)
+      at(batches == 1 ? 0 : j * (windows - batch_size) / (batches - 1));
+  }
 }
 
 Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, int64_t batches,
                 bool full) {
-  int64_t windows = val.num_eval_windows();
   double total = 0;
   int64_t targets = 0;
-  int64_t batches_run = 0;
-  auto run = [&](int64_t first) {
-    if (batches_run++ > 0 && stop_requested()) return;  // between batches: the loss needs one
-    MicroBatchLoss r = lm_loss(model, val.eval_batch(first, batch_size));
+  for_each_eval_batch(val, batch_size, batches, full, [&](const LMBatch& batch) {
+    MicroBatchLoss r = lm_loss(model, batch);
     total += r.loss_sum.item();
     targets += r.num_targets;
-  };
-  if (full || batches == 0 || batches * batch_size >= windows) {
-    for (int64_t first = 0; first < windows; first += batch_size) run(first);
-  } else {
-    // Evenly spread blocks, so a partial evaluation samples the whole split, not its beginning.
-    for (int64_t j = 0; j < batches; ++j)
-      run(batches == 1 ? 0 : j * (windows - batch_size) / (batches - 1));
-  }
+  });
   double loss = total / double(targets);
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }

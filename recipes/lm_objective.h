@@ -3,6 +3,7 @@
 // next-token cross-entropy per batch, validation loss over the windows, and a sample.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,8 +26,26 @@ struct LMSplits {
 /// data.val_fraction (whole documents of a dataset).
 LMSplits load_lm_splits(const RunConfig& config);
 
+/// One batch through a GPT: the final hidden states [B, T, C], the logits as rows [B*T, V], their
+/// targets [B*T] (LMWindows::kIgnoreTarget where nothing is scored), the summed cross-entropy (with
+/// graph) and the number of scored targets.
+struct LMForward {
+  Tensor hidden, logits, targets, loss_sum;
+  int64_t num_targets = 0;
+};
+LMForward lm_forward(const nn::GPT& model, const LMBatch& batch);
+
+/// How many of `targets` are scored (not LMWindows::kIgnoreTarget).
+int64_t count_scored(const Tensor& targets);
+
 /// Summed cross-entropy of a batch and its number of scored targets.
 MicroBatchLoss lm_loss(const nn::GPT& model, const LMBatch& batch);
+
+/// Calls `run` on the validation batches lm_eval scores: every window (`full`, or `batches` 0),
+/// else `batches` evenly spread blocks of windows; after a stop request (stop_requested()) no
+/// further batch than the first.
+void for_each_eval_batch(const LMWindows& val, int64_t batch_size, int64_t batches, bool full,
+                         const std::function<void(const LMBatch&)>& run);
 
 /// Validation loss, perplexity and scored tokens: over every window (`full`, or `batches` 0), else
 /// over `batches` evenly spread blocks of windows; after a stop request (stop_requested()) no

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "recipes/bert_objective.h"
 #include "recipes/bert_pretrain.h"
+#include "recipes/distill.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
 #include "recipes/lora_config.h"
@@ -17,6 +19,7 @@ const std::vector<RecipeSpec>& recipe_registry() {
       gpt_pretrain_recipe(),
       bert_pretrain_recipe(),
       finetune_recipe(),
+      distill_recipe(),
   };
   return recipes;
 }
@@ -26,6 +29,7 @@ const std::vector<ConfigSection>& config_sections() {
       bert_section(),
       lora_section(),
       finetune_section(),
+      distill_section(),
   };
   return sections;
 }

@@ -79,12 +79,15 @@ struct KeySpec {
   std::string shown{};
   std::vector<std::string> aliases{};
   bool architecture = false;
+  std::vector<std::string> inherits{};
   /// Names other tools use for the key; they only feed "did you mean".
   KeySpec aka(std::vector<std::string> names) &&;
   /// The default as the docs show it, when it is derived.
   KeySpec shown_as(std::string text) &&;
   /// The weights fix this key (ConfigKey::architecture).
   KeySpec fixes_architecture() &&;
+  /// A checkpoint key whose model's stored config fixes `keys` of this run (ConfigKey::inherits).
+  KeySpec inherits_keys(std::vector<std::string> keys) &&;
 };
 
 KeySpec integer_key(int64_t def, std::string range);
@@ -98,6 +101,8 @@ KeySpec checkpoint_key();
 KeySpec choice_key(std::string def, std::vector<std::string> choices);
 KeySpec number_list_key(std::vector<double> def, std::string range);
 KeySpec string_list_key(std::vector<std::string> def = {});
+/// Any number of integers, each within `range`.
+KeySpec integer_list_key(std::vector<int64_t> def, std::string range);
 
 /// A key of `set`/`get` functions and the parts a spec and a doc give.
 ConfigKey make_config_key(std::string path, KeySpec spec, std::string doc,

@@ -188,6 +188,7 @@ class RunModels {
         continue;
       }
       trainable++;
+      if (!m.name.empty()) auxiliary_.push_back(m.name);
       const std::string prefix = m.name.empty() ? "" : m.name + ".";
       for (const NamedTensor& t : m.module->named_state())
         if (!m.adapters_only || trained.count(t.tensor.impl()))
@@ -204,6 +205,8 @@ class RunModels {
   }
   const NamedTensors& saved() const { return saved_; }
   const std::map<std::string, ModelReference>& references() const { return references_; }
+  /// The trained models besides the main one, saved as "<name>.<tensor>".
+  const std::vector<std::string>& auxiliary() const { return auxiliary_; }
 
   // A checkpoint written against other sources than this run's would continue a different run.
   void check_references(const CheckpointInfo& info, const fs::path& file) const {
@@ -234,6 +237,7 @@ class RunModels {
   std::vector<RunModel> models_;
   NamedTensors saved_;
   std::map<std::string, ModelReference> references_;
+  std::vector<std::string> auxiliary_;
 };
 
 // Loads the latest checkpoint into the trained models and the optimizer; returns the step to
@@ -317,6 +321,7 @@ void save(const RunConfig& config, int64_t step, const RunModels& models,
   data.model = models.saved();
   data.optim = optimizer.state();
   data.references = models.references();
+  data.auxiliary = models.auxiliary();
   data.counters["rng.seed"] = config.seed;
   if (recipe.data_state) data.counters.merge(recipe.data_state());
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));

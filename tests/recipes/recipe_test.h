@@ -1,18 +1,25 @@
 // What recipe tests share: a fresh directory per test holding the first 40 KB of Tiny Shakespeare
-// as corpus.txt, the forge binary run as a user would run it, and the step-by-step numbers of a
-// run's train lines (for comparing an interrupted run with an uninterrupted one).
+// as corpus.txt, the forge binary run as a user would run it (with or without its output), the
+// step-by-step numbers of a run's train lines and the tensors of its latest checkpoint (for
+// comparing an interrupted run with an uninterrupted one).
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
 #include "recipes/metrics.h"
 
 namespace forge::testing {
@@ -38,6 +45,42 @@ class RecipeTest : public ::testing::Test {
     int status = std::system(cmd.c_str());
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
+  }
+
+  // Runs the forge binary; its exit code (128 + signal when killed) and stdout + stderr.
+  std::pair<int, std::string> forge_output(const std::string& args, const std::string& env = "") {
+    const std::filesystem::path out = dir_ / "forge.out";
+    std::string cmd = env + " " + FORGE_BINARY + " " + args + " >" + out.string() + " 2>&1";
+    int status = std::system(cmd.c_str());
+    int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    std::ifstream in(out, std::ios::binary);
+    return {code, std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+
+  // Every tensor of a run's latest checkpoint, by name.
+  static std::map<std::string, std::vector<float>> saved_tensors(const std::filesystem::path& run) {
+    const std::filesystem::path file = resolve_checkpoint(run);
+    CheckpointData data = load_checkpoint(file, read_checkpoint_info(file).model);
+    std::map<std::string, std::vector<float>> out;
+    for (const NamedTensor& t : data.model) out[t.name] = t.tensor.to_vector<float>();
+    return out;
+  }
+
+  // `key` of each of a run's `split` lines, by step.
+  static std::map<int64_t, double> losses(const std::filesystem::path& run,
+                                          const std::string& split,
+                                          const std::string& key = "loss") {
+    std::map<int64_t, double> out;
+    for (const auto& r : read_metrics(run / "metrics.jsonl"))
+      if (r.split == split) out[r.step] = *r.number(key);
+    return out;
+  }
+
+  // A value as `forge eval` prints it.
+  static std::string g6(double x) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.6g", x);
+    return s;
   }
 
   // "step key1 key2 ..." of each train line; elapsed_s and tokens_per_s differ between runs, so

@@ -209,8 +209,8 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
             line("x.yaml:4:15", "model.norm: must be one of layernorm, rmsnorm; got 'rms_norm' "
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
-            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune; got 'gpt_pretrian' "
-                               "(did you mean 'gpt_pretrain'?)"));
+            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill; "
+                               "got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
 }
 
 TEST(ConfigErrors, MissingRequiredKeyPointsAtItsSection) {
@@ -495,7 +495,8 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
                               [&](const ConfigSection& s) { return s.name == section; }))
           << recipe.name << " reads an unknown section " << section;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill"}));
   EXPECT_EQ(find_config_key("recipe")->choices, names);
   EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
   try {
@@ -504,9 +505,10 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::usage);
     EXPECT_EQ(std::string(e.what()),
-              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain, finetune)");
+              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain, finetune, "
+              "distill)");
   }
-  EXPECT_EQ(recipes_reading("bert"), std::vector<std::string>{"bert_pretrain"});
+  EXPECT_EQ(recipes_reading("bert"), (std::vector<std::string>{"bert_pretrain", "distill"}));
   // Section keys are schema keys, after the common ones, under their section's name.
   for (const ConfigSection& section : config_sections())
     for (const ConfigKey& key : section.keys) {
@@ -517,20 +519,43 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
     }
 }
 
+// Lists of integers take integers only, each within the key's range, each error at its element.
+TEST(ConfigValues, IntegerListsNameTheBadElement) {
+  const std::string distill = "recipe: distill\ndata: {train: " + std::string(kTiny) + "}\n";
+  EXPECT_EQ(errors_of(distill + "distill: {init_from_teacher: blocks, teacher_blocks: [1, 2.5, -1, x]}\n"),
+            line("x.yaml:3:58", "distill.teacher_blocks[1]: expected an integer, got '2.5'") + "\n" +
+                line("x.yaml:3:63", "distill.teacher_blocks[2]: must be >= 0, got -1") + "\n" +
+                line("x.yaml:3:67", "distill.teacher_blocks[3]: expected an integer, got 'x'") +
+                "\n" + line("x.yaml", "distill.teacher: recipe distill needs a teacher; name its "
+                                       "run directory or checkpoint"));
+  EXPECT_EQ(errors_of(distill, {"distill.teacher_blocks=3"}),
+            line("override 'distill.teacher_blocks=3'",
+                 "distill.teacher_blocks: expected a list of integers, got '3'") +
+                "\n" + line("x.yaml", "distill.teacher: recipe distill needs a teacher; name its "
+                                       "run directory or checkpoint"));
+  RunConfig c = load_config_string(distill + "distill: {teacher: runs/t, init_from_teacher: "
+                                   "blocks, teacher_blocks: [4, 0, 2, 6]}\n",
+                                   "x.yaml", {"model.n_layers=4"}, ConfigFiles::skip);
+  EXPECT_EQ(c.get<std::vector<int64_t>>("distill.teacher_blocks"),
+            (std::vector<int64_t>{4, 0, 2, 6}));
+  EXPECT_NE(to_yaml(c).find("  teacher_blocks: [4, 0, 2, 6]\n"), std::string::npos);
+  EXPECT_EQ(load_config_string(to_yaml(c), "y.yaml", {}, ConfigFiles::skip), c);
+}
+
 TEST(ConfigSections, NotReadByTheRecipeIsOneErrorAtTheSection) {
   EXPECT_EQ(errors_of(minimal("bert: {mask_prob: 0.2, eval_pairs: 5}\n")),
             line("x.yaml:4:1", "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
-                               "bert_pretrain)"));
+                               "bert_pretrain, distill)"));
   EXPECT_EQ(errors_of(minimal(), {"bert.mask_prob=0.2"}),
             line("override 'bert.mask_prob=0.2'",
                  "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
-                 "bert_pretrain)"));
+                 "bert_pretrain, distill)"));
   // The recipe may come after the section, or from an override.
   EXPECT_NO_THROW(load_config_string(kBert, "x.yaml", {"bert.mask_prob=0.2"}));
   EXPECT_EQ(errors_of("bert: {eval_pairs: 5}\n" + kBert, {"recipe=gpt_pretrain",
                                                            "model.arch=gpt"}),
             line("x.yaml:1:1", "section 'bert' is not read by recipe gpt_pretrain (it is read by: "
-                               "bert_pretrain)"));
+                               "bert_pretrain, distill)"));
 }
 
 TEST(ConfigSections, KeysHaveDefaultsOverridesRangesAndRoundTrip) {

@@ -101,40 +101,9 @@ class FinetuneRecipe : public testing::RecipeTest {
     return dir_ / (name + ".jsonl");
   }
 
-  // Runs the forge binary; its exit code (128 + signal when killed) and stdout + stderr.
-  std::pair<int, std::string> forge_output(const std::string& args, const std::string& env = "") {
-    const fs::path out = dir_ / "forge.out";
-    std::string cmd = env + " " + FORGE_BINARY + " " + args + " >" + out.string() + " 2>&1";
-    int status = std::system(cmd.c_str());
-    int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    return {code, testing::read_file(out)};
-  }
-
   static std::vector<std::string> lines(const fs::path& run) {
     return RecipeTest::train_lines(run, {"loss", "grad_norm", "lr"});
   }
-  // `key` of each of a run's `split` lines, by step.
-  static std::map<int64_t, double> losses(const fs::path& run, const std::string& split,
-                                          const std::string& key = "loss") {
-    std::map<int64_t, double> out;
-    for (const auto& r : read_metrics(run / "metrics.jsonl"))
-      if (r.split == split) out[r.step] = *r.number(key);
-    return out;
-  }
-  // Every tensor of a run's latest checkpoint, by name.
-  static std::map<std::string, std::vector<float>> saved_tensors(const fs::path& run) {
-    const fs::path file = resolve_checkpoint(run);
-    CheckpointData data = load_checkpoint(file, read_checkpoint_info(file).model);
-    std::map<std::string, std::vector<float>> out;
-    for (const NamedTensor& t : data.model) out[t.name] = t.tensor.to_vector<float>();
-    return out;
-  }
-  static std::string g6(double x) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.6g", x);
-    return s;
-  }
-
   fs::path base_, base_file_;
 };
 
