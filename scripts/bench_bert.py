@@ -102,7 +102,9 @@ class Bert(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.zeros_(module.bias)
 
-    def forward(self, ids, segments, key_bias, mlm_positions, mlm_targets, nsp_labels):
+    def pair_losses(self, ids, segments, key_bias, mlm_positions, mlm_targets, nsp_labels):
+        """Summed MLM and NSP cross-entropy, the final hidden states [B, T, C] and the MLM logits
+        of the chosen rows, as Forge's recipes/bert_objective.cpp pair_losses."""
         B, T = ids.shape
         C = self.tok_emb.embedding_dim
         x = self.tok_emb(ids) + self.pos_emb.weight[:T] + self.seg_emb(segments)
@@ -116,7 +118,10 @@ class Bert(nn.Module):
         mlm_logits = F.linear(rows, self.tok_emb.weight, self.mlm_bias)
         mlm_sum = F.cross_entropy(mlm_logits, mlm_targets, reduction="sum")
         nsp_sum = F.cross_entropy(self.nsp(pooled), nsp_labels, reduction="sum")
-        return mlm_sum, nsp_sum
+        return mlm_sum, nsp_sum, x, mlm_logits
+
+    def forward(self, *batch):
+        return self.pair_losses(*batch)[:2]
 
 
 def random_batch(B, T, V, n_special, mask_prob):
