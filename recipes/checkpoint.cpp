@@ -423,25 +423,27 @@ CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxi
   uint32_t stored = uint32_t(read_attr_i64(f, root, "/", "config_crc32"));
   if (crc32(info.config_yaml.data(), info.config_yaml.size()) != stored)
     f.fail("checksum mismatch in attribute 'config': the file is corrupt");
-  if (H5Lexists(root, "counters", H5P_DEFAULT) <= 0) f.fail("missing group '/counters'");
-  Hid g = f.check(H5Gopen2(root, "counters", H5P_DEFAULT), H5Gclose,
-                  "cannot open group '/counters'");
-  std::vector<std::string> names;
-  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
-    static_cast<std::vector<std::string>*>(out)->push_back(name);
-    return 0;
+  // A group under the root and the names of its attributes.
+  auto open_group = [&](const std::string& name, std::vector<std::string>& names) {
+    Hid g = f.check(H5Gopen2(root, name.c_str(), H5P_DEFAULT), H5Gclose,
+                    "cannot open group '/" + name + "'");
+    auto collect = [](hid_t, const char* attr, const H5A_info_t*, void* out) -> herr_t {
+      static_cast<std::vector<std::string>*>(out)->push_back(attr);
+      return 0;
+    };
+    f.check(H5Aiterate2(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
+            "cannot list attributes of '/" + name + "'");
+    return g;
   };
-  f.check(H5Aiterate2(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
-          "cannot list attributes of '/counters'");
+  if (H5Lexists(root, "counters", H5P_DEFAULT) <= 0) f.fail("missing group '/counters'");
+  std::vector<std::string> names;
+  Hid g = open_group("counters", names);
   for (const std::string& name : names)
     info.counters[name] = read_attr_i64(f, g.get(), "'/counters'", name);
   // Written by runs that reference models they do not save; absent in older checkpoints.
   if (H5Lexists(root, "references", H5P_DEFAULT) > 0) {
-    Hid r = f.check(H5Gopen2(root, "references", H5P_DEFAULT), H5Gclose,
-                    "cannot open group '/references'");
     names.clear();
-    f.check(H5Aiterate2(r.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
-            "cannot list attributes of '/references'");
+    Hid r = open_group("references", names);
     for (const std::string& name : names) {
       size_t dot = name.rfind('.');
       std::string model = dot == std::string::npos ? "" : name.substr(0, dot);
@@ -460,11 +462,8 @@ CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxi
   }
   // Written by runs that train models besides the main one; absent otherwise.
   if (H5Lexists(root, "auxiliary", H5P_DEFAULT) > 0) {
-    Hid a = f.check(H5Gopen2(root, "auxiliary", H5P_DEFAULT), H5Gclose,
-                    "cannot open group '/auxiliary'");
     names.clear();
-    f.check(H5Aiterate2(a.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names),
-            "cannot list attributes of '/auxiliary'");
+    Hid a = open_group("auxiliary", names);
     for (const std::string& name : names) {
       if (name.empty() || name.find('.') != std::string::npos)
         f.fail("invalid auxiliary model name '" + name + "' in '/auxiliary'");

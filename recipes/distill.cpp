@@ -167,9 +167,10 @@ struct DistillTerms {
   std::map<std::string, double> sums = {};
 };
 
-// What a step's micro-batches hold together: the denominators of the loss's means.
+// What a step's micro-batches hold together: the denominators of the loss's means (examples:
+// BERT's pairs, for NSP).
 struct StepTotals {
-  int64_t scored = 0, real = 0;
+  int64_t scored = 0, real = 0, examples = 0;
 };
 
 KLDivOptions kl_options(const DistillSettings& s) {
@@ -289,7 +290,7 @@ struct StudentRun {
   int64_t width = 0;
   /// Draws the step's micro-batches and counts them.
   std::function<StepTotals(int64_t step)> begin_step;
-  std::function<DistillTerms(int64_t micro)> terms;
+  std::function<DistillTerms(int64_t micro, const StepTotals& step)> terms;
   std::function<Metrics(bool full)> evaluate;
   std::function<Metrics(const std::map<std::string, double>& sums)> family_metrics;
   std::function<std::string()> sample;
@@ -321,7 +322,7 @@ int run_distill(const RunConfig& config, const Teacher& teacher, const StudentRu
   recipe.tokens_per_step = run.tokens_per_step;
   recipe.micro_batch = [&](int64_t step, int64_t micro) {
     if (micro == 0) step_totals = run.begin_step(step);
-    return distill_loss(run.terms(micro), s, step_totals, projection.get());
+    return distill_loss(run.terms(micro, step_totals), s, step_totals, projection.get());
   };
   recipe.train_metrics = [&](const std::map<std::string, double>& sums) {
     Metrics m = distill_train_metrics(sums);
@@ -334,6 +335,32 @@ int run_distill(const RunConfig& config, const Teacher& teacher, const StudentRu
   return run_training(config, models, *optimizer, recipe);
 }
 
+// The StudentRun fields both families fill alike: the student, its width and throughput, and a
+// begin_step that draws the step's micro-batches into `batches` and adds up `count` of each.
+template <class Batch>
+StudentRun student_run(nn::Module& student, const RunConfig& config, std::vector<Batch>& batches,
+                       std::function<Batch(int64_t step, int64_t micro)> sample,
+                       std::function<StepTotals(const Batch&)> count) {
+  const int64_t accum = config.train.grad_accum;
+  StudentRun run;
+  run.student = &student;
+  run.width = config.model.d_model;
+  run.tokens_per_step = config.train.batch_size * config.model.context * accum;
+  run.begin_step = [&batches, accum, sample, count](int64_t step) {
+    batches.clear();
+    StepTotals totals;
+    for (int64_t m = 0; m < accum; ++m) {
+      batches.push_back(sample(step, m));
+      const StepTotals c = count(batches.back());
+      totals.scored += c.scored;
+      totals.real += c.real;
+      totals.examples += c.examples;
+    }
+    return totals;
+  };
+  return run;
+}
+
 int train_gpt_student(const RunConfig& config, const Teacher& teacher) {
   LMSplits data = load_lm_splits(config);
   Generator init(uint64_t(config.seed), rng_stream("init"));
@@ -341,24 +368,16 @@ int train_gpt_student(const RunConfig& config, const Teacher& teacher) {
   init_weights(student, config);
   student.set_activation_checkpointing(config.train.activation_checkpointing);
 
-  const int64_t B = config.train.batch_size, accum = config.train.grad_accum;
+  const int64_t B = config.train.batch_size;
   const auto seed = uint64_t(config.seed);
   std::vector<LMBatch> batches;
-  StudentRun run;
-  run.student = &student;
-  run.width = config.model.d_model;
-  run.tokens_per_step = B * config.model.context * accum;
-  run.begin_step = [&](int64_t step) {
-    batches.clear();
-    StepTotals totals;
-    for (int64_t m = 0; m < accum; ++m) {
-      batches.push_back(data.train->sample(B, seed, step, m));
-      totals.scored += count_scored(batches.back().targets);
-      totals.real += batches.back().ids.numel();
-    }
-    return totals;
-  };
-  run.terms = [&](int64_t micro) {
+  StudentRun run = student_run<LMBatch>(
+      student, config, batches,
+      [&](int64_t step, int64_t micro) { return data.train->sample(B, seed, step, micro); },
+      [](const LMBatch& batch) {
+        return StepTotals{count_scored(batch.targets), batch.ids.numel(), batch.ids.size(0)};
+      });
+  run.terms = [&](int64_t micro, const StepTotals&) {
     const LMBatch& batch = batches[size_t(micro)];
     LMForward st = lm_forward(student, batch);
     LMForward te;
@@ -403,29 +422,21 @@ int train_bert_student(const RunConfig& config, const Teacher& teacher) {
   init_weights(student, config);
   student.set_activation_checkpointing(config.train.activation_checkpointing);
 
-  const int64_t B = config.train.batch_size, accum = config.train.grad_accum;
+  const int64_t B = config.train.batch_size;
   const auto seed = uint64_t(config.seed);
   std::vector<BertBatch> batches;
+  StudentRun run = student_run<BertBatch>(
+      student, config, batches,
+      [&](int64_t step, int64_t micro) { return data.train->sample(B, seed, step, micro); },
+      [](const BertBatch& batch) {
+        return StepTotals{batch.num_mlm_targets(), real_positions(batch).numel(),
+                          batch.nsp_labels.numel()};
+      });
   // The hard loss is mean MLM over the step's chosen positions plus mean NSP over its pairs, as
   // bert_pretrain: the NSP sum is scaled by chosen positions / pairs of the whole step.
-  double nsp_scale = 0;
-  StudentRun run;
-  run.student = &student;
-  run.width = config.model.d_model;
-  run.tokens_per_step = B * config.model.context * accum;
-  run.begin_step = [&](int64_t step) {
-    batches.clear();
-    StepTotals totals;
-    for (int64_t m = 0; m < accum; ++m) {
-      batches.push_back(data.train->sample(B, seed, step, m));
-      totals.scored += batches.back().num_mlm_targets();
-      totals.real += real_positions(batches.back()).numel();
-    }
-    nsp_scale = double(totals.scored) / double(B * accum);
-    return totals;
-  };
-  run.terms = [&](int64_t micro) {
+  run.terms = [&](int64_t micro, const StepTotals& step) {
     const BertBatch& batch = batches[size_t(micro)];
+    const double nsp_scale = double(step.scored) / double(std::max<int64_t>(step.examples, 1));
     PairLosses st = pair_losses(student, batch);
     PairLosses te;
     {

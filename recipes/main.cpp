@@ -273,6 +273,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
   for (const auto& [name, ref] : info.references)
     std::printf("references %s: %s (%s)%s\n", name.c_str(), ref.path.c_str(), ref.digest.c_str(),
                 name == "model" ? " - the base under these adapters" : "");
+  for (const std::string& name : info.auxiliary)
+    std::printf("auxiliary %s: trained beside the model (tensors %s.*)\n", name.c_str(),
+                name.c_str());
   verify_checkpoint(file);
   std::printf("integrity: ok (every checksum verified)\n--- config ---\n%s", info.config_yaml.c_str());
   return 0;

@@ -519,6 +519,29 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
     }
 }
 
+// Lists of integers take integers only, each within the key's range, each error at its element.
+TEST(ConfigValues, IntegerListsNameTheBadElement) {
+  const std::string distill = "recipe: distill\ndata: {train: " + std::string(kTiny) + "}\n";
+  EXPECT_EQ(errors_of(distill + "distill: {init_from_teacher: blocks, teacher_blocks: [1, 2.5, -1, x]}\n"),
+            line("x.yaml:3:58", "distill.teacher_blocks[1]: expected an integer, got '2.5'") + "\n" +
+                line("x.yaml:3:63", "distill.teacher_blocks[2]: must be >= 0, got -1") + "\n" +
+                line("x.yaml:3:67", "distill.teacher_blocks[3]: expected an integer, got 'x'") +
+                "\n" + line("x.yaml", "distill.teacher: recipe distill needs a teacher; name its "
+                                       "run directory or checkpoint"));
+  EXPECT_EQ(errors_of(distill, {"distill.teacher_blocks=3"}),
+            line("override 'distill.teacher_blocks=3'",
+                 "distill.teacher_blocks: expected a list of integers, got '3'") +
+                "\n" + line("x.yaml", "distill.teacher: recipe distill needs a teacher; name its "
+                                       "run directory or checkpoint"));
+  RunConfig c = load_config_string(distill + "distill: {teacher: runs/t, init_from_teacher: "
+                                   "blocks, teacher_blocks: [4, 0, 2, 6]}\n",
+                                   "x.yaml", {"model.n_layers=4"}, ConfigFiles::skip);
+  EXPECT_EQ(c.get<std::vector<int64_t>>("distill.teacher_blocks"),
+            (std::vector<int64_t>{4, 0, 2, 6}));
+  EXPECT_NE(to_yaml(c).find("  teacher_blocks: [4, 0, 2, 6]\n"), std::string::npos);
+  EXPECT_EQ(load_config_string(to_yaml(c), "y.yaml", {}, ConfigFiles::skip), c);
+}
+
 TEST(ConfigSections, NotReadByTheRecipeIsOneErrorAtTheSection) {
   EXPECT_EQ(errors_of(minimal("bert: {mask_prob: 0.2, eval_pairs: 5}\n")),
             line("x.yaml:4:1", "section 'bert' is not read by recipe gpt_pretrain (it is read by: "

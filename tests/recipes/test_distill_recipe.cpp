@@ -395,6 +395,10 @@ TEST_F(DistillRecipe, EvalGenerateAndValidateOfADistillRun) {
                                   " --prompt Love --max-new-tokens 8 --seed 1");
   EXPECT_EQ(gen, 0) << text;
   EXPECT_EQ(text.rfind("Love", 0), 0u) << text;
+  auto [inspected, listing] = forge_output("inspect " + (dir_ / "run").string());
+  EXPECT_EQ(inspected, 0) << listing;
+  EXPECT_NE(listing.find("auxiliary cos_projection: trained beside the model"), std::string::npos)
+      << listing;
 
   // Trained: the student and the projection; held: the teacher too.
   auto [valid, summary] = forge_output("validate " + (dir_ / "run.yaml").string());
