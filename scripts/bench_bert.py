@@ -22,8 +22,9 @@ DEFAULTS = {
     "model": {"arch": "bert", "vocab_size": 256, "context": 128, "d_model": 128, "n_layers": 4,
               "n_heads": 4, "dropout": 0.0, "bias": True, "norm": "layernorm",
               "position": "learned", "mlp": "gelu", "ffn_mult": 4.0, "tie_embeddings": True,
-              "norm_eps": 1e-5, "norm_placement": "auto", "type_vocab_size": 2},
-    "data": {"mask_prob": 0.15, "special_tokens": []},
+              "norm_eps": 1e-5, "norm_placement": "auto"},
+    "data": {"special_tokens": []},
+    "bert": {"mask_prob": 0.15, "type_vocab_size": 2},
     "optimizer": {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                   "weight_decay": 0.0, "decay_1d": False, "layer_lr_decay": 1.0},
     "schedule": {"name": "constant", "warmup_steps": 0, "min_lr": 0.0},
@@ -78,13 +79,13 @@ class Block(nn.Module):
 
 
 class Bert(nn.Module):
-    def __init__(self, m):
+    def __init__(self, m, type_vocab_size):
         super().__init__()
         V, C, eps = m["vocab_size"], m["d_model"], m["norm_eps"]
         d_ff = round(m["ffn_mult"] * C)  # recipes/components.cpp: llround(ffn_mult * d_model)
         self.tok_emb = nn.Embedding(V, C)
         self.pos_emb = nn.Embedding(m["context"], C)
-        self.seg_emb = nn.Embedding(m["type_vocab_size"], C)
+        self.seg_emb = nn.Embedding(type_vocab_size, C)
         self.emb_ln = nn.LayerNorm(C, eps=eps)
         self.drop = nn.Dropout(m["dropout"])
         self.blocks = nn.ModuleList(Block(m, d_ff) for _ in range(m["n_layers"]))
@@ -101,7 +102,9 @@ class Bert(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.zeros_(module.bias)
 
-    def forward(self, ids, segments, key_bias, mlm_positions, mlm_targets, nsp_labels):
+    def pair_losses(self, ids, segments, key_bias, mlm_positions, mlm_targets, nsp_labels):
+        """Summed MLM and NSP cross-entropy, the final hidden states [B, T, C] and the MLM logits
+        of the chosen rows, as Forge's recipes/bert_objective.cpp pair_losses."""
         B, T = ids.shape
         C = self.tok_emb.embedding_dim
         x = self.tok_emb(ids) + self.pos_emb.weight[:T] + self.seg_emb(segments)
@@ -115,7 +118,10 @@ class Bert(nn.Module):
         mlm_logits = F.linear(rows, self.tok_emb.weight, self.mlm_bias)
         mlm_sum = F.cross_entropy(mlm_logits, mlm_targets, reduction="sum")
         nsp_sum = F.cross_entropy(self.nsp(pooled), nsp_labels, reduction="sum")
-        return mlm_sum, nsp_sum
+        return mlm_sum, nsp_sum, x, mlm_logits
+
+    def forward(self, *batch):
+        return self.pair_losses(*batch)[:2]
 
 
 def random_batch(B, T, V, n_special, mask_prob):
@@ -152,7 +158,7 @@ def main():
     config = load_config(args.config)
     m, tc = config["model"], config["train"]
     torch.manual_seed(config["seed"])
-    model = Bert(m)
+    model = Bert(m, config["bert"]["type_vocab_size"])
     params = list(model.parameters())  # tied decoder weight counted once
     if args.params_only:
         print(f"params={sum(p.numel() for p in params)}")
@@ -166,7 +172,7 @@ def main():
     # chosen in the step plus mean NSP cross-entropy over its pairs, so the step's batches come
     # first when it accumulates several.
     def step_loss(step):
-        batches = [random_batch(B, T, V, n_special, config["data"]["mask_prob"])
+        batches = [random_batch(B, T, V, n_special, config["bert"]["mask_prob"])
                    for _ in range(accum)]
         chosen = sum(b[3].numel() for b in batches)
         for batch in batches:

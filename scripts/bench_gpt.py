@@ -4,7 +4,8 @@ batch, context, AdamW groups, schedule and clipping, and prints
 "params=N tok_s=X tok_s_total=Z peak_mb=Y ...": tok_s from the median step time (robust to other
 work on a shared machine), tok_s_total over all timed steps. Run with Debian's /usr/bin/python3
 (torch 1.13). What every suite of scripts/bench_train.sh shares (config sections, the schedule,
-AdamW groups, the timed loop and its output line) is here too; scripts/bench_bert.py imports it.
+AdamW groups, the timed loop and its output line) is here too; scripts/bench_bert.py,
+bench_lora.py and bench_distill.py import it.
 """
 import argparse
 import math
@@ -118,14 +119,21 @@ class GPT(nn.Module):
             elif name.endswith(".bias") and "ln" not in name:
                 nn.init.zeros_(p)
 
-    def forward(self, ids, targets):
+    def hidden(self, ids):
+        """Final hidden states [B, T, C], after ln_f (what Forge's GPTOutput::hidden returns)."""
         T = ids.shape[1]
         x = self.drop(self.tok_emb(ids) + self.pos_emb.weight[:T])
         for block in self.blocks:
             x = block(x)
-        x = self.ln_f(x)
-        logits = F.linear(x, self.lm_head.weight if self.lm_head else self.tok_emb.weight)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return self.ln_f(x)
+
+    def logits(self, hidden):
+        """Logits as rows [B*T, V] through the (possibly tied) head."""
+        logits = F.linear(hidden, self.lm_head.weight if self.lm_head else self.tok_emb.weight)
+        return logits.view(-1, logits.size(-1))
+
+    def forward(self, ids, targets):
+        return F.cross_entropy(self.logits(self.hidden(ids)), targets.view(-1))
 
 
 def learning_rate(s, o, max_steps, step):
@@ -195,6 +203,16 @@ def train_and_report(args, config, params, optimizer, step_loss, tokens_per_step
 
 
 
+def training_bytes(config):
+    """The training split of a text data.train as Forge makes it: the head of the file, or all of
+    it when data.val is given (data.val itself is not read)."""
+    with open(config["data"]["train"], "rb") as f:
+        data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    if not config["data"]["val"]:
+        data = data[: len(data) - int(len(data) * config["data"]["val_fraction"])]
+    return data
+
+
 def window_step_loss(model, data, B, T, accum):
     """One step's loss over `accum` micro-batches of B random windows of T + 1 tokens of `data`
     (nanoGPT's get_batch), backpropagated; the function train_and_report times."""
@@ -223,12 +241,8 @@ def main():
         return
     optimizer = adamw(params, config["optimizer"], args.foreach)
 
-    # Training split as Forge makes it (the head of the file; data.val, if given, is not read) and
-    # random windows of context + 1 bytes, nanoGPT's get_batch.
-    with open(config["data"]["train"], "rb") as f:
-        data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
-    if not config["data"]["val"]:
-        data = data[: len(data) - int(len(data) * config["data"]["val_fraction"])]
+    # Random windows of context + 1 bytes, nanoGPT's get_batch.
+    data = training_bytes(config)
     B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
     model.train()
     train_and_report(args, config, params, optimizer, window_step_loss(model, data, B, T, accum),

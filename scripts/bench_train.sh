@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The training suites of scripts/bench (gpt, bert, lora): trains a config for a few steps with `forge
-# train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating the two, and prints
-# per config
+# The training suites of scripts/bench (gpt, bert, lora, distill): trains a config for a few steps
+# with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating the
+# two, and prints per config
 #   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
@@ -60,8 +60,37 @@ case "$suite" in
       extra=("model.init_from=$tmp/$2.base")
     }
     ;;
+  distill)
+    # Knowledge distillation (recipe distill) of a GPT and a BERT student, each from a teacher that
+    # the config in configs/ whose output_dir is its distill.teacher trains for one step in $tmp
+    # (its weights do not matter for speed); the student starts as its config says.
+    family=distill
+    default_configs=(configs/distill_gpt_shakespeare.yaml configs/distill_bert_shakespeare.yaml)
+    large_at=1e11 large_note="(none of the defaults)"
+    suite_overrides() { head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"; }
+    config_overrides() {  # config name
+      local teacher arch teacher_config family_overrides
+      teacher="$(sed -n '/^distill:/,/^[a-z]/s/^  teacher: *\([^ #]*\).*/\1/p' "$1")"
+      arch="$(sed -n '/^model:/,/^[a-z]/s/^  arch: *\([a-z]*\).*/\1/p' "$1")"
+      teacher_config="$(grep -lE "^output_dir: $teacher *(#.*)?\$" configs/*.yaml | head -1)"
+      [ -n "$teacher_config" ] ||
+        { log "$1: no config in configs/ has output_dir: $teacher, its distill.teacher"; exit 1; }
+      # The gpt and bert suites' overrides, for the teacher's run and the student's: the final
+      # evaluation (and GPT sample) of each stays short.
+      if [ "$arch" = bert ]; then
+        family_overrides=("bert.eval_pairs=32")
+      else
+        family_overrides=("data.val=$tmp/val.txt" "train.sample_tokens=1")
+      fi
+      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$teacher_config" output_dir="$tmp/$2.teacher" \
+        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
+        train.resume=never "${family_overrides[@]}" >"$tmp/$2.teacher.log" 2>&1 ||
+        { log "forge train of the teacher failed:"; tail -20 "$tmp/$2.teacher.log" >&2; exit 1; }
+      extra=("distill.teacher=$tmp/$2.teacher" "${family_overrides[@]}")
+    }
+    ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt, bert or lora)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert, lora or distill)" >&2
     exit 2
     ;;
 esac
@@ -184,7 +213,8 @@ for config in "${configs[@]}"; do
     log "$name: the models differ: Forge has $forge_params parameters, PyTorch $torch_params"
     exit 1
   fi
-  # Suites that train part of the model (lora) also print trainable=N: those must agree too.
+  # Suites that train part of the model (lora, distill: the student, not the teacher) also print
+  # trainable=N: those must agree too.
   torch_trainable="$(printf '%s\n' "$torch_counts" | tr ' ' '\n' | sed -n 's/^trainable=//p')"
   if [ -n "$torch_trainable" ]; then
     forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
