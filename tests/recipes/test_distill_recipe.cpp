@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 
+#include "core/durable_file.h"
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/distill.h"
@@ -241,12 +242,12 @@ TEST_F(DistillRecipe, MicroBatchesGiveTheLossAndGradientsOfOneBatch) {
 }
 
 TEST_F(DistillRecipe, TheTeacherStaysUntouchedAndOutOfTheStudentsCheckpoints) {
-  const std::string digest = file_digest(teacher_file_);
+  const std::string digest = file_digest(teacher_file_, ExitCode::checkpoint);
   const CheckpointInfo teacher_info = read_checkpoint_info(teacher_file_);
   const CheckpointData before = load_checkpoint(teacher_file_, teacher_info.model);
   ASSERT_EQ(forge("train " + write_student("run", 32, "alpha_cos: 1.0").string()), 0);
 
-  EXPECT_EQ(file_digest(teacher_file_), digest);
+  EXPECT_EQ(file_digest(teacher_file_, ExitCode::checkpoint), digest);
   const CheckpointData after = load_checkpoint(teacher_file_, teacher_info.model);
   ASSERT_EQ(after.model.size(), before.model.size());
   for (size_t i = 0; i < before.model.size(); ++i)
@@ -390,14 +391,14 @@ TEST_F(DistillRecipe, KilledAndResumedRunIsExactAndRefusesAChangedTeacher) {
   const fs::path stopped = write_student("stopped", 16, distill);
   ASSERT_EQ(forge("train " + stopped.string() + " train.max_steps=6"), 0);
   ASSERT_EQ(forge("train " + write_teacher("other", 8).string()), 0);
-  const std::string old_digest = file_digest(teacher_file_);
+  const std::string old_digest = file_digest(teacher_file_, ExitCode::checkpoint);
   const fs::path other = resolve_checkpoint(dir_ / "other");
   fs::copy_file(other, teacher_file_, fs::copy_options::overwrite_existing);
   fs::copy_file(digest_path(other), digest_path(teacher_file_),
                 fs::copy_options::overwrite_existing);
   fs::copy_file(dir_ / "other" / "checkpoints" / "LATEST", teacher_file_.parent_path() / "LATEST",
                 fs::copy_options::overwrite_existing);
-  const std::string new_digest = file_digest(teacher_file_);
+  const std::string new_digest = file_digest(teacher_file_, ExitCode::checkpoint);
   ASSERT_NE(old_digest, new_digest);
   auto [code, out] = forge_output("train " + stopped.string());
   EXPECT_EQ(code, 4) << out;
