@@ -1,6 +1,7 @@
-// The BERT objective that BERT recipes share (bert_pretrain, distill): the `bert:` section, documents
-// of sentences split into training and validation pairs, summed MLM and NSP cross-entropy per
-// batch with the counts behind the logged accuracies, and evaluation on the fixed validation pairs.
+// The BERT objective that BERT recipes share (bert_pretrain, distill): the `bert:` section,
+// documents of sentences split into training and validation pairs, summed MLM and NSP
+// cross-entropy per batch with the counts behind the logged accuracies, and evaluation on the
+// fixed validation pairs.
 #pragma once
 
 #include <map>

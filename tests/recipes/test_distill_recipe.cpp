@@ -280,7 +280,8 @@ TEST_F(DistillRecipe, TheTeacherStaysUntouchedAndOutOfTheStudentsCheckpoints) {
 TEST_F(DistillRecipe, InitFromTeacherCopiesTheChosenBlocksAndTheRest) {
   const LoadedGPT teacher = load_gpt(teacher_file_);
   std::map<std::string, std::vector<float>> theirs;
-  for (const NamedTensor& t : teacher.model->named_state()) theirs[t.name] = t.tensor.to_vector<float>();
+  for (const NamedTensor& t : teacher.model->named_state())
+    theirs[t.name] = t.tensor.to_vector<float>();
   nn::GPTConfig g = teacher.model->config();
   g.n_layers = 2;
   auto check = [&](const std::vector<int64_t>& blocks) {
@@ -357,8 +358,10 @@ TEST_F(DistillRecipe, VocabularyTokenizerAndFamilyMustBeTheTeachers) {
   const fs::path cfg = write_student("mismatch", 32, "alpha_kd: 1.0");
   const std::string teacher = "distill.teacher '" + teacher_.string() + "' was trained with ";
   for (const auto& [override_, want] : std::vector<std::pair<std::string, std::string>>{
-           {"model.vocab_size=300", "model.vocab_size: the config says 300, but " + teacher + "256"},
-           {"data.tokenizer=gpt2", "data.tokenizer: the config says gpt2, but " + teacher + "bytes"},
+           {"model.vocab_size=300",
+            "model.vocab_size: the config says 300, but " + teacher + "256"},
+           {"data.tokenizer=gpt2",
+            "data.tokenizer: the config says gpt2, but " + teacher + "bytes"},
            {"data.special_tokens=[\"<x>\"]",
             "data.special_tokens: the config says [\"<x>\"], but " + teacher + "[]"},
            {"model.arch=bert", "model.arch: the config says bert, but " + teacher + "gpt"}}) {
