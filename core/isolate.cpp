@@ -2,6 +2,7 @@
 #include "core/isolate.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "core/error.h"
 
@@ -22,6 +25,27 @@ bool in_child = false;
 }  // namespace
 
 void set_process_isolation(bool on) { isolation_on = on; }
+
+std::optional<std::string> probe_file_once(const std::filesystem::path& file,
+                                           const std::function<void()>& probe) {
+  static std::mutex mutex;
+  static std::set<std::string> survived;
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return run_isolated(probe);
+  const std::string key = file.string() + '\0' + std::to_string(st.st_size) + '\0' +
+                          std::to_string(st.st_mtim.tv_sec) + '.' +
+                          std::to_string(st.st_mtim.tv_nsec);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (survived.count(key)) return std::nullopt;
+  }
+  std::optional<std::string> how = run_isolated(probe);
+  if (!how && isolation_on && !in_child) {
+    std::lock_guard<std::mutex> lock(mutex);
+    survived.insert(key);
+  }
+  return how;
+}
 
 std::optional<std::string> run_isolated(const std::function<void()>& probe) {
   if (!isolation_on || in_child) return std::nullopt;

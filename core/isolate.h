@@ -5,6 +5,7 @@
 // dies becomes one error line in the parent instead of a crash.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,6 +18,12 @@ namespace forge {
 /// a child, and with isolation turned off, it runs nothing and returns nullopt: the caller's own
 /// read that follows is then the only one.
 std::optional<std::string> run_isolated(const std::function<void()>& probe);
+
+/// run_isolated(probe) for reading `file`, once per version of the file (its path, size and
+/// modification time) in this process: a reader that opens a file several times (its header, then
+/// its tensors) probes it once. Only a probe that survived is remembered.
+std::optional<std::string> probe_file_once(const std::filesystem::path& file,
+                                           const std::function<void()>& probe);
 
 /// Turns run_isolated off (on by default) for fuzz targets, so that a crash reaches the fuzzer.
 void set_process_isolation(bool on);

@@ -391,10 +391,10 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
   if (fs::is_directory(path, ec)) fail(path, "is a directory, not a token dataset");
   const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
   // A dataset `forge prepare` wrote is checked against its digest before libhdf5 parses it; one
-  // from elsewhere is read once in a throwaway process first (core/isolate.h).
+  // from elsewhere is read once in a throwaway process first (core/isolate.h), whole: without a
+  // tokenizer to compare, so that a later read with another one needs no probe of its own.
   if (!check_sidecar_digest(path, ExitCode::data)) {
-    if (std::optional<std::string> crash =
-            run_isolated([&] { open_token_dataset(path, expected, model_vocab_size); }))
+    if (std::optional<std::string> crash = probe_file_once(path, [&] { open_token_dataset(path); }))
       fail(path, "the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
   }
   if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, "not an HDF5 file (truncated or overwritten?)");

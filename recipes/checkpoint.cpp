@@ -301,7 +301,7 @@ H5File open_for_read(const fs::path& file) {
   // A file of Forge's own is checked against its digest before libhdf5 parses a byte of it; one
   // from elsewhere is read once in a throwaway process first (core/isolate.h).
   if (!check_sidecar_digest(file, ExitCode::checkpoint)) {
-    if (std::optional<std::string> crash = run_isolated([&] { verify_checkpoint(file); }))
+    if (std::optional<std::string> crash = probe_file_once(file, [&] { verify_checkpoint(file); }))
       fail(file, "the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
   }
   uint64_t file_size = fs::file_size(file, ec);
