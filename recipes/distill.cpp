@@ -383,7 +383,7 @@ int train_gpt_student(const RunConfig& config, const Teacher& teacher) {
     LMForward te;
     {
       NoGradGuard no_grad;
-      te = lm_forward(*teacher.gpt, batch);
+      te = lm_outputs(*teacher.gpt, batch);
     }
     return DistillTerms{.hard_sum = st.loss_sum,
                         .student_logits = st.logits,

@@ -62,12 +62,17 @@ LMSplits load_lm_splits(const RunConfig& config) {
           std::make_unique<LMWindows>(split.val, T)};
 }
 
-LMForward lm_forward(const nn::GPT& model, const LMBatch& batch) {
+LMForward lm_outputs(const nn::GPT& model, const LMBatch& batch) {
   LMForward r;
   r.hidden = model.forward(batch.ids, nn::GPTOutput::hidden);
   Tensor logits = model.head(r.hidden);
   r.logits = reshape(logits, {-1, logits.size(-1)});
   r.targets = reshape(batch.targets, {-1});
+  return r;
+}
+
+LMForward lm_forward(const nn::GPT& model, const LMBatch& batch) {
+  LMForward r = lm_outputs(model, batch);
   CrossEntropyOptions ce;
   ce.reduction = Reduction::sum;
   ce.ignore_index = LMWindows::kIgnoreTarget;

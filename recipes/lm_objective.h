@@ -34,6 +34,9 @@ struct LMForward {
   int64_t num_targets = 0;
 };
 LMForward lm_forward(const nn::GPT& model, const LMBatch& batch);
+/// lm_forward without the loss and its count (loss_sum undefined): a distillation teacher's
+/// outputs, whose own loss no training step reads.
+LMForward lm_outputs(const nn::GPT& model, const LMBatch& batch);
 
 /// How many of `targets` are scored (not LMWindows::kIgnoreTarget).
 int64_t count_scored(const Tensor& targets);
