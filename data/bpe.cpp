@@ -563,4 +563,10 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::string gpt2_byte_symbol(uint8_t b) {
+  const uint32_t cp = byte_unicode().to_cp[b];
+  if (cp < 0x80) return std::string(1, char(cp));
+  return {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};  // every symbol is below U+0800
+}
+
 }  // namespace forge

@@ -19,6 +19,10 @@ namespace forge {
 /// valid UTF-8 count as one-byte characters that are neither letter, number nor space.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
+/// How GPT-2's vocabulary files (encoder.json, vocab.bpe) spell byte `b`: a printable Latin-1 byte
+/// as itself, the others as U+0100 onwards (GPT-2's bytes_to_unicode), in UTF-8.
+std::string gpt2_byte_symbol(uint8_t b);
+
 class BpeTokenizer final : public Tokenizer {
  public:
   /// Loads dir/encoder.json and dir/vocab.bpe. Ids from 256 + (number of merges) on are special

@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$corpus"/{config,tokenizer,checkpoint,token_dataset}
+mkdir -p "$corpus"/{config,tokenizer,checkpoint,token_dataset,safetensors}
 
 cp "$root/configs/gpt_shakespeare.yaml" "$root/configs/bert_shakespeare.yaml" \
    "$root/configs/gpt_fortunes_lora.yaml" "$root/configs/gpt_fortunes_sft.yaml" \
@@ -25,6 +25,23 @@ train: {batch_size: 1, max_steps: 1, save_every: 1, eval_every: 1, eval_batches:
 YAML
 "$forge" train "$tmp/run.yaml" >/dev/null
 cp "$tmp/run/checkpoints/step-000001.h5" "$corpus/checkpoint/gpt-tiny.h5"
+# The same model as Forge exports it for transformers, and one tensor of each float dtype.
+"$forge" export --checkpoint "$tmp/run" --format hf --output "$tmp/hf" >/dev/null
+cp "$tmp/hf/model.safetensors" "$corpus/safetensors/gpt-tiny.safetensors"
+/usr/bin/python3 - "$corpus/safetensors/dtypes.safetensors" <<'PY'
+import json, struct, sys
+tensors = [("h", "F16", [2], struct.pack("<2H", 0x3c00, 0x0001)),
+           ("b", "BF16", [1, 1], struct.pack("<H", 0x3f80)),
+           ("d", "F64", [1], struct.pack("<d", 0.5)),
+           ("i", "I64", [1], struct.pack("<q", 7)),
+           ("e", "F32", [0, 2], b"")]
+header, offset = {"__metadata__": {"format": "pt"}}, 0
+for name, dtype, shape, data in tensors:
+    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+    offset += len(data)
+text = json.dumps(header).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors))
+PY
 
 printf 'First document.\n' > "$tmp/a.txt"
 printf 'Second one, a little longer.\n' > "$tmp/b.txt"

@@ -21,6 +21,7 @@
 #include "core/durable_file.h"
 #include "core/isolate.h"
 #include "data/hdf5_handle.h"
+#include "recipes/hf_model.h"
 
 namespace forge {
 
@@ -677,7 +678,13 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   return file;
 }
 
+std::string checkpoint_digest(const fs::path& source) {
+  return file_digest(is_hf_directory(source) ? source / "model.safetensors" : source,
+                     ExitCode::checkpoint);
+}
+
 void verify_checkpoint(const fs::path& file) {
+  if (is_hf_directory(file)) return verify_hf_model(file);
   H5File f = open_for_read(file);
   std::map<std::string, int64_t> auxiliary_tensors;
   CheckpointInfo info = read_header(f, auxiliary_tensors);
@@ -733,6 +740,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir, std::string* 
 }
 
 CheckpointInfo read_checkpoint_info(const fs::path& file) {
+  if (is_hf_directory(file)) return read_hf_info(file);
   H5File f = open_for_read(file);
   std::map<std::string, int64_t> auxiliary_tensors;
   CheckpointInfo info = read_header(f, auxiliary_tensors);
@@ -745,6 +753,7 @@ CheckpointInfo read_checkpoint_info(const fs::path& file) {
 
 CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpec>& expected_model,
                                const LoadOptions& options) {
+  if (is_hf_directory(file)) return load_hf_model(file, expected_model, options);
   H5File f = open_for_read(file);
   std::map<std::string, int64_t> auxiliary_tensors;
   CheckpointInfo info = read_header(f, auxiliary_tensors);

@@ -112,7 +112,7 @@ void save_checkpoint_file(const std::filesystem::path& file, const CheckpointDat
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir,
                                                        std::string* warning = nullptr);
 
-/// Reads a checkpoint. Names, shapes and dtypes of `/model` must match `expected_model` exactly
+/// Reads a checkpoint (or a Hugging Face model directory, recipes/hf_model.h). Names, shapes and dtypes of `/model` must match `expected_model` exactly
 /// (checked before any data is read), except that tensors of auxiliary models the caller does not
 /// expect are left unread; the returned model tensors follow `expected_model`'s order.
 /// Any problem (not HDF5, truncated, checksum mismatch, missing attribute, missing/unexpected
@@ -123,6 +123,10 @@ CheckpointData load_checkpoint(const std::filesystem::path& file,
 
 /// Step, config, counters and tensor specs, without reading tensor data.
 CheckpointInfo read_checkpoint_info(const std::filesystem::path& file);
+
+/// file_digest of a checkpoint file, or of a Hugging Face directory's weights (model.safetensors):
+/// what a reference to a model that a run used but did not save records.
+std::string checkpoint_digest(const std::filesystem::path& source);
 
 /// Reads every dataset and checks its checksum (and the metadata checksum); throws
 /// Error(checkpoint, "<file>: ...") on the first problem.

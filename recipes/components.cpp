@@ -18,6 +18,7 @@
 #include "optim/groups.h"
 #include "nn/lora.h"
 #include "recipes/checkpoint.h"
+#include "recipes/hf_model.h"
 #include "recipes/lora_config.h"
 
 namespace forge {
@@ -174,7 +175,7 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const
 }
 
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
-  if (std::filesystem::is_regular_file(path)) return path;
+  if (std::filesystem::is_regular_file(path) || is_hf_directory(path)) return path;
   if (std::filesystem::is_directory(path)) {
     std::string warning;
     std::optional<std::filesystem::path> latest = latest_checkpoint(path, &warning);
@@ -308,7 +309,7 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
 LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointInfo& info) {
   RunConfig config = stored_config(info, file, "gpt");
   const ModelReference& base = info.references.at("model");
-  if (const std::string digest = file_digest(base.path, ExitCode::checkpoint);
+  if (const std::string digest = checkpoint_digest(base.path);
       digest != base.digest)
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": its base model ", base.path,

@@ -57,7 +57,8 @@ void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics&
 /// Groups from names (decay, layer-wise lr, freezing, unfreezing) and the configured optimizer.
 std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params);
 
-/// A run directory (its latest checkpoint) or a checkpoint file; throws Error(checkpoint) if none.
+/// A run directory (its latest checkpoint), a checkpoint file or a Hugging Face model directory
+/// (recipes/hf_model.h); throws Error(checkpoint) if none.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& run_dir_or_file);
 
 /// How a model takes weights from another model's checkpoint (model.init_from; a student built from

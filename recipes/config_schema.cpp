@@ -188,7 +188,8 @@ std::vector<ConfigKey> common_keys() {
       "pre: x + f(norm(x)); post: norm(x + f(x)) as in the original BERT; auto: gpt pre, bert post");
   add("model.init_from", checkpoint_key().aka({"init_checkpoint", "pretrained"}),
       in(model, &M::init_from),
-      "start from this model's weights: a run directory or a checkpoint file (used at step 0 only)");
+      "start from this model's weights: a run directory, a checkpoint file or a Hugging Face "
+      "model directory (used at step 0 only)");
 
   add("data.tokenizer", string_key("bytes").fixes_architecture(), in(data, &D::tokenizer),
       "how text becomes token ids: bytes (one token per byte, vocabulary 256), gpt2 (GPT-2's "

@@ -26,6 +26,7 @@
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/config.h"
+#include "recipes/hf_model.h"
 #include "recipes/registry.h"
 
 namespace forge {
@@ -43,10 +44,12 @@ constexpr const char* kUsage =
     "                                      count and a peak-memory estimate; trains nothing\n"
     "  eval CONFIG-or-RUN-DIR              validation metrics of the latest checkpoint (loss,\n"
     "                                      perplexity and the recipe's task accuracies)\n"
+    "  eval MODEL-DIR --data FILE          a Hugging Face model directory scored on FILE\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
+    "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
@@ -82,8 +85,10 @@ const std::map<std::string, std::string> kCommandUsage = {
      "estimate of peak training memory. Trains nothing.\n"},
     {"eval",
      "usage: forge eval CONFIG-or-RUN-DIR [--ignore-memory-check]\n"
+     "       forge eval MODEL-DIR --data FILE\n"
      "Validation metrics of the run's latest checkpoint as its recipe defines them: loss and\n"
-     "perplexity over the validation split, and the recipe's task metrics (docs/recipes/).\n"},
+     "perplexity over the validation split, and the recipe's task metrics (docs/recipes/). A\n"
+     "Hugging Face model directory (config.json + model.safetensors) is scored on all of FILE.\n"},
     {"generate",
      "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
      "  --max-new-tokens N   tokens to generate (default 200)\n"
@@ -112,12 +117,18 @@ const std::map<std::string, std::string> kCommandUsage = {
      "input gives the same files.\n"},
     {"export",
      "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
-     "Writes a LoRA run's model with the adapters merged into the base weights (W + alpha/r B A)\n"
-     "as a plain checkpoint that generate, eval, inspect and model.init_from take like any other.\n"},
+     "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft --output DIR\n"
+     "--merge writes a LoRA run's model with the adapters merged into the base weights\n"
+     "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
+     "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
+     "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
+     "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors\n"
+     "(docs/interop.md).\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
-     "checksum of every tensor. CHECKPOINT is a .h5 file or a run directory.\n"},
+     "checksum of every tensor. CHECKPOINT is a .h5 file, a run directory or a Hugging Face\n"
+     "model directory (config.json + model.safetensors).\n"},
 };
 
 [[noreturn]] void usage_error(const std::string& message) { throw Error(ExitCode::usage, message); }
@@ -215,15 +226,33 @@ int cmd_validate(const std::vector<std::string>& args) {
 int cmd_eval(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
-  if (rest.size() != 1) usage_error("eval: expected one CONFIG or RUN-DIR (see forge eval --help)");
-  fs::path target = rest[0];
-  RunConfig config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
-                                              : load_config(target.string());
+  ParsedArgs p = parse_args("eval", rest, {"data"});
+  if (p.positional.size() != 1)
+    usage_error("eval: expected one CONFIG, RUN-DIR or MODEL-DIR (see forge eval --help)");
+  fs::path target = p.positional[0];
+  RunConfig config;
+  fs::path file;
+  if (is_hf_directory(target)) {
+    // A model from elsewhere has no validation split of its own: the whole --data file is one.
+    if (!p.options.count("data"))
+      usage_error("eval: " + target.string() +
+                  " is a Hugging Face model directory: name the text to score with --data FILE");
+    const std::string data = p.options.at("data");
+    config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(),
+                                {"data.train=" + data, "data.val=" + data});
+    file = target;
+  } else {
+    if (p.options.count("data"))
+      usage_error("eval: --data is for a Hugging Face model directory; a run is scored on its "
+                  "own validation split");
+    config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
+                                      : load_config(target.string());
+    file = resolve_checkpoint(config.output_dir);
+  }
   // The training estimate bounds evaluation's memory from above: a config whose training fits
   // evaluates too.
   const RecipeSpec& recipe = find_recipe(config.recipe);
   check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
-  fs::path file = resolve_checkpoint(config.output_dir);
   return recipe.eval(config, file);
 }
 
@@ -284,15 +313,30 @@ int cmd_inspect(const std::vector<std::string>& args) {
 int cmd_export(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool merge = take_flag(rest, "--merge");
-  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output"});
+  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output", "format"});
   if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
   if (!p.options.count("output")) usage_error("export: --output is required");
-  if (!merge) usage_error("export: --merge is required (the one export this build writes)");
+  const std::string format = p.options.count("format") ? p.options.at("format") : "";
+  if (merge == !format.empty())
+    usage_error("export: give either --merge or --format hf|peft (see forge export --help)");
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
-  export_merged(file, output);
-  std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(), file.c_str());
+  if (merge) {
+    export_merged(file, output);
+    std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(),
+                file.c_str());
+  } else if (format == "hf") {
+    export_hf(file, output);
+    std::printf("%s: %s as a Hugging Face model (config.json, model.safetensors)\n",
+                output.c_str(), file.c_str());
+  } else if (format == "peft") {
+    export_peft(file, output);
+    std::printf("%s: the LoRA adapters of %s as PEFT's adapter_config.json and "
+                "adapter_model.safetensors\n", output.c_str(), file.c_str());
+  } else {
+    usage_error("export: unknown --format '" + format + "' (hf or peft)");
+  }
   return 0;
 }
 

@@ -182,7 +182,7 @@ class RunModels {
                   "' needs a source exactly when it is frozen or saves adapters only");
       if (!m.source.empty())
         references_[reference_name(m)] = {m.source.string(),
-                                          file_digest(m.source, ExitCode::checkpoint)};
+                                          checkpoint_digest(m.source)};
       if (!m.trainable) {
         for (NamedTensor p : m.module->named_parameters()) p.tensor.set_requires_grad(false);
         continue;

@@ -461,6 +461,111 @@ case("tokenizer", "missing-files/tokenize", ["FORGE", "tokenize", "--tokenizer",
                                              "--text", "abc"], (3,))
 
 
+# --- Hugging Face model directories (config.json + model.safetensors) ---------------------------
+# BASE/hf is BASE/run exported with `forge export --format hf`. Nothing in a safetensors file is
+# checksummed, so only what the header claims can be checked: every claim against the file.
+HF = os.path.join(BASE, "hf")
+hf_weights = open(os.path.join(HF, "model.safetensors"), "rb").read()
+hf_config = json.load(open(os.path.join(HF, "config.json")))
+hf_header_len = int.from_bytes(hf_weights[:8], "little")
+
+
+def hf_dir(category, name, weights=None, config=None):
+    """A copy of BASE/hf with its weights and/or config.json replaced (config: a dict or bytes)."""
+    d = os.path.dirname(path(category, name, "config.json"))
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(HF, f), os.path.join(d, f))
+    write(os.path.join(d, "model.safetensors"), hf_weights if weights is None else weights)
+    cfg = hf_config if config is None else config
+    write(os.path.join(d, "config.json"), cfg if isinstance(cfg, bytes) else json.dumps(cfg).encode())
+    return d
+
+
+def hf_reads(category, name, d, allowed=(4,)):
+    files = [os.path.join(d, f) for f in sorted(os.listdir(d))]
+    case(category, name + "/inspect", ["FORGE", "inspect", d], allowed, files)
+    case(category, name + "/generate", ["FORGE", "generate", "--checkpoint", d, "--prompt", "ab",
+                                        "--max-new-tokens", "2"], allowed, files)
+    case(category, name + "/eval", ["FORGE", "eval", d, "--data", tiny_txt], allowed, files)
+
+
+def safetensors_bytes(header, data):
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+hf_reads("hf_valid", "export", hf_dir("hf_valid", "export"), (0,))
+n = len(hf_weights)
+for off in sorted(set([0, 1, 7, 8, 9, 16, 8 + hf_header_len - 1, 8 + hf_header_len,
+                       8 + hf_header_len + 1, n // 2, n - 1])):
+    hf_reads("hf_truncate", f"cut-{off}", hf_dir("hf_truncate", f"cut-{off}", hf_weights[:off]))
+# A flip in the header may land in padding or keep it valid: 0 allowed; never a crash or a read
+# outside the file.
+for off in range(8, 8 + hf_header_len, max(1, hf_header_len // 40)):
+    data = bytearray(hf_weights)
+    data[off] ^= 0x55
+    d = hf_dir("hf_flip_header", f"flip-{off}", bytes(data))
+    case("hf_flip_header", f"flip-{off}/inspect", ["FORGE", "inspect", d], (0, 4))
+for label, length in [("huge", 2**63 + 5), ("beyond-file", n), ("one-short", hf_header_len - 1),
+                      ("one-long", hf_header_len + 1), ("zero", 0)]:
+    d = hf_dir("hf_header_length", label, length.to_bytes(8, "little") + hf_weights[8:])
+    hf_reads("hf_header_length", label, d)
+header = json.loads(hf_weights[8:8 + hf_header_len])
+body = hf_weights[8 + hf_header_len:]
+first = next(k for k in header if k != "__metadata__")
+
+
+def with_entry(name, **changes):
+    h = json.loads(json.dumps(header))
+    h[name].update(changes)
+    return h
+
+
+for label, h, data in [
+        ("shape-huge", with_entry(first, shape=[2**40, 2**40]), body),
+        ("shape-overflow", with_entry(first, shape=[2**62, 2**62, 2**62]), body),
+        ("offsets-beyond", with_entry(first, data_offsets=[0, 2**62]), body),
+        ("offsets-reversed", with_entry(first, data_offsets=[8, 0]), body),
+        ("dtype-unknown", with_entry(first, dtype="F128"), body),
+        ("dtype-int", with_entry(first, dtype="I32"), body),
+        ("extra-tensor", {**header, "h.0.attn.rotary": {"dtype": "F32", "shape": [1],
+                                                        "data_offsets": [len(body), len(body) + 4]}},
+         body + bytes(4)),
+        ("missing-tensor", {k: v for k, v in header.items() if k != first}, body),
+        ("trailing-bytes", header, body + bytes(4)),
+        ("not-object", [1, 2], body)]:
+    hf_reads("hf_header", label, hf_dir("hf_header", label, safetensors_bytes(h, data)))
+data = bytearray(hf_weights)
+data[8 + hf_header_len + (n - 8 - hf_header_len) // 2] ^= 0x01
+hf_reads("hf_flip_data", "middle", hf_dir("hf_flip_data", "middle", bytes(data)), (0,))
+
+
+def config_with(**changes):
+    c = dict(hf_config)
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    return c
+
+
+for label, cfg in [("not-json", b"{"), ("array", b"[]"), ("empty", b""),
+                   ("missing-n_embd", config_with(n_embd=None)),
+                   ("n_layer-string", config_with(n_layer="two")),
+                   ("n_layer-zero", config_with(n_layer=0)),
+                   ("n_layer-huge", config_with(n_layer=10**30)),
+                   ("n_embd-huge", config_with(n_embd=2**40)),
+                   ("n_embd-wider", config_with(n_embd=hf_config["n_embd"] * 2)),
+                   ("vocab-huge", config_with(vocab_size=2**40)),
+                   ("eps-negative", config_with(layer_norm_epsilon=-1)),
+                   ("eps-nan", b'{"model_type": "gpt2", "layer_norm_epsilon": NaN}'),
+                   ("model-type-llama", config_with(model_type="llama")),
+                   ("activation-relu", config_with(activation_function="relu")),
+                   ("deeper", config_with(n_layer=hf_config["n_layer"] + 1))]:
+    hf_reads("hf_config", label, hf_dir("hf_config", label, config=cfg), (2, 4))
+
+
 # --- special files as inputs and outputs --------------------------------------------------------
 def special(name, argv, allowed, unchanged=()):
     case("special_files", name, argv, allowed, unchanged)
