@@ -26,6 +26,7 @@
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/config.h"
+#include "recipes/gguf_export.h"
 #include "recipes/registry.h"
 
 namespace forge {
@@ -47,6 +48,7 @@ constexpr const char* kUsage =
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
+    "  export --checkpoint RUN --format gguf --output FILE.gguf   a GPT for llama.cpp\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
@@ -112,8 +114,14 @@ const std::map<std::string, std::string> kCommandUsage = {
      "input gives the same files.\n"},
     {"export",
      "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
-     "Writes a LoRA run's model with the adapters merged into the base weights (W + alpha/r B A)\n"
-     "as a plain checkpoint that generate, eval, inspect and model.init_from take like any other.\n"},
+     "       forge export --checkpoint RUN-DIR-or-FILE --format gguf --output FILE.gguf\n"
+     "--merge writes a LoRA run's model with the adapters merged into the base weights\n"
+     "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
+     "take like any other.\n"
+     "--format gguf writes a GPT-2-style GPT (layernorm, learned positions, gelu MLP, biases; a\n"
+     "LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in f32, with the run's GPT-2\n"
+     "BPE vocabulary (none for the bytes tokenizer): llama-cli -m FILE.gguf -p TEXT. See\n"
+     "docs/interop_gguf.md.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -284,13 +292,21 @@ int cmd_inspect(const std::vector<std::string>& args) {
 int cmd_export(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool merge = take_flag(rest, "--merge");
-  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output"});
+  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output", "format"});
   if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
   if (!p.options.count("output")) usage_error("export: --output is required");
-  if (!merge) usage_error("export: --merge is required (the one export this build writes)");
+  const std::string format = p.options.count("format") ? p.options.at("format") : "";
+  if (!format.empty() && format != "gguf")
+    usage_error("export: --format must be gguf, got '" + format + "'");
+  if (merge == !format.empty()) usage_error("export: give one of --merge and --format gguf");
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
+  if (format == "gguf") {
+    export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
+    return 0;
+  }
   export_merged(file, output);
   std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(), file.c_str());
   return 0;
