@@ -259,6 +259,27 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
   return pieces;
 }
 
+std::string gpt2_spelling(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) {
+    const uint32_t c = byte_unicode().to_cp[b];
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {  // every code point of the alphabet is below U+0800
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+std::string_view BpeTokenizer::bytes_of(int32_t id) const {
+  return std::string_view(
+      token_bytes_.data() + token_offsets_[static_cast<size_t>(id)],
+      token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
+}
+
 void BpeTokenizer::PairTable::build(const std::vector<std::pair<uint64_t, int32_t>>& entries) {
   uint64_t cap = 16;
   while (cap < entries.size() * 2) cap *= 2;
@@ -292,6 +313,9 @@ BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
   const std::vector<Merge> merges = read_merges(dir / "vocab.bpe");
   build_vocabulary(entries, merges.size(), dir / "encoder.json");
   check_merges(merges, dir / "vocab.bpe");
+  merges_.reserve(merges.size());
+  for (const Merge& m : merges)
+    merges_.emplace_back(token_ids_.at(m.joined), static_cast<uint32_t>(m.left_bytes));
   for (const auto& s : specials) {
     if (special_id(s)) continue;
     add_special(s, num_tokens_ + num_extra_specials_);
@@ -322,11 +346,6 @@ void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int
   // are special tokens appended to a trained vocabulary ("<|endoftext|>", "[PAD]", ...); GPT-2's
   // "<|endoftext|>" is special wherever it sits.
   const int64_t first_special = 256 + static_cast<int64_t>(num_merges);
-  auto bytes_of = [&](int32_t id) {
-    return std::string_view(
-        token_bytes_.data() + token_offsets_[static_cast<size_t>(id)],
-        token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
-  };
   token_ids_.reserve(entries.size());
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   for (int32_t id = 0; id < num_tokens_; ++id) {
@@ -395,10 +414,12 @@ std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem
     if (line.empty() || (line_no == 1 && line.substr(0, 8) == "#version")) continue;
     const size_t space = line.find(' ');
     std::string joined;
+    size_t left_bytes = 0;
     bool ok = space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
               line.find(' ', space + 1) == std::string_view::npos;
     for (size_t i = 0; ok && i < line.size();) {
       if (i == space) {
+        left_bytes = joined.size();
         ++i;
         continue;
       }
@@ -410,7 +431,7 @@ std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem
     if (!ok)
       throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": line ", line_no,
                                                  " is not a merge of two byte-level symbols"));
-    merges.push_back({std::move(joined), line_no});
+    merges.push_back({std::move(joined), left_bytes, line_no});
   }
   return merges;
 }
@@ -543,14 +564,31 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::vector<std::string> BpeTokenizer::spelled_tokens() const {
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size()));
+  for (int32_t id = 0; id < num_tokens_; ++id)
+    tokens[static_cast<size_t>(id)] = gpt2_spelling(bytes_of(id));
+  for (const auto& [text, id] : specials_) tokens[static_cast<size_t>(id)] = text;
+  return tokens;
+}
+
+std::vector<std::string> BpeTokenizer::spelled_merges() const {
+  std::vector<std::string> out;
+  out.reserve(merges_.size());
+  for (const auto& [id, left_bytes] : merges_) {
+    const std::string_view joined = bytes_of(id);
+    out.push_back(gpt2_spelling(joined.substr(0, left_bytes)) + " " +
+                  gpt2_spelling(joined.substr(left_bytes)));
+  }
+  return out;
+}
+
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   out.reserve(ids.size() * 4);
   for (int32_t id : ids) {
     if (id >= 0 && id < num_tokens_) {
-      out.append(
-          token_bytes_, token_offsets_[static_cast<size_t>(id)],
-          token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
+      out += bytes_of(id);
     } else if (id >= num_tokens_ && id < vocab_size()) {
       out += std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) {
                return s.second == id;
@@ -561,12 +599,6 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
     }
   }
   return out;
-}
-
-std::string gpt2_byte_symbol(uint8_t b) {
-  const uint32_t cp = byte_unicode().to_cp[b];
-  if (cp < 0x80) return std::string(1, char(cp));
-  return {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};  // every symbol is below U+0800
 }
 
 }  // namespace forge

@@ -3,11 +3,13 @@
 // merge the adjacent pair whose concatenation has the lowest rank, leftmost first; rank == id).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -19,9 +21,9 @@ namespace forge {
 /// valid UTF-8 count as one-byte characters that are neither letter, number nor space.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
-/// How GPT-2's vocabulary files (encoder.json, vocab.bpe) spell byte `b`: a printable Latin-1 byte
-/// as itself, the others as U+0100 onwards (GPT-2's bytes_to_unicode), in UTF-8.
-std::string gpt2_byte_symbol(uint8_t b);
+/// `bytes` in GPT-2's byte alphabet (bytes_to_unicode), as UTF-8: how encoder.json and vocab.bpe
+/// spell tokens.
+std::string gpt2_spelling(std::string_view bytes);
 
 class BpeTokenizer final : public Tokenizer {
  public:
@@ -36,6 +38,12 @@ class BpeTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int32_t vocab_size() const override { return num_tokens_ + num_extra_specials_; }
   std::string name() const override { return name_; }
+
+  /// Every token in id order as encoder.json spells it (gpt2_spelling), special tokens as their
+  /// text: the vocabulary another format (GGUF) stores.
+  std::vector<std::string> spelled_tokens() const;
+  /// The merges in rank order as vocab.bpe spells them ("left right").
+  std::vector<std::string> spelled_merges() const;
 
  private:
   struct StringHash {
@@ -59,8 +67,11 @@ class BpeTokenizer final : public Tokenizer {
 
   struct Merge {
     std::string joined;  // the bytes of the token the merge makes
+    size_t left_bytes;   // how many of them the left part holds
     size_t line;         // in vocab.bpe, for errors
   };
+  /// The bytes of token `id` < num_tokens_ (a view into token_bytes_).
+  std::string_view bytes_of(int32_t id) const;
   static std::vector<Merge> read_merges(const std::filesystem::path& path);
   void build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
                         size_t num_merges, const std::filesystem::path& path);
@@ -79,6 +90,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string_view, int32_t> token_ids_;  // mergeable tokens only
   int32_t byte_ids_[256] = {};
   PairTable pairs_;
+  std::vector<std::pair<int32_t, uint32_t>> merges_;  // (token made, left_bytes) in rank order
   mutable std::mutex cache_mutex_;
   mutable Cache cache_;  // piece -> ids, shared across calls; a call that can't lock uses its own
 };

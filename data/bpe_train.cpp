@@ -44,23 +44,21 @@ const ByteAlphabet& alphabet() {
 // `bytes` spelled in GPT-2's byte alphabet, as UTF-8 (vocab.bpe) or as a JSON string body with
 // non-ASCII escaped as \uXXXX (encoder.json, like Python's json.dump).
 std::string to_symbols(std::string_view bytes, bool json) {
+  if (!json) return gpt2_spelling(bytes);
   std::string out;
   for (unsigned char b : bytes) {
     const uint32_t c = alphabet().cp[b];
-    if (json && (c == '"' || c == '\\')) {
+    if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c < 0x80) {
       out += static_cast<char>(c);
-    } else if (json) {
+    } else {
       static constexpr char kHex[] = "0123456789abcdef";
       out += "\\u0";
       out += kHex[(c >> 8) & 0xF];
       out += kHex[(c >> 4) & 0xF];
       out += kHex[c & 0xF];
-    } else {  // all code points of the alphabet are below U+0800
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
     }
   }
   return out;

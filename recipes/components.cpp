@@ -263,17 +263,20 @@ void init_weights(nn::GPT& model, const RunConfig& config) {
 }
 
 namespace {
-RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path& file,
-                        const std::string& arch) {
-  RunConfig config;
+RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path& file) {
   try {
-    config = load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+    return load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
   } catch (const Error& e) {
     // The user's command line is fine; it is the file that cannot be used.
     std::string first = e.what();
     throw Error(ExitCode::checkpoint, file.string() + ": the stored config does not load: " +
                                           first.substr(0, first.find('\n')));
   }
+}
+
+RunConfig stored_config_of(const CheckpointInfo& info, const std::filesystem::path& file,
+                           const std::string& arch) {
+  RunConfig config = stored_config(info, file);
   if (config.model.arch != arch)
     throw Error(ExitCode::checkpoint,
                 detail::concat(file.string(), ": holds a ", config.model.arch,
@@ -286,7 +289,7 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
                               Config (*model_config)(const RunConfig&),
                               int64_t (*num_parameters)(const Config&)) {
   CheckpointInfo info = read_checkpoint_info(file);
-  RunConfig config = stored_config(info, file, arch);
+  RunConfig config = stored_config_of(info, file, arch);
   // The stored config decides what gets allocated, so it must agree with the tensors the file
   // holds before the model is built: a config claiming a huge model costs nothing to write.
   if (int64_t expected = num_parameters(model_config(config)); expected != info.main_model_numel())
@@ -307,7 +310,7 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
 // An adapters-only checkpoint (a LoRA run): the base it references (whose digest must still
 // match), adapters injected as in training, then the checkpoint's tensors on top.
 LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointInfo& info) {
-  RunConfig config = stored_config(info, file, "gpt");
+  RunConfig config = stored_config_of(info, file, "gpt");
   const ModelReference& base = info.references.at("model");
   if (const std::string digest = checkpoint_digest(base.path);
       digest != base.digest)
@@ -336,18 +339,31 @@ LoadedGPT load_gpt(const std::filesystem::path& file) {
       file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
 }
 
+RunConfig stored_config(const std::filesystem::path& file) {
+  return stored_config(read_checkpoint_info(file), file);
+}
+
+MergedGPT load_merged_gpt(const std::filesystem::path& file) {
+  LoadedGPT loaded = load_gpt(file);
+  if (!read_checkpoint_info(file).references.count("model"))
+    return {loaded.config, loaded.step, loaded.model->named_state()};
+  nn::merge_lora(*loaded.model);
+  MergedGPT merged{loaded.config, loaded.step, {}};
+  for (const NamedTensor& t : loaded.model->named_state())
+    if (!glob_match("*.lora_A", t.name) && !glob_match("*.lora_B", t.name))
+      merged.weights.push_back(t);
+  return merged;
+}
+
 void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
   if (!read_checkpoint_info(file).references.count("model"))
     throw Error(ExitCode::usage, file.string() + ": holds no adapters; it is a plain checkpoint already");
-  LoadedGPT loaded = load_gpt(file);
-  nn::merge_lora(*loaded.model);
+  MergedGPT merged = load_merged_gpt(file);
   CheckpointData data;
-  data.step = loaded.step;
-  RunConfig config = loaded.config;
-  config.sections["lora.rank"] = int64_t{0};
-  data.config_yaml = to_yaml(config);
-  for (const NamedTensor& t : loaded.model->named_state())
-    if (!glob_match("*.lora_A", t.name) && !glob_match("*.lora_B", t.name)) data.model.push_back(t);
+  data.step = merged.step;
+  merged.config.sections["lora.rank"] = int64_t{0};
+  data.config_yaml = to_yaml(merged.config);
+  data.model = merged.weights;
   save_checkpoint_file(output, data);
 }
 
@@ -356,10 +372,8 @@ void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {
     init_from_checkpoint(model, file);
     return;
   }
-  LoadedGPT source = load_gpt(file);
-  nn::merge_lora(*source.model);
   std::map<std::string, Tensor> merged;
-  for (const NamedTensor& t : source.model->named_state()) merged[t.name] = t.tensor;
+  for (const NamedTensor& t : load_merged_gpt(file).weights) merged[t.name] = t.tensor;
   NoGradGuard no_grad;
   for (NamedTensor t : model.named_state()) {
     auto it = merged.find(t.name);

@@ -86,6 +86,19 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// The stored config of checkpoint `file` without building its model (any family): what export
+/// checks before it loads weights. Error(checkpoint) when the config does not load.
+RunConfig stored_config(const std::filesystem::path& file);
+
+/// A GPT checkpoint's weights as a plain GPT holds them: a LoRA run's adapters merged into the
+/// base weights (W + alpha/r B A) and left out, so every name is one of nn::GPT's.
+struct MergedGPT {
+  RunConfig config;
+  int64_t step;
+  NamedTensors weights;
+};
+MergedGPT load_merged_gpt(const std::filesystem::path& file);
+
 /// Writes the model of a LoRA run's checkpoint `file` with its adapters merged into the base
 /// weights as a plain checkpoint at `output` (config with lora.rank 0, no optimizer state).
 /// Error(usage) when `file` holds no adapters.

@@ -496,17 +496,13 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
 
 // The model of a checkpoint with a LoRA run's adapters merged, in the layout transformers reads.
 Export prepare_export(const fs::path& file) {
-  const CheckpointInfo info = read_checkpoint_info(file);
-  const std::string arch =
-      load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip).model.arch;
   Export e;
-  if (arch == "gpt") {
-    LoadedGPT loaded = load_gpt(file);
-    if (info.references.count("model")) nn::merge_lora(*loaded.model);
-    e.run = loaded.config;
+  if (stored_config(file).model.arch == "gpt") {
+    MergedGPT merged = load_merged_gpt(file);
+    e.run = merged.config;
     e.config = gpt2_config(e.run, file);
     e.layout = gpt2_layout(e.run.model.n_layers, e.run.model.tie_embeddings, "transformer.");
-    e.state = loaded.model->named_state();
+    e.state = merged.weights;
   } else {
     LoadedBert loaded = load_bert(file);
     e.run = loaded.config;
@@ -552,7 +548,7 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
   const std::string& name = c.data.tokenizer;
   if (name == "bytes") {
     json vocab = json::object();
-    for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(uint8_t(b))] = b;
+    for (int b = 0; b < 256; ++b) vocab[gpt2_spelling(std::string(1, char(b)))] = b;
     for (size_t i = 0; i < c.data.special_tokens.size(); ++i)
       vocab[c.data.special_tokens[i]] = 256 + i;
     write_file_atomic(out / "vocab.json", vocab.dump() + "\n", ExitCode::checkpoint);

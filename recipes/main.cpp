@@ -26,6 +26,7 @@
 #include "recipes/checkpoint.h"
 #include "recipes/components.h"
 #include "recipes/config.h"
+#include "recipes/gguf_export.h"
 #include "recipes/hf_model.h"
 #include "recipes/registry.h"
 
@@ -50,6 +51,7 @@ constexpr const char* kUsage =
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
+    "  export --checkpoint RUN --format gguf --output FILE.gguf   a GPT for llama.cpp\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
@@ -118,12 +120,15 @@ const std::map<std::string, std::string> kCommandUsage = {
     {"export",
      "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
      "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft --output DIR\n"
+     "       forge export --checkpoint RUN-DIR-or-FILE --format gguf --output FILE.gguf\n"
      "--merge writes a LoRA run's model with the adapters merged into the base weights\n"
      "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
      "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
      "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
-     "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors\n"
-     "(docs/interop.md).\n"},
+     "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors; --format gguf\n"
+     "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
+     "f32, with the run's GPT-2 BPE vocabulary (none for the bytes tokenizer): llama-cli -m\n"
+     "FILE.gguf -p TEXT. See docs/interop.md.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -319,7 +324,7 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!p.options.count("output")) usage_error("export: --output is required");
   const std::string format = p.options.count("format") ? p.options.at("format") : "";
   if (merge == !format.empty())
-    usage_error("export: give either --merge or --format hf|peft (see forge export --help)");
+    usage_error("export: give either --merge or --format hf|peft|gguf (see forge export --help)");
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
   if (merge) {
@@ -334,8 +339,11 @@ int cmd_export(const std::vector<std::string>& args) {
     export_peft(file, output);
     std::printf("%s: the LoRA adapters of %s as PEFT's adapter_config.json and "
                 "adapter_model.safetensors\n", output.c_str(), file.c_str());
+  } else if (format == "gguf") {
+    export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
   } else {
-    usage_error("export: unknown --format '" + format + "' (hf or peft)");
+    usage_error("export: unknown --format '" + format + "' (hf, peft or gguf)");
   }
   return 0;
 }
