@@ -1,6 +1,6 @@
 // GGUF export. The whole file is built in memory: header, metadata, tensor infos, then the tensor
 // data at aligned offsets, and written in one atomic replacement, so a crash leaves the old file or
-// none. The layout, the keys and the Forge -> llama.cpp names are in docs/interop_gguf.md.
+// none. The layout, the keys and the Forge -> llama.cpp names are in docs/interop.md.
 #include "recipes/gguf_export.h"
 
 #include <bit>
@@ -155,7 +155,7 @@ void add_tokenizer(Metadata& meta, const RunConfig& config, const fs::path& file
   if (!bpe) {
     std::fprintf(stderr,
                  "forge: note: %s: its tokenizer '%s' has no GGUF form, so the file holds no "
-                 "vocabulary; llama.cpp needs one to run it (docs/interop_gguf.md)\n",
+                 "vocabulary; llama.cpp needs one to run it (docs/interop.md)\n",
                  file.c_str(), tokenizer->name().c_str());
     return;
   }

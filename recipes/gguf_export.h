@@ -1,6 +1,6 @@
 // `forge export --format gguf`: a GPT-2-style model as a GGUF file that llama.cpp runs with its
 // gpt2 architecture (its tensor names and metadata keys, every tensor f32), with the run's GPT-2
-// BPE vocabulary when it has one. docs/interop_gguf.md describes the file and the name mapping.
+// BPE vocabulary when it has one. docs/interop.md describes the file and the name mapping.
 #pragma once
 
 #include <filesystem>
