@@ -13,18 +13,14 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/unicode_tables.h"
+#include "data/unicode.h"
 
 namespace forge {
 namespace {
 
-enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
+using unicode::utf8_decode;
 
-bool in_ranges(uint32_t cp, const unicode::CodeRange* begin, const unicode::CodeRange* end) {
-  const unicode::CodeRange* it = std::upper_bound(
-      begin, end, cp, [](uint32_t c, const unicode::CodeRange& r) { return c < r.lo; });
-  return it != begin && cp <= (it - 1)->hi;
-}
+enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
 
 // JavaScript's \s (ECMAScript WhiteSpace + LineTerminator), which the reference regex uses.
 bool is_js_space(uint32_t cp) {
@@ -35,10 +31,8 @@ bool is_js_space(uint32_t cp) {
 
 CharClass classify(uint32_t cp) {
   if (is_js_space(cp)) return kSpace;
-  if (in_ranges(cp, std::begin(unicode::kLetterRanges), std::end(unicode::kLetterRanges)))
-    return kLetter;
-  if (in_ranges(cp, std::begin(unicode::kNumberRanges), std::end(unicode::kNumberRanges)))
-    return kNumber;
+  if (unicode::in_ranges(cp, unicode::kLetterRanges)) return kLetter;
+  if (unicode::in_ranges(cp, unicode::kNumberRanges)) return kNumber;
   return kOther;
 }
 
@@ -53,28 +47,6 @@ struct AsciiTable {
   }
 };
 constexpr AsciiTable kAscii;
-
-// Decodes one strict UTF-8 character at s[i] (no overlongs, surrogates or code points past
-// U+10FFFF); returns its length, or 0 if the bytes there are not valid UTF-8.
-int utf8_decode(std::string_view s, size_t i, uint32_t& cp) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  const size_t left = s.size() - i;
-  auto cont = [&](size_t k) { return k < s.size() && (b(k) & 0xC0) == 0x80; };
-  if (c < 0x80) return cp = c, 1;
-  if (c >= 0xC2 && c <= 0xDF && left >= 2 && cont(i + 1))
-    return cp = ((c & 0x1Fu) << 6) | (b(i + 1) & 0x3Fu), 2;
-  if (c >= 0xE0 && c <= 0xEF && left >= 3 && cont(i + 1) && cont(i + 2)) {
-    cp = ((c & 0x0Fu) << 12) | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
-    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4 && left >= 4 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-    cp = ((c & 0x07u) << 18) | ((b(i + 1) & 0x3Fu) << 12) | ((b(i + 2) & 0x3Fu) << 6) |
-         (b(i + 3) & 0x3Fu);
-    return cp >= 0x10000 && cp <= 0x10FFFF ? 4 : 0;
-  }
-  return 0;
-}
 
 // Class and byte length of the character at s[i]; invalid UTF-8 is a one-byte kOther.
 inline CharClass char_at(std::string_view s, size_t i, size_t& len) {
