@@ -255,15 +255,16 @@ inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
   }
 }
 
-BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
+BpeTokenizer::BpeTokenizer(const std::filesystem::path& encoder_file,
+                           const std::filesystem::path& merges_file, std::string name,
                            const std::vector<std::string>& specials)
     : name_(std::move(name)) {
   // The merge count decides which ids are specials, so both files are read before the table is
-  // built; encoder.json first, so that its errors come first.
-  auto entries = parse_encoder(dir / "encoder.json");
-  const std::vector<Merge> merges = read_merges(dir / "vocab.bpe");
-  build_vocabulary(entries, merges.size(), dir / "encoder.json");
-  check_merges(merges, dir / "vocab.bpe");
+  // built; the encoder first, so that its errors come first.
+  auto entries = parse_encoder(encoder_file);
+  const std::vector<Merge> merges = read_merges(merges_file);
+  build_vocabulary(entries, merges.size(), encoder_file, merges_file);
+  check_merges(merges, merges_file, encoder_file);
   for (const auto& s : specials) {
     if (special_id(s)) continue;
     add_special(s, num_tokens_ + num_extra_specials_);
@@ -272,8 +273,10 @@ BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
 }
 
 void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
-                                    size_t num_merges, const std::filesystem::path& path) {
+                                    size_t num_merges, const std::filesystem::path& path,
+                                    const std::filesystem::path& merges_file) {
   const std::string where = quoted_path(path.string()) + ": ";
+  const std::string merges_name = quoted_path(merges_file.filename().string());
   // Ids must be exactly 0..N-1 so that token bytes sit in one flat array indexed by id.
   num_tokens_ = static_cast<int32_t>(entries.size());
   std::vector<const std::string*> by_id(entries.size(), nullptr);
@@ -328,10 +331,10 @@ void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int
     // letters and punctuation (as "[PAD]" does) cannot be: GPT-2's pieces never mix the two.
     for (size_t k = 1; bytes != kEndOfText && k < bytes.size(); ++k)
       if (token_ids_.count(bytes.substr(0, k)) && token_ids_.count(bytes.substr(k)))
-        throw Error(ExitCode::data,
-                    detail::concat(where, "token ", id, " comes after the ", num_merges,
-                                   " merges of vocab.bpe but joins two tokens like a merge "
-                                   "result (is vocab.bpe truncated?)"));
+        throw Error(ExitCode::data, detail::concat(where, "token ", id, " comes after the ",
+                                                   num_merges, " merges of ", merges_name,
+                                                   " but joins two tokens like a merge result (is ",
+                                                   merges_name, " truncated?)"));
     add_special(std::string(bytes), id);
   }
 
@@ -387,16 +390,18 @@ std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem
   return merges;
 }
 
-void BpeTokenizer::check_merges(const std::vector<Merge>& merges,
-                                const std::filesystem::path& path) const {
+void BpeTokenizer::check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path,
+                                const std::filesystem::path& encoder_file) const {
+  const std::string encoder_name = quoted_path(encoder_file.filename().string());
   for (const Merge& m : merges)
     if (!token_ids_.count(m.joined))
-      throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": line ", m.line,
-                                                 " merges into a token missing from encoder.json"));
+      throw Error(ExitCode::data,
+                  detail::concat(quoted_path(path.string()), ": line ", m.line,
+                                 " merges into a token missing from ", encoder_name));
   const size_t expected = token_ids_.size() - 256;
   if (merges.size() != expected)
     throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": ", merges.size(),
-                                               " merges, but encoder.json has ", expected,
+                                               " merges, but ", encoder_name, " has ", expected,
                                                " non-byte tokens before its special tokens"));
 }
 
