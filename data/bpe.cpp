@@ -13,18 +13,14 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/unicode_tables.h"
+#include "data/unicode.h"
 
 namespace forge {
 namespace {
 
-enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
+using unicode::utf8_decode;
 
-bool in_ranges(uint32_t cp, const unicode::CodeRange* begin, const unicode::CodeRange* end) {
-  const unicode::CodeRange* it = std::upper_bound(
-      begin, end, cp, [](uint32_t c, const unicode::CodeRange& r) { return c < r.lo; });
-  return it != begin && cp <= (it - 1)->hi;
-}
+enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
 
 // JavaScript's \s (ECMAScript WhiteSpace + LineTerminator), which the reference regex uses.
 bool is_js_space(uint32_t cp) {
@@ -35,10 +31,8 @@ bool is_js_space(uint32_t cp) {
 
 CharClass classify(uint32_t cp) {
   if (is_js_space(cp)) return kSpace;
-  if (in_ranges(cp, std::begin(unicode::kLetterRanges), std::end(unicode::kLetterRanges)))
-    return kLetter;
-  if (in_ranges(cp, std::begin(unicode::kNumberRanges), std::end(unicode::kNumberRanges)))
-    return kNumber;
+  if (unicode::in_ranges(cp, unicode::kLetterRanges)) return kLetter;
+  if (unicode::in_ranges(cp, unicode::kNumberRanges)) return kNumber;
   return kOther;
 }
 
@@ -53,28 +47,6 @@ struct AsciiTable {
   }
 };
 constexpr AsciiTable kAscii;
-
-// Decodes one strict UTF-8 character at s[i] (no overlongs, surrogates or code points past
-// U+10FFFF); returns its length, or 0 if the bytes there are not valid UTF-8.
-int utf8_decode(std::string_view s, size_t i, uint32_t& cp) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  const size_t left = s.size() - i;
-  auto cont = [&](size_t k) { return k < s.size() && (b(k) & 0xC0) == 0x80; };
-  if (c < 0x80) return cp = c, 1;
-  if (c >= 0xC2 && c <= 0xDF && left >= 2 && cont(i + 1))
-    return cp = ((c & 0x1Fu) << 6) | (b(i + 1) & 0x3Fu), 2;
-  if (c >= 0xE0 && c <= 0xEF && left >= 3 && cont(i + 1) && cont(i + 2)) {
-    cp = ((c & 0x0Fu) << 12) | ((b(i + 1) & 0x3Fu) << 6) | (b(i + 2) & 0x3Fu);
-    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4 && left >= 4 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-    cp = ((c & 0x07u) << 18) | ((b(i + 1) & 0x3Fu) << 12) | ((b(i + 2) & 0x3Fu) << 6) |
-         (b(i + 3) & 0x3Fu);
-    return cp >= 0x10000 && cp <= 0x10FFFF ? 4 : 0;
-  }
-  return 0;
-}
 
 // Class and byte length of the character at s[i]; invalid UTF-8 is a one-byte kOther.
 inline CharClass char_at(std::string_view s, size_t i, size_t& len) {
@@ -304,15 +276,16 @@ inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
   }
 }
 
-BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
+BpeTokenizer::BpeTokenizer(const std::filesystem::path& encoder_file,
+                           const std::filesystem::path& merges_file, std::string name,
                            const std::vector<std::string>& specials)
     : name_(std::move(name)) {
   // The merge count decides which ids are specials, so both files are read before the table is
-  // built; encoder.json first, so that its errors come first.
-  auto entries = parse_encoder(dir / "encoder.json");
-  const std::vector<Merge> merges = read_merges(dir / "vocab.bpe");
-  build_vocabulary(entries, merges.size(), dir / "encoder.json");
-  check_merges(merges, dir / "vocab.bpe");
+  // built; the encoder first, so that its errors come first.
+  auto entries = parse_encoder(encoder_file);
+  const std::vector<Merge> merges = read_merges(merges_file);
+  build_vocabulary(entries, merges.size(), encoder_file, merges_file);
+  check_merges(merges, merges_file, encoder_file);
   merges_.reserve(merges.size());
   for (const Merge& m : merges)
     merges_.emplace_back(token_ids_.at(m.joined), static_cast<uint32_t>(m.left_bytes));
@@ -324,8 +297,10 @@ BpeTokenizer::BpeTokenizer(const std::filesystem::path& dir, std::string name,
 }
 
 void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
-                                    size_t num_merges, const std::filesystem::path& path) {
+                                    size_t num_merges, const std::filesystem::path& path,
+                                    const std::filesystem::path& merges_file) {
   const std::string where = quoted_path(path.string()) + ": ";
+  const std::string merges_name = quoted_path(merges_file.filename().string());
   // Ids must be exactly 0..N-1 so that token bytes sit in one flat array indexed by id.
   num_tokens_ = static_cast<int32_t>(entries.size());
   std::vector<const std::string*> by_id(entries.size(), nullptr);
@@ -375,10 +350,10 @@ void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int
     // letters and punctuation (as "[PAD]" does) cannot be: GPT-2's pieces never mix the two.
     for (size_t k = 1; bytes != kEndOfText && k < bytes.size(); ++k)
       if (token_ids_.count(bytes.substr(0, k)) && token_ids_.count(bytes.substr(k)))
-        throw Error(ExitCode::data,
-                    detail::concat(where, "token ", id, " comes after the ", num_merges,
-                                   " merges of vocab.bpe but joins two tokens like a merge "
-                                   "result (is vocab.bpe truncated?)"));
+        throw Error(ExitCode::data, detail::concat(where, "token ", id, " comes after the ",
+                                                   num_merges, " merges of ", merges_name,
+                                                   " but joins two tokens like a merge result (is ",
+                                                   merges_name, " truncated?)"));
     add_special(std::string(bytes), id);
   }
 
@@ -436,16 +411,18 @@ std::vector<BpeTokenizer::Merge> BpeTokenizer::read_merges(const std::filesystem
   return merges;
 }
 
-void BpeTokenizer::check_merges(const std::vector<Merge>& merges,
-                                const std::filesystem::path& path) const {
+void BpeTokenizer::check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path,
+                                const std::filesystem::path& encoder_file) const {
+  const std::string encoder_name = quoted_path(encoder_file.filename().string());
   for (const Merge& m : merges)
     if (!token_ids_.count(m.joined))
-      throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": line ", m.line,
-                                                 " merges into a token missing from encoder.json"));
+      throw Error(ExitCode::data,
+                  detail::concat(quoted_path(path.string()), ": line ", m.line,
+                                 " merges into a token missing from ", encoder_name));
   const size_t expected = token_ids_.size() - 256;
   if (merges.size() != expected)
     throw Error(ExitCode::data, detail::concat(quoted_path(path.string()), ": ", merges.size(),
-                                               " merges, but encoder.json has ", expected,
+                                               " merges, but ", encoder_name, " has ", expected,
                                                " non-byte tokens before its special tokens"));
 }
 

@@ -1,6 +1,7 @@
-// GPT-2 byte-level BPE: the vocabulary (encoder.json + vocab.bpe), GPT-2's pre-tokenisation regex
-// implemented by hand over UTF-8, and merges applied exactly as OpenAI's tiktoken does (repeatedly
-// merge the adjacent pair whose concatenation has the lowest rank, leftmost first; rank == id).
+// GPT-2 byte-level BPE: the vocabulary (encoder.json + vocab.bpe, which Hugging Face names
+// vocab.json + merges.txt), GPT-2's pre-tokenisation regex implemented by hand over UTF-8, and
+// merges applied exactly as OpenAI's tiktoken does (repeatedly merge the adjacent pair whose
+// concatenation has the lowest rank, leftmost first; rank == id).
 #pragma once
 
 #include <cstdint>
@@ -27,12 +28,12 @@ std::string gpt2_spelling(std::string_view bytes);
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  /// Loads dir/encoder.json and dir/vocab.bpe. Ids from 256 + (number of merges) on are special
-  /// tokens (a trained vocabulary's "<|endoftext|>", "[PAD]", "[CLS]", ...), as is
-  /// "<|endoftext|>" anywhere. `specials` not already in the vocabulary get ids after it. Throws
-  /// Error(data) naming the file.
-  BpeTokenizer(const std::filesystem::path& dir, std::string name,
-               const std::vector<std::string>& specials = {});
+  /// Loads the token ids (encoder.json) and the merges (vocab.bpe). Ids from 256 + (number of
+  /// merges) on are special tokens (a trained vocabulary's "<|endoftext|>", "[PAD]", "[CLS]",
+  /// ...), as is "<|endoftext|>" anywhere. `specials` not already in the vocabulary get ids after
+  /// it. Throws Error(data) naming the file.
+  BpeTokenizer(const std::filesystem::path& encoder_file, const std::filesystem::path& merges_file,
+               std::string name, const std::vector<std::string>& specials = {});
 
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
@@ -74,8 +75,10 @@ class BpeTokenizer final : public Tokenizer {
   std::string_view bytes_of(int32_t id) const;
   static std::vector<Merge> read_merges(const std::filesystem::path& path);
   void build_vocabulary(const std::vector<std::pair<std::string, int32_t>>& entries,
-                        size_t num_merges, const std::filesystem::path& path);
-  void check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path) const;
+                        size_t num_merges, const std::filesystem::path& path,
+                        const std::filesystem::path& merges_file);
+  void check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path,
+                    const std::filesystem::path& encoder_file) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
                     std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
   static constexpr size_t kShortPiece = 64;  // longer pieces take the O(n log n) merge

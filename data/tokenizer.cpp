@@ -1,12 +1,15 @@
 // The byte tokenizer, special-token bookkeeping shared by all tokenizers, and the factory that
-// resolves a tokenizer name or directory (GPT-2 BPE itself lives in data/bpe.cpp).
+// resolves a tokenizer name or directory (GPT-2 BPE lives in data/bpe.cpp, BERT's WordPiece in
+// data/wordpiece.cpp).
 #include "data/tokenizer.h"
 
 #include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/bpe.h"
+#include "data/wordpiece.h"
 
 namespace forge {
 
@@ -77,16 +80,26 @@ std::string vocabulary_hash(const Tokenizer& tokenizer) {
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
                                           const std::vector<std::string>& specials) {
   if (name_or_dir == "bytes") return std::make_unique<ByteTokenizer>(specials);
-  std::filesystem::path dir = name_or_dir == "gpt2" ? std::filesystem::path("data/tokenizers/gpt2")
-                                                    : std::filesystem::path(name_or_dir);
-  if (!std::filesystem::is_directory(dir))
-    throw Error(ExitCode::data,
-                detail::concat(dir.string(),
-                               ": not a tokenizer (expected \"bytes\", \"gpt2\" or a "
-                               "directory with encoder.json and vocab.bpe)"));
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      name_or_dir == "gpt2" ? fs::path("data/tokenizers/gpt2") : fs::path(name_or_dir);
+  constexpr const char* kLookedFor =
+      "\"bytes\", \"gpt2\" or a directory with vocab.txt (WordPiece), encoder.json + vocab.bpe or "
+      "vocab.json + merges.txt (byte-level BPE)";
+  if (!fs::is_directory(dir))
+    throw Error(ExitCode::data, detail::concat(quoted_path(dir.string()),
+                                               ": not a tokenizer (expected ", kLookedFor, ")"));
   std::string name = name_or_dir == "gpt2" ? "gpt2" : dir.lexically_normal().filename().string();
   if (name.empty()) name = dir.lexically_normal().parent_path().filename().string();
-  return std::make_unique<BpeTokenizer>(dir, name, specials);
+  // Either file of a pair picks that format, so that a missing partner is named in the error.
+  auto has = [&](const char* file) { return fs::exists(dir / file); };
+  if (has("encoder.json") || has("vocab.bpe"))
+    return std::make_unique<BpeTokenizer>(dir / "encoder.json", dir / "vocab.bpe", name, specials);
+  if (has("vocab.json") || has("merges.txt"))
+    return std::make_unique<BpeTokenizer>(dir / "vocab.json", dir / "merges.txt", name, specials);
+  if (has("vocab.txt")) return std::make_unique<WordPieceTokenizer>(dir, name, specials);
+  throw Error(ExitCode::data, detail::concat(quoted_path(dir.string()),
+                                             ": no tokenizer files (expected ", kLookedFor, ")"));
 }
 
 }  // namespace forge

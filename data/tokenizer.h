@@ -1,6 +1,8 @@
 // The tokenizer interface shared by data preparation, loaders and the CLI, and the factory that
 // builds one by name: `bytes` (256 byte values plus configured special tokens), `gpt2` (the GPT-2
-// byte-level BPE shipped in data/tokenizers/gpt2) or a directory holding encoder.json + vocab.bpe.
+// byte-level BPE shipped in data/tokenizers/gpt2) or a directory holding a byte-level BPE
+// (encoder.json + vocab.bpe, or Hugging Face's vocab.json + merges.txt) or a BERT WordPiece
+// vocabulary (vocab.txt).
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,10 @@ class Tokenizer {
 
   /// Token ids of `text` (any bytes, UTF-8 or not); special tokens in the text become their ids.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  /// The bytes the ids stand for; decode(encode(x)) == x for every byte string x.
-  /// Throws Error(data) for an id outside [0, vocab_size()).
+  /// The text the ids stand for. Lossless for `bytes` and the byte-level BPEs: decode(encode(x))
+  /// == x for every byte string x. WordPiece is lossy (case, accents, whitespace, unknown words):
+  /// its decode gives the tokens joined by spaces. Throws Error(data) for an id outside
+  /// [0, vocab_size()).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   /// Number of ids, special tokens included.
   virtual int32_t vocab_size() const = 0;
@@ -47,10 +51,11 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "bytes"; }
 };
 
-/// "bytes", "gpt2" (data/tokenizers/gpt2, relative to the working directory) or a directory with
-/// encoder.json + vocab.bpe (named after the directory). `specials` are extra special tokens
-/// appended after the vocabulary (tokens the vocabulary already has as specials, like
-/// "<|endoftext|>" in gpt2, keep their id).
+/// "bytes", "gpt2" (data/tokenizers/gpt2, relative to the working directory) or a directory,
+/// named after it, with encoder.json + vocab.bpe or vocab.json + merges.txt (BpeTokenizer), or
+/// else vocab.txt (WordPieceTokenizer). `specials` are extra special tokens appended after the
+/// vocabulary (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep
+/// their id).
 /// Throws Error(data) naming the path for an unknown name, a missing directory or a corrupt file.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
                                           const std::vector<std::string>& specials = {});

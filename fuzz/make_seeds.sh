@@ -69,7 +69,8 @@ for f in sys.argv[1:]:
     os.replace(f + ".new", f)
 PY
 
-# Tokenizer inputs are encoder.json, a NUL byte, vocab.bpe (fuzz/fuzz_tokenizer.cpp).
+# Tokenizer inputs are two files split at a NUL byte, read as encoder.json + vocab.bpe and as
+# vocab.txt + tokenizer_config.json (fuzz/fuzz_tokenizer.cpp).
 /usr/bin/python3 - "$corpus/tokenizer" <<'PY'
 import json, sys
 bs = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
@@ -88,3 +89,8 @@ open(sys.argv[1] + "/small.bin", "wb").write(json.dumps(enc).encode() + b"\0" + 
 open(sys.argv[1] + "/bytes-only.bin", "wb").write(
     json.dumps({u[b]: i for i, b in enumerate(bs)}).encode() + b"\0#version: 0.2\n")
 PY
+
+# A WordPiece vocabulary with BERT's specials and tokenizer_config.json.
+printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##lo\nhe\n,\n\xe4\xb8\xad\n##\xc3\xa9\0%s' \
+  '{"do_lower_case": true, "strip_accents": null, "tokenize_chinese_chars": true}' \
+  > "$corpus/tokenizer/wordpiece.bin"

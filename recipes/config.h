@@ -41,7 +41,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string tokenizer;  // bytes | gpt2 | a directory with encoder.json + vocab.bpe
+  std::string tokenizer;  // bytes | gpt2 | a tokenizer directory (make_tokenizer, data/tokenizer.h)
   std::vector<std::string> special_tokens;
   std::string train;  // path, required
   std::string val;    // path, empty = split val_fraction off train

@@ -597,7 +597,8 @@ class Loader : public ConfigChecker {
         !std::filesystem::is_directory(d.tokenizer)) {
       error(blame({"data.tokenizer"}),
             "data.tokenizer: '" + d.tokenizer +
-                "' is not bytes, gpt2 or a directory with encoder.json and vocab.bpe");
+                "' is not bytes, gpt2 or a directory with vocab.txt, encoder.json + vocab.bpe "
+                "or vocab.json + merges.txt");
       return std::nullopt;
     }
     try {

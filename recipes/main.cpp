@@ -105,7 +105,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
      "Prints the token ids of the text separated by spaces; with --decode the text (or file) holds\n"
      "ids and the decoded text is printed. NAME is bytes or gpt2, or a directory holding\n"
-     "encoder.json and vocab.bpe.\n"},
+     "encoder.json + vocab.bpe or vocab.json + merges.txt (byte-level BPE) or vocab.txt (BERT's\n"
+     "WordPiece, which decodes to its tokens joined by spaces rather than the original text).\n"},
     {"prepare",
      "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5\n"
      "                     [--records file|percent|lines] [--force]\n"

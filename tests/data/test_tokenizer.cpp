@@ -11,6 +11,7 @@
 #include "data/bpe.h"
 #include "data/bpe_train.h"
 #include "data/tokenizer.h"
+#include "data/unicode.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -19,25 +20,6 @@ namespace {
 const Tokenizer& gpt2() {
   static const std::unique_ptr<Tokenizer> tok = make_tokenizer("gpt2");
   return *tok;
-}
-
-// Appends code point cp as UTF-8.
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // The JSON string literal at the start of `line` (as JSON.stringify writes it), as UTF-8; sets
@@ -78,7 +60,7 @@ std::string parse_json_string(const std::string& line, size_t& end) {
           cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(i + 2) - 0xDC00);
           i += 6;
         }
-        append_utf8(cp, out);
+        unicode::append_utf8(cp, out);
         break;
       }
       default:

@@ -414,7 +414,8 @@ TEST(ConfigCrossField, TheRecipeFixesTheModelFamily) {
 TEST(ConfigCrossField, TokenizerIsANameOrATrainedDirectory) {
   EXPECT_EQ(errors_of(minimal("  tokenizer: nope/dir\n")),
             line("x.yaml:4:14", "data.tokenizer: 'nope/dir' is not bytes, gpt2 or a directory "
-                                "with encoder.json and vocab.bpe"));
+                                "with vocab.txt, encoder.json + vocab.bpe or vocab.json + "
+                                "merges.txt"));
   // gpt2's own <|endoftext|> is not counted twice.
   RunConfig c = load_config_string(
       minimal("  tokenizer: gpt2\n  special_tokens: ['<|endoftext|>', '[MASK]']\n"
