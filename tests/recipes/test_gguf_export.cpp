@@ -277,6 +277,12 @@ std::vector<std::string> gpt2_byte_spellings() {
   return out;
 }
 
+// `file` exported to `out` and read back.
+GgufFile exported(const fs::path& file, const fs::path& out) {
+  export_gguf(file, out);
+  return read_gguf(out);
+}
+
 class GgufExport : public testing::RecipeTest {};
 
 TEST_F(GgufExport, WritesTheGpt2LayoutFieldByField) {
@@ -333,9 +339,7 @@ TEST_F(GgufExport, WritesTheGpt2VocabularyAndLeavesATiedHeadToTokenEmbd) {
   const fs::path file = save_gpt(
       dir_, "vocab_size: 50257, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
       "tokenizer: gpt2");
-  const fs::path out = dir_ / "gpt2.gguf";
-  export_gguf(file, out);
-  const GgufFile f = read_gguf(out);
+  const GgufFile f = exported(file, dir_ / "gpt2.gguf");
   expect_tensors(f, checkpoint_tensors(file), 1, true);
 
   expect_string(f, "tokenizer.ggml.model", "gpt2");
@@ -382,9 +386,7 @@ TEST_F(GgufExport, PadsATrainedVocabularyToTheModelAndMarksItsSpecials) {
   const fs::path file =
       save_gpt(dir_, "vocab_size: 320, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
                "tokenizer: " + tokenizer.string() + ", special_tokens: [\"<|pad|>\"]");
-  const fs::path out = dir_ / "trained.gguf";
-  export_gguf(file, out);
-  const GgufFile f = read_gguf(out);
+  const GgufFile f = exported(file, dir_ / "trained.gguf");
   expect_tensors(f, checkpoint_tensors(file), 1, true);
 
   const std::vector<std::string>& tokens = f.kv.at("tokenizer.ggml.tokens").strings;
@@ -405,9 +407,7 @@ TEST_F(GgufExport, WritesTheBytesTokenizerAsABpeWithoutMerges) {
   const fs::path file =
       save_gpt(dir_, "vocab_size: 262, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
                "tokenizer: bytes, special_tokens: [\"<|pad|>\", \"<|endoftext|>\"]");
-  const fs::path out = dir_ / "bytes.gguf";
-  export_gguf(file, out);
-  const GgufFile f = read_gguf(out);
+  const GgufFile f = exported(file, dir_ / "bytes.gguf");
   expect_tensors(f, checkpoint_tensors(file), 1, true);
 
   expect_string(f, "tokenizer.ggml.model", "gpt2");
