@@ -5,7 +5,6 @@
 
 #include <bit>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,29 +143,39 @@ std::string run_name(const RunConfig& config) {
   return name.empty() ? dir.parent_path().filename().string() : name;
 }
 
+// A GPT-2 byte-level BPE as encoder.json and vocab.bpe spell it.
+struct SpelledVocabulary {
+  std::vector<std::string> tokens;  // in id order
+  std::vector<std::string> merges;  // in rank order
+};
+
+// The bytes tokenizer is the byte-level BPE without merges whose tokens are the 256 bytes (id ==
+// byte) and then the special tokens: with no merge to apply, that BPE maps every byte to its own
+// id. `--format hf` writes it the same way.
+SpelledVocabulary spelled_vocabulary(const Tokenizer& tokenizer) {
+  if (const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer))
+    return {bpe->spelled_tokens(), bpe->spelled_merges()};
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_spelling(std::string(1, char(b))));
+  for (const auto& [text, id] : tokenizer.specials()) tokens.push_back(text);
+  return {tokens, {}};
+}
+
 // tokenizer.ggml.*: the vocabulary in GPT-2's spelling padded to the model's vocabulary with
-// unused "[PAD<id>]" tokens, special tokens as control tokens, the merges, and <|endoftext|> as
-// the begin and end of text. The bytes tokenizer has no such form: the file then holds none.
+// unused "[PAD<id>]" tokens, special tokens as control tokens, the merges (even none: llama.cpp
+// refuses a gpt2 vocabulary without the key), and <|endoftext|> as the begin and end of text.
 void add_tokenizer(Metadata& meta, const RunConfig& config, const fs::path& file) {
   const std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tokenizer.get());
-  if (!bpe) {
-    std::fprintf(stderr,
-                 "forge: note: %s: its tokenizer '%s' has no GGUF form, so the file holds no "
-                 "vocabulary; llama.cpp needs one to run it (docs/interop.md)\n",
-                 file.c_str(), tokenizer->name().c_str());
-    return;
-  }
+  auto [tokens, merges] = spelled_vocabulary(*tokenizer);
   const int64_t vocab = config.model.vocab_size;
-  std::vector<std::string> tokens = bpe->spelled_tokens();
   if (int64_t(tokens.size()) > vocab)
     throw Error(ExitCode::data,
                 detail::concat(file.string(), ": tokenizer '", config.data.tokenizer, "' has ",
                                tokens.size(), " tokens, more than the model's vocabulary of ",
                                vocab));
   std::vector<int32_t> types(tokens.size(), kTokenNormal);
-  for (const auto& [text, id] : bpe->specials()) types[size_t(id)] = kTokenControl;
+  for (const auto& [text, id] : tokenizer->specials()) types[size_t(id)] = kTokenControl;
   for (int64_t id = int64_t(tokens.size()); id < vocab; ++id) {
     tokens.push_back("[PAD" + std::to_string(id) + "]");
     types.push_back(kTokenUnused);
@@ -175,8 +184,8 @@ void add_tokenizer(Metadata& meta, const RunConfig& config, const fs::path& file
   meta.add_string("tokenizer.ggml.pre", "gpt-2");
   meta.add_strings("tokenizer.ggml.tokens", tokens);
   meta.add_int32s("tokenizer.ggml.token_type", types);
-  meta.add_strings("tokenizer.ggml.merges", bpe->spelled_merges());
-  if (std::optional<int32_t> eot = bpe->special_id("<|endoftext|>")) {
+  meta.add_strings("tokenizer.ggml.merges", merges);
+  if (std::optional<int32_t> eot = tokenizer->special_id("<|endoftext|>")) {
     meta.add_uint32("tokenizer.ggml.bos_token_id", *eot);
     meta.add_uint32("tokenizer.ggml.eos_token_id", *eot);
   }

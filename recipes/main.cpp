@@ -128,7 +128,7 @@ const std::map<std::string, std::string> kCommandUsage = {
      "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
      "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors; --format gguf\n"
      "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
-     "f32, with the run's GPT-2 BPE vocabulary (none for the bytes tokenizer): llama-cli -m\n"
+     "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"

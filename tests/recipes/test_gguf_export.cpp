@@ -1,7 +1,8 @@
 // `forge export --format gguf`, read back by a GGUF reader written here (header, every key-value
 // pair, every tensor info, the data at its aligned offset) and checked field by field against the
 // model: metadata keys, types and values, tensor names, dimensions and bytes, alignment, the GPT-2
-// vocabulary and a trained one padded with extra specials, a merged LoRA run, the models
+// vocabulary, a trained one padded with extra specials and the bytes tokenizer's as a BPE without
+// merges, a merged LoRA run, the models
 // llama.cpp's gpt2 graph cannot run, and the command line. Models are built here and saved
 // without training, except the LoRA run, which the forge binary trains for a few steps.
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "recipes/components.h"
 #include "recipes/config.h"
 #include "recipes/gguf_export.h"
+#include "recipes/hf_model.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 
@@ -261,6 +263,26 @@ std::vector<std::string> merge_lines(const fs::path& vocab_bpe) {
   return lines;
 }
 
+// Every byte as GPT-2's bytes_to_unicode spells it, written out here: the printable Latin-1 bytes
+// stand for themselves, the other 68 take code points 256, 257, ... in byte order.
+std::vector<std::string> gpt2_byte_spellings() {
+  std::vector<std::string> out;
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const uint32_t cp = printable ? uint32_t(b) : next++;
+    out.push_back(cp < 0x80 ? std::string(1, char(cp))
+                            : std::string{char(0xC0 | cp >> 6), char(0x80 | (cp & 0x3F))});
+  }
+  return out;
+}
+
+// `file` exported to `out` and read back.
+GgufFile exported(const fs::path& file, const fs::path& out) {
+  export_gguf(file, out);
+  return read_gguf(out);
+}
+
 class GgufExport : public testing::RecipeTest {};
 
 TEST_F(GgufExport, WritesTheGpt2LayoutFieldByField) {
@@ -281,8 +303,11 @@ TEST_F(GgufExport, WritesTheGpt2LayoutFieldByField) {
       "general.alignment",          "general.file_type",
       "gpt2.context_length",        "gpt2.embedding_length",
       "gpt2.feed_forward_length",   "gpt2.block_count",
-      "gpt2.attention.head_count",  "gpt2.attention.layer_norm_epsilon"};
-  EXPECT_EQ(f.keys, keys) << "the bytes tokenizer has no GGUF vocabulary";
+      "gpt2.attention.head_count",  "gpt2.attention.layer_norm_epsilon",
+      "tokenizer.ggml.model",       "tokenizer.ggml.pre",
+      "tokenizer.ggml.tokens",      "tokenizer.ggml.token_type",
+      "tokenizer.ggml.merges"};
+  EXPECT_EQ(f.keys, keys) << "no bos/eos: the run has no <|endoftext|>";
   EXPECT_EQ(f.kv_count, keys.size());
   expect_string(f, "general.architecture", "gpt2");
   expect_string(f, "general.name", "tiny_run");
@@ -314,9 +339,7 @@ TEST_F(GgufExport, WritesTheGpt2VocabularyAndLeavesATiedHeadToTokenEmbd) {
   const fs::path file = save_gpt(
       dir_, "vocab_size: 50257, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
       "tokenizer: gpt2");
-  const fs::path out = dir_ / "gpt2.gguf";
-  export_gguf(file, out);
-  const GgufFile f = read_gguf(out);
+  const GgufFile f = exported(file, dir_ / "gpt2.gguf");
   expect_tensors(f, checkpoint_tensors(file), 1, true);
 
   expect_string(f, "tokenizer.ggml.model", "gpt2");
@@ -363,9 +386,7 @@ TEST_F(GgufExport, PadsATrainedVocabularyToTheModelAndMarksItsSpecials) {
   const fs::path file =
       save_gpt(dir_, "vocab_size: 320, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
                "tokenizer: " + tokenizer.string() + ", special_tokens: [\"<|pad|>\"]");
-  const fs::path out = dir_ / "trained.gguf";
-  export_gguf(file, out);
-  const GgufFile f = read_gguf(out);
+  const GgufFile f = exported(file, dir_ / "trained.gguf");
   expect_tensors(f, checkpoint_tensors(file), 1, true);
 
   const std::vector<std::string>& tokens = f.kv.at("tokenizer.ggml.tokens").strings;
@@ -380,6 +401,58 @@ TEST_F(GgufExport, PadsATrainedVocabularyToTheModelAndMarksItsSpecials) {
     EXPECT_EQ(types[size_t(id)], id < 299 ? 1 : id < 301 ? 3 : 5) << id;
   EXPECT_EQ(f.kv.at("tokenizer.ggml.merges").strings, merge_lines(tokenizer / "vocab.bpe"));
   expect_uint32(f, "tokenizer.ggml.eos_token_id", 299);
+}
+
+TEST_F(GgufExport, WritesTheBytesTokenizerAsABpeWithoutMerges) {
+  const fs::path file =
+      save_gpt(dir_, "vocab_size: 262, context: 8, d_model: 4, n_layers: 1, n_heads: 1",
+               "tokenizer: bytes, special_tokens: [\"<|pad|>\", \"<|endoftext|>\"]");
+  const GgufFile f = exported(file, dir_ / "bytes.gguf");
+  expect_tensors(f, checkpoint_tensors(file), 1, true);
+
+  expect_string(f, "tokenizer.ggml.model", "gpt2");
+  expect_string(f, "tokenizer.ggml.pre", "gpt-2");
+  const GgufValue& tokens = f.kv.at("tokenizer.ggml.tokens");
+  EXPECT_EQ(tokens.type, 9u);
+  EXPECT_EQ(tokens.element_type, 8u);
+  ASSERT_EQ(tokens.strings.size(), 262u);
+  // Id == byte, in GPT-2's spelling.
+  const std::vector<std::string> spellings = gpt2_byte_spellings();
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(tokens.strings[size_t(b)], spellings[size_t(b)]) << b;
+  EXPECT_EQ(tokens.strings[0], "\xC4\x80");     // byte 0 spelled U+0100
+  EXPECT_EQ(tokens.strings[10], "\xC4\x8A");    // "\n" spelled U+010A
+  EXPECT_EQ(tokens.strings[32], "\xC4\xA0");    // " " spelled U+0120
+  EXPECT_EQ(tokens.strings[65], "A");
+  EXPECT_EQ(tokens.strings[0xE9], "\xC3\xA9");  // byte 0xE9 spelled U+00E9
+  EXPECT_EQ(tokens.strings[256], "<|pad|>");    // data.special_tokens, in order
+  EXPECT_EQ(tokens.strings[257], "<|endoftext|>");
+  EXPECT_EQ(tokens.strings[258], "[PAD258]");
+  EXPECT_EQ(tokens.strings[261], "[PAD261]");
+
+  const GgufValue& types = f.kv.at("tokenizer.ggml.token_type");
+  EXPECT_EQ(types.type, 9u);
+  EXPECT_EQ(types.element_type, 5u);
+  ASSERT_EQ(types.numbers.size(), 262u);
+  for (int id = 0; id < 262; ++id)
+    EXPECT_EQ(types.numbers[size_t(id)], id < 256 ? 1 : id < 258 ? 3 : 5) << id;
+
+  // No merges, so the BPE leaves every byte its own token; llama.cpp's gpt2 vocabulary needs the
+  // key ("cannot find tokenizer merges in model file" without it), empty or not.
+  ASSERT_TRUE(f.kv.count("tokenizer.ggml.merges"));
+  const GgufValue& merges = f.kv.at("tokenizer.ggml.merges");
+  EXPECT_EQ(merges.type, 9u);
+  EXPECT_EQ(merges.element_type, 8u);
+  EXPECT_TRUE(merges.strings.empty());
+  expect_uint32(f, "tokenizer.ggml.bos_token_id", 257);
+  expect_uint32(f, "tokenizer.ggml.eos_token_id", 257);
+
+  // The vocabulary `--format hf` writes for the same run, token for token.
+  export_hf(file, dir_ / "hf");
+  const nlohmann::json vocab =
+      nlohmann::json::parse(testing::read_file(dir_ / "hf" / "vocab.json"));
+  ASSERT_EQ(vocab.size(), 258u);
+  for (const auto& [spelling, id] : vocab.items())
+    EXPECT_EQ(tokens.strings.at(id.get<size_t>()), spelling) << id;
 }
 
 TEST_F(GgufExport, WritesALoRARunWithItsAdaptersMerged) {
@@ -471,10 +544,7 @@ TEST_F(GgufExport, CommandLine) {
   const fs::path out = dir_ / "cli.gguf";
   auto [code, text] = forge_output(export_file + " --format gguf --output " + out.string());
   EXPECT_EQ(code, 0) << text;
-  EXPECT_NE(text.find("forge: note: " + file.string() +
-                      ": its tokenizer 'bytes' has no GGUF form, so the file holds no vocabulary"),
-            std::string::npos)
-      << text;
+  EXPECT_EQ(text, out.string() + ": " + file.string() + " as GGUF (llama.cpp gpt2, f32)\n");
   EXPECT_EQ(read_gguf(out).version, 3u);
 
   for (const std::string& wrong :
