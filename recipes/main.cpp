@@ -253,12 +253,12 @@ int cmd_eval(const std::vector<std::string>& args) {
                   "own validation split");
     config = fs::is_directory(target) ? load_config((target / "config.yaml").string())
                                       : load_config(target.string());
-    file = resolve_checkpoint(config.output_dir);
   }
   // The training estimate bounds evaluation's memory from above: a config whose training fits
   // evaluates too.
   const RecipeSpec& recipe = find_recipe(config.recipe);
   check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
+  if (file.empty()) file = resolve_checkpoint(config.output_dir);
   return recipe.eval(config, file);
 }
 
