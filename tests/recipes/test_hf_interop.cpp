@@ -179,6 +179,19 @@ TEST_F(HFInterop, DirectoryIsAStartingPointForInitFrom) {
   init_weights(model, config);
   EXPECT_LE(gpt2_error(model), 1e-5);
 
+  // A distillation teacher: the student takes its vocabulary, tokenizer and block 0 from it, and
+  // the run references the directory by its weights' digest.
+  std::ofstream(dir_ / "distill.yaml")
+      << "recipe: distill\noutput_dir: " << (dir_ / "student").string()
+      << "\nmodel: {arch: gpt, context: 16, d_model: 32, n_layers: 1, n_heads: 4}\n"
+      << "data: {train: " << (dir_ / "corpus.txt").string() << "}\n"
+      << "distill: {teacher: " << (kGolden / "gpt2").string() << ", init_from_teacher: every_other}"
+      << "\ntrain: {batch_size: 2, max_steps: 2, eval_batches: 1, sample_tokens: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "distill.yaml").string()), 0);
+  EXPECT_EQ(read_checkpoint_info(resolve_checkpoint(dir_ / "student")).references.at("teacher"),
+            (ModelReference{(kGolden / "gpt2").string(), checkpoint_digest(kGolden / "gpt2")}));
+  EXPECT_EQ(losses(dir_ / "student", "val", "teacher_loss").size(), 1u);
+
   // A config that contradicts the directory is an error naming both.
   std::ofstream(dir_ / "bad.yaml") << "recipe: finetune\nmodel: {init_from: "
                                    << (kGolden / "gpt2").string() << ", d_model: 64}\n"
