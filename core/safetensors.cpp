@@ -78,7 +78,10 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path, ExitCode code)
   json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail("the header is not valid JSON");
   if (!header.is_object()) fail("the header is not a JSON object");
-  for (auto& [name, value] : header.items()) {
+  // Named, not structured, bindings: clang's OpenMP mode cannot capture the latter in `bad`.
+  for (auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& value = item.value();
     if (name == "__metadata__") {
       if (!value.is_object()) fail("__metadata__ is not an object");
       for (auto& [key, item] : value.items()) {
