@@ -93,7 +93,8 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path, ExitCode code)
     auto bad = [&](const std::string& what) { fail("tensor '" + name + "': " + what); };
     if (!value.is_object()) bad("not an object");
     for (auto& [key, _] : value.items())
-      if (key != "dtype" && key != "shape" && key != "data_offsets") bad("unknown field '" + key + "'");
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        bad("unknown field '" + key + "'");
     auto dtype = value.find("dtype");
     auto shape = value.find("shape");
     auto offsets = value.find("data_offsets");

@@ -73,7 +73,8 @@ Layout gpt2_layout(int64_t n_layers, bool tied, const std::string& p) {
   add(l, "tok_emb.weight", p + "wte.weight");
   add(l, "pos_emb.weight", p + "wpe.weight");
   for (int64_t i = 0; i < n_layers; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".", h = p + "h." + std::to_string(i) + ".";
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::string h = p + "h." + std::to_string(i) + ".";
     add_linear(l, b + "ln1", h + "ln_1");
     add_linear(l, b + "attn.qkv", h + "attn.c_attn", true);
     add_linear(l, b + "attn.proj", h + "attn.c_proj", true);
@@ -242,7 +243,8 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
       fail(c.file(), "activation_function '" + act +
                          "' is not supported: Forge's GPT MLP uses the tanh GELU (gelu_new)");
     c.require_value("scale_attn_weights", true, "Forge scales attention by 1/sqrt(head size)");
-    c.require_value("scale_attn_by_inverse_layer_idx", false, "Forge's attention has no such scale");
+    c.require_value("scale_attn_by_inverse_layer_idx", false,
+                    "Forge's attention has no such scale");
     c.require_value("add_cross_attention", false, "Forge's GPT is decoder-only");
     const bool tied = c.flag("tie_word_embeddings", true);
     y << "recipe: gpt_pretrain\nmodel:\n  arch: gpt\n  vocab_size: " << vocab
@@ -288,8 +290,9 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
 // BERT checkpoints converted from TensorFlow name LayerNorm parameters gamma and beta.
 std::string stored_name(const SafetensorsFile& f, const std::string& name) {
   if (f.find(name)) return name;
-  for (auto [from, to] : {std::pair<const char*, const char*>{"LayerNorm.weight", "LayerNorm.gamma"},
-                          {"LayerNorm.bias", "LayerNorm.beta"}})
+  using Rename = std::pair<const char*, const char*>;
+  for (auto [from, to] : {Rename{"LayerNorm.weight", "LayerNorm.gamma"},
+                          Rename{"LayerNorm.bias", "LayerNorm.beta"}})
     if (name.size() > std::strlen(from) && name.ends_with(from)) {
       std::string old = name.substr(0, name.size() - std::strlen(from)) + to;
       if (f.find(old)) return old;

@@ -153,7 +153,7 @@ TEST_F(HFInterop, PyTorchReadsForgesExportToTheGoldenOutputs) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "no python3-torch: the PyTorch read-back is not checked here";
   const std::string script =
-      "/usr/bin/python3 " + (fs::path(FORGE_SOURCE_DIR) / "tests/golden/make_hf_goldens.py").string();
+      "/usr/bin/python3 " + std::string(FORGE_SOURCE_DIR) + "/tests/golden/make_hf_goldens.py";
   for (const char* model : {"gpt2", "bert"}) {
     const fs::path out = dir_ / model;
     ASSERT_EQ(forge("export --checkpoint " + (kGolden / model).string() + " --format hf --output " +
@@ -217,7 +217,8 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   refused(edited([](json& j) { j["activation_function"] = "relu"; }),
           "activation_function 'relu' is not supported");
   refused(edited([](json& j) { j["n_layer"] = "two"; }), "n_layer: expected a positive integer");
-  refused(edited([](json& j) { j["model_type"] = "llama"; }), "model_type 'llama' is not supported");
+  refused(edited([](json& j) { j["model_type"] = "llama"; }),
+          "model_type 'llama' is not supported");
   // More layers than the weights hold, and another width: the tensor is named.
   refused(edited([](json& j) { j["n_layer"] = 3; }), "no tensor 'h.2.ln_1.weight'");
   refused(edited([](json& j) { j["n_embd"] = 64; }),
@@ -262,7 +263,8 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
             0);
   LoadedGPT loaded = load_gpt(resolve_checkpoint(dir_ / "lora"));
   std::map<std::string, std::vector<float>> adapters;
-  for (const NamedTensor& t : loaded.model->named_state()) adapters[t.name] = t.tensor.to_vector<float>();
+  for (const NamedTensor& t : loaded.model->named_state())
+    adapters[t.name] = t.tensor.to_vector<float>();
   SafetensorsFile peft(dir_ / "peft/adapter_model.safetensors");
   const std::map<std::string, std::string> expected = {
       {"base_model.model.transformer.h.0.attn.c_attn", "blocks.0.attn.qkv"},
@@ -296,7 +298,8 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
   std::vector<float> lora = loaded.model->forward(x).to_vector<float>();
   std::vector<float> merged = load_gpt(dir_ / "merged").model->forward(x).to_vector<float>();
   double gap = 0;
-  for (size_t i = 0; i < lora.size(); ++i) gap = std::max(gap, double(std::fabs(lora[i] - merged[i])));
+  for (size_t i = 0; i < lora.size(); ++i)
+    gap = std::max(gap, double(std::fabs(lora[i] - merged[i])));
   EXPECT_LE(gap, 1e-5);
 
   // A plain checkpoint has no adapters to write.
