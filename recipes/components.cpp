@@ -339,6 +339,25 @@ LoadedGPT load_gpt(const std::filesystem::path& file) {
       file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
 }
 
+void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m,
+                         const std::string& format) {
+  if (m.arch != "gpt")
+    throw Error(ExitCode::usage, detail::concat(file.string(), ": holds a ", m.arch, " model; ",
+                                                format, " writes GPT models only"));
+  std::string unsupported;
+  auto lacks = [&](bool ok, const std::string& what) {
+    if (!ok) unsupported += (unsupported.empty() ? "" : ", ") + what;
+  };
+  lacks(m.norm == "layernorm", m.norm);
+  lacks(m.position == "learned", m.position + " positions");
+  lacks(m.mlp == "gelu", m.mlp + " MLP");
+  lacks(m.bias, "no biases");
+  if (!unsupported.empty())
+    throw Error(ExitCode::usage, file.string() + ": " + format +
+                                     " writes GPT-2's architecture (layernorm, learned positions, "
+                                     "gelu MLP, biases); this model has " + unsupported);
+}
+
 RunConfig stored_config(const std::filesystem::path& file) {
   return stored_config(read_checkpoint_info(file), file);
 }

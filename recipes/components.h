@@ -86,6 +86,11 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// Error(usage) unless `m` is a GPT-2-style GPT (layernorm, learned positions, gelu MLP, biases),
+/// the one layout GPT-2's formats hold: "<file>: <format> writes ...; this model has rmsnorm, ...".
+void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m,
+                         const std::string& format);
+
 /// The stored config of checkpoint `file` without building its model (any family): what export
 /// checks before it loads weights. Error(checkpoint) when the config does not load.
 RunConfig stored_config(const std::filesystem::path& file);

@@ -93,26 +93,6 @@ class Metadata {
   uint64_t count_ = 0;
 };
 
-// llama.cpp's gpt2 graph is GPT-2's block: the rest of Forge's GPT options have no place in it.
-void check_supported(const fs::path& file, const ModelConfig& m) {
-  if (m.arch != "gpt")
-    throw Error(ExitCode::usage, detail::concat(file.string(), ": holds a ", m.arch,
-                                                " model; GGUF export writes GPT models only"));
-  std::string unsupported;
-  auto lacks = [&](bool ok, const std::string& what) {
-    if (!ok) unsupported += (unsupported.empty() ? "" : ", ") + what;
-  };
-  lacks(m.norm == "layernorm", m.norm);
-  lacks(m.position == "learned", m.position + " positions");
-  lacks(m.mlp == "gelu", m.mlp + " MLP");
-  lacks(m.bias, "no biases");
-  if (!unsupported.empty())
-    throw Error(ExitCode::usage,
-                file.string() + ": GGUF export writes llama.cpp's gpt2 architecture (layernorm, "
-                                "learned positions, gelu MLP, biases); this model has " +
-                    unsupported);
-}
-
 // llama.cpp's name for a parameter of nn::GPT (nn/gpt.h).
 std::string gguf_name(const std::string& name) {
   static const std::pair<std::string, std::string> kModel[] = {
@@ -219,7 +199,7 @@ std::string gguf_file(const Metadata& meta, const NamedTensors& tensors) {
 }  // namespace
 
 void export_gguf(const fs::path& checkpoint_file, const fs::path& output) {
-  check_supported(checkpoint_file, stored_config(checkpoint_file).model);
+  require_gpt2_layout(checkpoint_file, stored_config(checkpoint_file).model, "GGUF export");
   const MergedGPT gpt = load_merged_gpt(checkpoint_file);
   const ModelConfig& m = gpt.config.model;
   Metadata meta;

@@ -441,11 +441,8 @@ void require_export(bool ok, const fs::path& file, const std::string& what) {
   if (!ok) throw Error(ExitCode::usage, file.string() + ": " + what);
 }
 
-json gpt2_config(const RunConfig& c, const fs::path& file) {
+json gpt2_config(const RunConfig& c) {
   const ModelConfig& m = c.model;
-  require_export(m.norm == "layernorm" && m.position == "learned" && m.mlp == "gelu" && m.bias,
-                 file, "only GPT-2-style models (layernorm, learned positions, gelu MLP, biases) "
-                       "have a Hugging Face GPT-2 layout");
   const int64_t inner = std::llround(m.ffn_mult * double(m.d_model));
   json j = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
@@ -503,7 +500,8 @@ Export prepare_export(const fs::path& file) {
   if (stored_config(file).model.arch == "gpt") {
     MergedGPT merged = load_merged_gpt(file);
     e.run = merged.config;
-    e.config = gpt2_config(e.run, file);
+    require_gpt2_layout(file, e.run.model, "Hugging Face export");
+    e.config = gpt2_config(e.run);
     e.layout = gpt2_layout(e.run.model.n_layers, e.run.model.tie_embeddings, "transformer.");
     e.state = merged.weights;
   } else {
@@ -607,7 +605,8 @@ void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
                  "holds no LoRA adapters; export its model with --format hf");
   LoadedGPT loaded = load_gpt(checkpoint_file);
   const RunConfig& c = loaded.config;
-  gpt2_config(c, checkpoint_file);  // the base must have a GPT-2 layout for the names to mean it
+  // PEFT's names are GPT-2's: they mean nothing for another layout.
+  require_gpt2_layout(checkpoint_file, c.model, "PEFT export");
   // PEFT adapters stand beside an unchanged base; tensors the run also trained (train_also)
   // would need PEFT's modules_to_save, which this export does not write.
   for (const TensorSpec& s : info.main_model())

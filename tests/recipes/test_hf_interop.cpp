@@ -302,6 +302,22 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
     gap = std::max(gap, double(std::fabs(lora[i] - merged[i])));
   EXPECT_LE(gap, 1e-5);
 
+  // A LLaMA-style GPT has no GPT-2 layout: refused naming what it has, nothing written.
+  std::ofstream(dir_ / "llama.yaml")
+      << "recipe: gpt_pretrain\noutput_dir: " << (dir_ / "llama").string()
+      << "\nmodel: {arch: gpt, vocab_size: 256, context: 16, d_model: 16, n_layers: 1, "
+         "n_heads: 2, norm: rmsnorm, position: rotary}\ndata: {tokenizer: bytes, train: "
+      << (dir_ / "corpus.txt").string() << "}\ntrain: {batch_size: 2, max_steps: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "llama.yaml").string()), 0);
+  auto [llama_code, llama_out] = forge_output("export --checkpoint " + (dir_ / "llama").string() +
+                                              " --format hf --output " + (dir_ / "llama_hf").string());
+  EXPECT_EQ(llama_code, 2);
+  EXPECT_NE(llama_out.find("Hugging Face export writes GPT-2's architecture (layernorm, learned "
+                           "positions, gelu MLP, biases); this model has rmsnorm, rotary positions"),
+            std::string::npos)
+      << llama_out;
+  EXPECT_FALSE(fs::exists(dir_ / "llama_hf"));
+
   // A plain checkpoint has no adapters to write.
   auto [code, out] = forge_output("export --checkpoint " + (dir_ / "base").string() +
                                   " --format peft --output " + (dir_ / "none").string());
