@@ -309,11 +309,13 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
          "n_heads: 2, norm: rmsnorm, position: rotary}\ndata: {tokenizer: bytes, train: "
       << (dir_ / "corpus.txt").string() << "}\ntrain: {batch_size: 2, max_steps: 1}\n";
   ASSERT_EQ(forge("train " + (dir_ / "llama.yaml").string()), 0);
-  auto [llama_code, llama_out] = forge_output("export --checkpoint " + (dir_ / "llama").string() +
-                                              " --format hf --output " + (dir_ / "llama_hf").string());
+  auto [llama_code, llama_out] =
+      forge_output("export --checkpoint " + (dir_ / "llama").string() + " --format hf --output " +
+                   (dir_ / "llama_hf").string());
   EXPECT_EQ(llama_code, 2);
-  EXPECT_NE(llama_out.find("Hugging Face export writes GPT-2's architecture (layernorm, learned "
-                           "positions, gelu MLP, biases); this model has rmsnorm, rotary positions"),
+  EXPECT_NE(llama_out.find("Hugging Face export writes GPT-2's architecture (layernorm, "
+                           "learned positions, gelu MLP, biases); this model has rmsnorm, rotary "
+                           "positions"),
             std::string::npos)
       << llama_out;
   EXPECT_FALSE(fs::exists(dir_ / "llama_hf"));
