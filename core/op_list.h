@@ -14,6 +14,7 @@
   X(sum) X(mean) X(max) X(min) X(var)                                                            \
   /* layout */                                                                                   \
   X(reshape) X(permute) X(slice) X(expand) X(contiguous) X(cat) X(index_select) X(gather)        \
+  X(index_add)                                                                                   \
   /* linear algebra and fused layers */                                                          \
   X(matmul) X(linear) X(softmax) X(log_softmax) X(layer_norm) X(rms_norm) X(embedding)           \
   X(cross_entropy) X(kd_kl_div) X(attention) X(cosine_similarity)                                \

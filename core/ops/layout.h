@@ -27,6 +27,10 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 /// x's slices at the i64 positions `index` (1-D) along dim; backward scatter-adds.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// torch.index_add: x with source's slices added at the i64 positions `index` (1-D, length m)
+/// along dim; source has x's shape except m at dim. Repeated indices add up. Backward: dx = dout,
+/// dsource = index_select(dout, dim, index).
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 /// out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (torch.gather); index is i64 with x's rank.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 

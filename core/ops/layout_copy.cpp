@@ -1,7 +1,7 @@
-// Layout ops that copy: cat (and stack, derived from it), index_select and gather. Each folds its
-// tensors into dense [outer, n, inner] blocks around the axis and calls kernels/index; the
-// backwards of the index ops scatter-add deterministically. Bad indices are data errors: they come
-// from token ids, labels or masks a user supplied.
+// Layout ops that copy: cat (and stack, derived from it), index_select, index_add and gather. Each
+// folds its tensors into dense [outer, n, inner] blocks around the axis and calls kernels/index;
+// scatter-adds (index_add, the backwards of the gathers) are deterministic. Bad indices are data
+// errors: they come from token ids, labels, masks or expert routes a user supplied.
 #include <numeric>
 
 #include "core/autograd.h"
@@ -12,6 +12,7 @@
 namespace forge {
 namespace {
 
+using op_util::check_float;
 using op_util::Fold;
 using op_util::fold_at;
 using op_util::scatter_into_zeros;
@@ -146,6 +147,40 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   shape[size_t(dim)] = ic.numel();
   kernels::AxisIndex g{f.outer, f.n, ic.numel(), f.inner, {0, 1, 0}};
   return gather_op(Op::index_select, x, ic, g, shape);
+}
+
+// torch.index_add: out = x, then out[.., index[j], ..] += source[.., j, ..] along dim, repeats
+// adding up in the order of j.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  check_float(x, "index_add", "x");
+  check_float(source, "index_add", "source");
+  dim = wrap_dim(dim, x.dim(), "index_add");
+  FORGE_CHECK(index.defined() && index.dim() == 1, "index_add: index must be 1-D, got shape ",
+              index.defined() ? shape_str(index.shape()) : "undefined");
+  FORGE_CHECK(source.dtype() == x.dtype(), "index_add: source is ", dtype_name(source.dtype()),
+              ", x is ", dtype_name(x.dtype()));
+  Shape expected = x.shape();
+  expected[size_t(dim)] = index.numel();
+  FORGE_CHECK(source.shape() == expected, "index_add: source has shape ",
+              shape_str(source.shape()), ", expected ", shape_str(expected),
+              " (x's shape with the ", index.numel(), " indices at dimension ", dim, ")");
+  Fold f = fold_at(x.shape(), dim);
+  Tensor ic = checked_index(index, f.n, dim, x, "index_add");
+  Tensor out = x.detach().clone();
+  Tensor sc = source.detach().contiguous();
+  kernels::AxisIndex g{f.outer, f.n, ic.numel(), f.inner, {0, 1, 0}};
+  FORGE_DISPATCH_FLOAT(x.dtype(), "index_add", [&] {
+    kernels::scatter_add_axis(sc.data<scalar_t>(), ic.data<int64_t>(), g, out.data<scalar_t>());
+  });
+  if (needs_grad(x, source)) {
+    bool want_x = x.requires_grad(), want_source = source.requires_grad();
+    record(Op::index_add, out, {x, source}, [ic, dim, want_x, want_source](const Tensor& dout) {
+      // out = x + scatter(source): x passes dout through, source reads it back where it was added.
+      return std::vector<Tensor>{want_x ? dout : Tensor(),
+                                 want_source ? index_select(dout, dim, ic) : Tensor()};
+    });
+  }
+  return out;
 }
 
 // torch.gather: out has index's shape, out[.., j, ..] = x[.., index[.., j, ..], ..] along dim.

@@ -1,7 +1,7 @@
 // Layout ops: finite-difference checks of the views (reshape, permute, slice, expand, contiguous,
 // and the derived transpose/squeeze/unsqueeze/flatten/split) and the copies (cat and stack,
-// index_select, gather); view semantics (shared storage, no allocation, strides, printing); values;
-// index and shape errors; and parity of kernels/index with its plain references.
+// index_select, index_add, gather); view semantics (shared storage, no allocation, strides,
+// printing); values; index and shape errors; and parity of kernels/index with its plain references.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -85,6 +85,17 @@ FORGE_GRADCHECK(index_select, repeated_indices) {
                    {randn({3, 4, 2})});
   EXPECT_GRADCHECK([index](const In& v) { return index_select(v[0], 0, index); },
                    {randn_strided({3, 4})});
+}
+
+// Repeated indices, along a middle and the first dim, with either operand constant.
+FORGE_GRADCHECK(index_add, repeated_indices) {
+  Tensor index = testing::ids({2, 0, 2, 2, 1}, {5});
+  auto middle = [index](const In& v) { return index_add(v[0], 1, index, v[1]); };
+  EXPECT_GRADCHECK(middle, {randn({3, 4, 2}, 1), randn({3, 5, 2}, 2)});
+  EXPECT_GRADCHECK(middle, {randn({3, 4, 2}, 1).detach(), randn({3, 5, 2}, 2)});
+  EXPECT_GRADCHECK(middle, {randn({3, 4, 2}, 1), randn({3, 5, 2}, 2).detach()});
+  EXPECT_GRADCHECK([index](const In& v) { return index_add(v[0], 0, index, v[1]); },
+                   {randn_strided({3, 4}, 1), randn_strided({5, 4}, 2)});
 }
 
 FORGE_GRADCHECK(gather, torch_semantics) {
@@ -193,6 +204,36 @@ TEST(Layout, IndexSelectAndGatherValues) {
   EXPECT_EQ(gather(xt, 1, testing::ids({2, 1}, {2, 1})).to_vector<float>(), (std::vector<float>{8, 5}));
 }
 
+TEST(Layout, IndexAddValuesWithRepeatedIndices) {
+  Tensor x = reshape(arange(6), {3, 2});
+  Tensor source = reshape(arange(8), {4, 2});  // rows [0, 1], [2, 3], [4, 5], [6, 7]
+  // Row 0 gains source row 1; row 2 gains rows 0, 2 and 3; row 1 is left alone.
+  EXPECT_EQ(index_add(x, 0, testing::ids({2, 0, 2, 2}, {4}), source).to_vector<float>(),
+            (std::vector<float>{2, 4, 2, 3, 14, 18}));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));  // not in place
+  Tensor cols = from_vector(std::vector<float>{10, 20, 30, 40}, {2, 2});
+  EXPECT_EQ(index_add(transpose(x, 0, 1), -1, testing::ids({1, 1}, {2}), cols).to_vector<float>(),
+            (std::vector<float>{0, 32, 4, 1, 73, 5}));
+  EXPECT_EQ(index_add(x, 1, testing::ids({}, {0}), zeros({3, 0})).to_vector<float>(),
+            x.to_vector<float>());
+}
+
+TEST(Layout, IndexAddGradientsWithRepeatedIndices) {
+  Tensor x = zeros({3}, DType::f64).set_requires_grad(true);
+  Tensor source = zeros({4}, DType::f64).set_requires_grad(true);
+  Tensor w = from_vector(std::vector<double>{1, 10, 100}, {3}, DType::f64);
+  Tensor index = testing::ids({2, 0, 2, 2}, {4});
+  sum(mul(index_add(x, 0, index, source), w)).backward();
+  ASSERT_TRUE(x.grad().defined() && source.grad().defined());
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 10, 100}));
+  EXPECT_EQ(source.grad().to_vector<double>(), (std::vector<double>{100, 1, 100, 100}));
+  Tensor fixed = zeros({3}, DType::f64), only = zeros({4}, DType::f64).set_requires_grad(true);
+  sum(mul(index_add(fixed, 0, index, only), w)).backward();
+  EXPECT_FALSE(fixed.grad().defined());
+  ASSERT_TRUE(only.grad().defined());
+  EXPECT_EQ(only.grad().to_vector<double>(), (std::vector<double>{100, 1, 100, 100}));
+}
+
 TEST(Layout, IndexBackwardAddsRepeatsDeterministically) {
   Tensor x = ones({3, 2}, DType::f64).set_requires_grad(true);
   sum(index_select(x, 0, testing::ids({1, 1, 1, 0}, {4}))).backward();
@@ -228,6 +269,11 @@ TEST(Layout, OutOfRangeIndicesAreDataErrorsNamingValuePositionAndRange) {
   EXPECT_NE(what.find("index 4 at position [1, 1]"), std::string::npos) << what;
   EXPECT_NE(what.find("[0, 4)"), std::string::npos) << what;
   EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({-2}, {1, 1})); }).code(), ExitCode::data);
+  e = error_of([&] { index_add(x, 1, testing::ids({0, 4, 1}, {3}), zeros({3, 3})); });
+  EXPECT_EQ(e.code(), ExitCode::data);
+  what = e.what();
+  EXPECT_NE(what.find("index_add: index 4 at position [1]"), std::string::npos) << what;
+  EXPECT_NE(what.find("[0, 4)"), std::string::npos) << what;
 }
 
 TEST(Layout, BadShapesAndDimsAreRejected) {
@@ -245,6 +291,15 @@ TEST(Layout, BadShapesAndDimsAreRejected) {
   EXPECT_EQ(error_of([&] { index_select(x, 2, testing::ids({0}, {1})); }).code(), internal);
   EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({0}, {1})); }).code(), internal);  // rank
   EXPECT_EQ(error_of([&] { gather(x, 0, testing::ids({0, 0, 0, 0, 0}, {1, 5})); }).code(), internal);
+  Tensor ids2 = testing::ids({0, 2}, {2});
+  EXPECT_EQ(error_of([&] { index_add(x, 0, ids2, zeros({2, 3})); }).code(), internal);  // shape
+  EXPECT_EQ(error_of([&] { index_add(x, 0, ids2, zeros({2, 4}, DType::f64)); }).code(), internal);
+  EXPECT_EQ(error_of([&] { index_add(x, 0, ids2, zeros({4})); }).code(), internal);  // rank
+  EXPECT_EQ(error_of([&] { index_add(x, 0, testing::ids({0, 2}, {1, 2}), zeros({2, 4})); }).code(),
+            internal);
+  EXPECT_EQ(error_of([&] { index_add(x, 2, ids2, zeros({2, 4})); }).code(), internal);
+  std::string what = error_of([&] { index_add(x, 1, ids2, zeros({3, 3})); }).what();
+  EXPECT_NE(what.find("source has shape [3, 3], expected [3, 2]"), std::string::npos) << what;
   EXPECT_EQ(error_of([&] { reshape(x, {5, -1}); }).code(), internal);
   EXPECT_EQ(error_of([&] { reshape(x, {-1, -1}); }).code(), internal);
   EXPECT_EQ(error_of([&] { permute(x, {0, 0}); }).code(), internal);
