@@ -9,7 +9,7 @@
   /* scalar and unary */                                                                         \
   X(add_scalar) X(mul_scalar) X(pow_scalar) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs)         \
   X(tanh) X(sigmoid) X(relu) X(gelu) X(gelu_tanh) X(silu) X(log_sigmoid) X(softplus) X(clamp)    \
-  X(where) X(masked_fill) X(dropout) X(cast)                                                     \
+  X(normal_cdf) X(where) X(masked_fill) X(dropout) X(cast)                                      \
   /* reductions */                                                                               \
   X(sum) X(mean) X(max) X(min) X(var)                                                            \
   /* layout */                                                                                   \

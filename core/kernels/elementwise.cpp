@@ -14,12 +14,16 @@
 namespace forge::kernels {
 namespace {
 
+constexpr double kSqrt2 = 1.41421356237309504880, kSqrt2OverPi = 0.79788456080286535588,
+                 kInvSqrt2Pi = 0.39894228040143267794, kGeluC = 0.044715;
+
 // GELU's backward needs Phi(x) and phi(x); both come from e^{-x^2/2}, computed once.
 struct FastMath {
   template <class T> static T exp(T x) { return vm::exp(x); }
   template <class T> static T tanh(T x) { return vm::tanh(x); }
   template <class T> static T erf(T x) { return vm::erf(x); }
   template <class T> static T sigmoid(T x) { return vm::sigmoid(x); }
+  template <class T> static T normal_cdf(T x) { return vm::normal_cdf(x); }
   template <class T> static void normal_cdf_pdf(T x, T& cdf, T& pdf) {
     if constexpr (std::is_same_v<T, float>) {
       float e = vm::exp(-0.5f * x * x);
@@ -36,14 +40,12 @@ struct RefMath {
   template <class T> static T tanh(T x) { return T(std::tanh(double(x))); }
   template <class T> static T erf(T x) { return T(std::erf(double(x))); }
   template <class T> static T sigmoid(T x) { return T(1.0 / (1.0 + std::exp(-double(x)))); }
+  template <class T> static T normal_cdf(T x) { return T(0.5 * std::erfc(-double(x) / kSqrt2)); }
   template <class T> static void normal_cdf_pdf(T x, T& cdf, T& pdf) {
     cdf = T(0.5 * (1.0 + std::erf(double(x) / 1.41421356237309504880)));
     pdf = T(0.39894228040143267794 * std::exp(-0.5 * double(x) * double(x)));
   }
 };
-
-constexpr double kSqrt2 = 1.41421356237309504880, kSqrt2OverPi = 0.79788456080286535588,
-                 kGeluC = 0.044715;
 
 template <class T>
 T log1pexp(T x) { return T(std::fmax(double(x), 0.0) + std::log1p(std::exp(-std::fabs(double(x))))); }
@@ -71,6 +73,7 @@ void with_forward(Unary op, UnaryParams p, Body body) {
       });
     case Unary::silu: return body([](T x) { return x * M::sigmoid(x); });
     case Unary::log_sigmoid: return body([](T x) { return -log1pexp(-x); });
+    case Unary::normal_cdf: return body([](T x) { return M::normal_cdf(x); });
     case Unary::softplus:
       return body([a, b](T x) { return a * x > b ? x : log1pexp(a * x) / a; });
     case Unary::clamp: return body([a, b](T x) { return x < a ? a : (x > b ? b : x); });
@@ -117,6 +120,8 @@ void with_backward(Unary op, UnaryParams p, Body body) {
         return dy * s * (T(1) + x * (T(1) - s));
       });
     case Unary::log_sigmoid: return body([](T x, T, T dy) { return dy * M::sigmoid(-x); });
+    case Unary::normal_cdf:
+      return body([](T x, T, T dy) { return dy * T(kInvSqrt2Pi) * M::exp(T(-0.5) * x * x); });
     case Unary::softplus:
       return body([a, b](T x, T, T dy) { return a * x > b ? dy : dy * M::sigmoid(a * x); });
     case Unary::clamp:

@@ -9,6 +9,7 @@ namespace forge::kernels {
 
 enum class Unary {
   neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu, gelu_tanh, silu, log_sigmoid,
+  normal_cdf,
   softplus,    // p.a = beta, p.b = threshold
   clamp,       // p.a = low, p.b = high
   add_scalar,  // p.a = s

@@ -230,6 +230,9 @@ Tensor silu(const Tensor& x) { return unary_op(Op::silu, Unary::silu, x, Saves::
 Tensor log_sigmoid(const Tensor& x) {
   return unary_op(Op::log_sigmoid, Unary::log_sigmoid, x, Saves::input);
 }
+Tensor normal_cdf(const Tensor& x) {
+  return unary_op(Op::normal_cdf, Unary::normal_cdf, x, Saves::input);
+}
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   FORGE_CHECK(beta > 0, "softplus: beta must be positive, got ", beta);
   return unary_op(Op::softplus, Unary::softplus, x, Saves::input, {beta, threshold});

@@ -40,6 +40,9 @@ Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 Tensor silu(const Tensor& x);
 /// log(sigmoid(x)), stable for large |x|.
 Tensor log_sigmoid(const Tensor& x);
+/// Standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2, elementwise; gradient
+/// exp(-x^2 / 2) / sqrt(2 pi).
+Tensor normal_cdf(const Tensor& x);
 /// log(1 + exp(beta x)) / beta, linear above `threshold` as in PyTorch.
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 /// Gradient flows where low <= x <= high.

@@ -68,6 +68,7 @@ UNARY_CASE(gelu, gelu(x), mul(randn({3, 4}), 2.0).detach().set_requires_grad(tru
 UNARY_CASE(gelu_tanh, gelu(x, GeluApprox::tanh), randn_strided({3, 4}))
 UNARY_CASE(silu, silu(x), randn({3, 4}))
 UNARY_CASE(log_sigmoid, log_sigmoid(x), mul(randn({3, 4}), 5.0).detach().set_requires_grad(true))
+UNARY_CASE(normal_cdf, normal_cdf(x), randn_strided({3, 4}))
 UNARY_CASE(softplus, softplus(x, 2.0, 5.0), mul(randn({3, 4}), 3.0).detach().set_requires_grad(true))
 UNARY_CASE(clamp, clamp(x, -0.5, 0.7), randn({4, 4}))
 // Rounding to f32 makes small steps meaningless; the function is linear, so a large step is exact.
@@ -120,6 +121,31 @@ TEST(Elementwise, ValuesAgainstLibm) {
                                  from_vector(std::vector<double>{1}, {1}, DType::f64)).item()));
 }
 
+// Phi and its derivative at hand values (from Python's math.erfc and math.exp), in f64 and f32.
+TEST(Elementwise, NormalCdfValuesAndGradient) {
+  const std::vector<double> x = {-8, -3, -1, 0, 0.5, 1.96, 4};
+  const std::vector<double> cdf = {6.220960574271819e-16, 0.0013498980316300957,
+                                   0.15865525393145707,   0.5,
+                                   0.6914624612740131,    0.9750021048517795,
+                                   0.9999683287581669};
+  const std::vector<double> pdf = {5.052271083536893e-15, 0.0044318484119380075,
+                                   0.24197072451914337,   0.3989422804014327,
+                                   0.3520653267642995,    0.058440944333451476,
+                                   0.00013383022576488537};
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const double rtol = dtype == DType::f64 ? 1e-13 : 1e-5;
+    Tensor in = from_vector(x, {7}, dtype).set_requires_grad(true);
+    Tensor y = normal_cdf(in);
+    sum(y).backward();
+    std::vector<double> got = y.to(DType::f64).to_vector<double>();
+    std::vector<double> grad = in.grad().to(DType::f64).to_vector<double>();
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(got[i], cdf[i], rtol * cdf[i]) << dtype_name(dtype) << " x = " << x[i];
+      EXPECT_NEAR(grad[i], pdf[i], rtol * pdf[i]) << dtype_name(dtype) << " x = " << x[i];
+    }
+  }
+}
+
 TEST(Elementwise, MinMaxSplitTiesEvenly) {
   Tensor a = from_vector(std::vector<double>{1.0, 2.0}, {2}, DType::f64).set_requires_grad(true);
   Tensor b = from_vector(std::vector<double>{1.0, 5.0}, {2}, DType::f64).set_requires_grad(true);
@@ -168,6 +194,7 @@ TEST(ElementwiseKernels, UnaryForwardAndBackwardMatchReference) {
       {Unary::tanh, -12, 12, {}},      {Unary::sigmoid, -30, 30, {}},  {Unary::relu, -5, 5, {}},
       {Unary::gelu, -10, 10, {}},      {Unary::gelu_tanh, -10, 10, {}}, {Unary::silu, -20, 20, {}},
       {Unary::log_sigmoid, -30, 30, {}}, {Unary::softplus, -30, 30, {2.0, 20.0}},
+      {Unary::normal_cdf, -15, 10, {}},
       {Unary::clamp, -3, 3, {-1.0, 2.0}}, {Unary::add_scalar, -3, 3, {1.5, 0}},
       {Unary::mul_scalar, -3, 3, {-2.0, 0}}, {Unary::pow_scalar, 0.1, 3, {1.7, 0}},
   };
@@ -188,6 +215,18 @@ TEST(ElementwiseKernels, UnaryForwardAndBackwardMatchReference) {
           << "backward op " << int(c.op) << " at x=" << x[size_t(i)];
     }
   }
+}
+
+// The parity test above bounds absolute error; Phi's lower tail also needs relative accuracy
+// (1 + erf(x / sqrt 2) in f32 would cancel to noise below x = -5, or to 0).
+TEST(ElementwiseKernels, NormalCdfKeepsRelativeAccuracyInTheLowerTail) {
+  const int64_t n = 4099;
+  std::vector<float> x(n), y(n), y_ref(n);
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = -12.0f + 9.0f * float(i) / float(n - 1);
+  kernels::unary_forward(kernels::Unary::normal_cdf, x.data(), y.data(), n);
+  kernels::ref::unary_forward(kernels::Unary::normal_cdf, x.data(), y_ref.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(y[size_t(i)], y_ref[size_t(i)], 1e-5 * y_ref[size_t(i)]) << "x = " << x[size_t(i)];
 }
 
 TEST(ElementwiseKernels, BinaryBroadcastStridesMatchReference) {
