@@ -359,6 +359,25 @@ void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c
   }
 }
 
+template <class T>
+void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
+  const int64_t groups = int64_t(g.offsets.size()) - 1;
+  for (int64_t i = 0; i < groups; ++i) {
+    const int64_t r0 = g.offsets[size_t(i)], len = g.offsets[size_t(i) + 1] - r0;
+    MatmulGeometry one{{}, g.m, g.n, g.k, {g.a_strides[0], g.a_strides[1]},
+                       {g.b_strides[0], g.b_strides[1]}};
+    if (g.ragged_k) {
+      one.k = len;
+      matmul<T>(one, a + r0 * g.a_strides[1], b + r0 * g.b_strides[0], nullptr,
+                c + i * g.m * g.n);
+    } else if (len > 0) {
+      one.m = len;
+      matmul<T>(one, a + r0 * g.a_strides[0], b + i * g.b_group_stride,
+                bias ? bias + i * g.n : nullptr, c + r0 * g.n);
+    }
+  }
+}
+
 MatmulCacheStats matmul_cache_stats() {
   Cache& cc = cache();
   std::lock_guard<std::mutex> lock(cc.mu);
@@ -369,6 +388,10 @@ template void matmul<float>(const MatmulGeometry&, const float*, const float*, c
                             float);
 template void matmul<double>(const MatmulGeometry&, const double*, const double*, const double*,
                              double*, float);
+template void grouped_matmul<float>(const GroupedMatmulGeometry&, const float*, const float*,
+                                    const float*, float*);
+template void grouped_matmul<double>(const GroupedMatmulGeometry&, const double*, const double*,
+                                     const double*, double*);
 
 namespace ref {
 
@@ -399,10 +422,41 @@ void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c
   }
 }
 
+template <class T>
+void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
+  const int64_t groups = int64_t(g.offsets.size()) - 1;
+  const int64_t *as = g.a_strides, *bs = g.b_strides;
+  for (int64_t i = 0; i < groups; ++i) {
+    const int64_t r0 = g.offsets[size_t(i)], r1 = g.offsets[size_t(i) + 1];
+    if (g.ragged_k) {
+      for (int64_t row = 0; row < g.m; ++row)
+        for (int64_t col = 0; col < g.n; ++col) {
+          double acc = 0.0;
+          for (int64_t q = r0; q < r1; ++q)
+            acc += double(a[row * as[0] + q * as[1]]) * double(b[q * bs[0] + col * bs[1]]);
+          c[(i * g.m + row) * g.n + col] = T(acc);
+        }
+    } else {
+      const T* bg = b + i * g.b_group_stride;
+      for (int64_t row = r0; row < r1; ++row)
+        for (int64_t col = 0; col < g.n; ++col) {
+          double acc = bias ? double(bias[i * g.n + col]) : 0.0;
+          for (int64_t q = 0; q < g.k; ++q)
+            acc += double(a[row * as[0] + q * as[1]]) * double(bg[q * bs[0] + col * bs[1]]);
+          c[row * g.n + col] = T(acc);
+        }
+    }
+  }
+}
+
 template void matmul<float>(const MatmulGeometry&, const float*, const float*, const float*, float*,
                             float);
 template void matmul<double>(const MatmulGeometry&, const double*, const double*, const double*,
                              double*, float);
+template void grouped_matmul<float>(const GroupedMatmulGeometry&, const float*, const float*,
+                                    const float*, float*);
+template void grouped_matmul<double>(const GroupedMatmulGeometry&, const double*, const double*,
+                                     const double*, double*);
 
 }  // namespace ref
 

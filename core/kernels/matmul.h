@@ -23,6 +23,25 @@ struct MatmulGeometry {
 template <class T>
 void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c, float beta = 0.f);
 
+/// Geometry of a grouped GEMM (the experts of a mixture of experts): G products over blocks of
+/// shared buffers, group g owning positions r0 = offsets[g] .. r1 = offsets[g + 1] - 1 of one
+/// ragged dimension.
+///  - Ragged M (forward and input gradient): C[r0:r1] = A[r0:r1] · B_g + bias[g], with B_g at
+///    b + g * b_group_stride, bias dense [G, N] or null, C dense [M, N].
+///  - Ragged K (weight gradient): C_g = A[:, r0:r1] · B[r0:r1], C dense [G, M, N], no bias; an
+///    empty group gives zeros.
+struct GroupedMatmulGeometry {
+  std::vector<int64_t> offsets;                  ///< G + 1 non-decreasing positions
+  bool ragged_k = false;                         ///< the groups split K, else M
+  int64_t m = 0, n = 0, k = 0;                   ///< the ragged one equals offsets.back()
+  int64_t a_strides[2] = {}, b_strides[2] = {};  ///< A: M, K strides; B: K, N strides
+  int64_t b_group_stride = 0;                    ///< ragged M only
+};
+
+/// One GEMM per non-empty group, each operand read in place at its group's offset.
+template <class T>
+void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c);
+
 /// Primitive cache counters (f32 path): distinct geometries cached, and lookups that found one.
 struct MatmulCacheStats {
   size_t entries = 0;
@@ -35,6 +54,9 @@ namespace ref {
 /// Same contract as kernels::matmul; accumulates each dot product in double.
 template <class T>
 void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c, float beta = 0.f);
+/// Same contract as kernels::grouped_matmul: a plain loop over groups, rows, columns and K.
+template <class T>
+void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c);
 }  // namespace ref
 
 }  // namespace forge::kernels

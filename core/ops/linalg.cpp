@@ -1,8 +1,10 @@
-// matmul and linear: shape rules and autograd over kernels/matmul. Every transpose here, forward
-// or backward, is a stride view from transpose(), which the kernel consumes without a copy.
+// matmul, linear and grouped_linear: shape rules and autograd over kernels/matmul. Every transpose
+// here, forward or backward, is a stride view or a pair of strides the kernel consumes without a
+// copy.
 #include "core/ops/linalg.h"
 
 #include "core/autograd.h"
+#include "core/kernels/elementwise.h"
 #include "core/kernels/matmul.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/layout.h"
@@ -135,6 +137,101 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              if (sw.defined()) dx = dense_view(matmul_raw(dy, sw), x_shape);
              if (sx.defined()) dw = matmul_raw(transpose(dy, 0, 1), sx);
              if (want_bias) db = sum(dy, {0});
+             return std::vector<Tensor>{dx, dw, db};
+           });
+  }
+  return out;
+}
+
+namespace {
+
+// The checks of grouped_linear's operands and offsets; returns G.
+int64_t check_grouped(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const std::vector<int64_t>& offsets) {
+  check_float(x, "grouped_linear", "x");
+  check_float(weight, "grouped_linear", "weight");
+  FORGE_CHECK(x.dim() == 2 && weight.dim() == 3 && x.size(1) == weight.size(2),
+              "grouped_linear: x ", shape_str(x.shape()), " does not match weight ",
+              shape_str(weight.shape()), " (expected x [M, K] and weight [G, N, K])");
+  FORGE_CHECK(x.dtype() == weight.dtype(), "grouped_linear: x is ", dtype_name(x.dtype()),
+              ", weight is ", dtype_name(weight.dtype()));
+  const int64_t m = x.size(0), groups = weight.size(0), n = weight.size(1);
+  if (bias.defined()) {
+    FORGE_CHECK(bias.shape() == (Shape{groups, n}), "grouped_linear: bias ",
+                shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()),
+                " (expected [", groups, ", ", n, "])");
+    FORGE_CHECK(bias.dtype() == x.dtype(), "grouped_linear: bias is ", dtype_name(bias.dtype()),
+                ", x is ", dtype_name(x.dtype()));
+  }
+  FORGE_CHECK(int64_t(offsets.size()) == groups + 1, "grouped_linear: ", offsets.size(),
+              " offsets for ", groups, " groups (expected G + 1 = ", groups + 1, ")");
+  FORGE_CHECK(offsets.front() == 0, "grouped_linear: offsets[0] is ", offsets.front(),
+              ", expected 0");
+  for (size_t g = 1; g < offsets.size(); ++g)
+    FORGE_CHECK(offsets[g] >= offsets[g - 1], "grouped_linear: offsets[", g, "] = ", offsets[g],
+                " is less than offsets[", g - 1, "] = ", offsets[g - 1],
+                " (offsets must be non-decreasing)");
+  FORGE_CHECK(offsets.back() == m, "grouped_linear: offsets[", groups, "] is ", offsets.back(),
+              ", expected M = ", m, " (the rows of x ", shape_str(x.shape()), ")");
+  return groups;
+}
+
+}  // namespace
+
+// y[r0:r1] = x[r0:r1] · w[g]ᵀ + b[g] for each group g = [r0, r1): one GEMM per non-empty group,
+// reading its rows of x and its weight in place (w[g]ᵀ through swapped strides).
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const std::vector<int64_t>& offsets) {
+  const int64_t groups = check_grouped(x, weight, bias, offsets);
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(1);
+  Tensor xd = x.detach(), w = weight.detach();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  const Shape& xs = xd.strides();
+  const Shape& ws = w.strides();
+  Tensor out = empty({m, n}, x.dtype());
+  kernels::GroupedMatmulGeometry g{offsets, false, m, n, k, {xs[0], xs[1]}, {ws[2], ws[1]}, ws[0]};
+  FORGE_DISPATCH_FLOAT(x.dtype(), "grouped_linear", [&] {
+    kernels::grouped_matmul<scalar_t>(g, xd.data<scalar_t>(), w.data<scalar_t>(),
+                                      b.defined() ? b.data<scalar_t>() : nullptr,
+                                      out.data<scalar_t>());
+  });
+  if (needs_grad(x, weight, bias)) {
+    Tensor sx = weight.requires_grad() ? xd : Tensor(), sw = x.requires_grad() ? w : Tensor();
+    bool want_bias = bias.defined() && bias.requires_grad();
+    record(Op::grouped_linear, out, {x, weight, bias},
+           [sx, sw, want_bias, offsets, groups, m, n, k](const Tensor& dout) {
+             Tensor dy = dout.contiguous();  // [M, N]
+             Tensor dx, dw, db;
+             // y_g = x_g·w_gᵀ + b_g  =>  dx_g = dy_g·w_g [m_g, N]·[N, K], dw_g = dy_gᵀ·x_g
+             // [N, m_g]·[m_g, K] (zero for an empty group), db_g = Σ_rows dy_g.
+             FORGE_DISPATCH_FLOAT(dy.dtype(), "grouped_linear backward", [&] {
+               const scalar_t* pdy = dy.data<scalar_t>();
+               if (sw.defined()) {
+                 const Shape& ws = sw.strides();
+                 dx = empty({m, k}, dy.dtype());
+                 kernels::GroupedMatmulGeometry gx{
+                     offsets, false, m, k, n, {n, 1}, {ws[1], ws[2]}, ws[0]};
+                 kernels::grouped_matmul<scalar_t>(gx, pdy, sw.data<scalar_t>(), nullptr,
+                                                   dx.data<scalar_t>());
+               }
+               if (sx.defined()) {
+                 const Shape& xs = sx.strides();
+                 dw = empty({groups, n, k}, dy.dtype());
+                 kernels::GroupedMatmulGeometry gw{offsets, true, n, k, m, {1, n}, {xs[0], xs[1]}};
+                 kernels::grouped_matmul<scalar_t>(gw, pdy, sx.data<scalar_t>(), nullptr,
+                                                   dw.data<scalar_t>());
+               }
+               if (want_bias) {
+                 db = empty({groups, n}, dy.dtype());
+                 const bool reduce_rows[2] = {true, false};
+                 for (int64_t i = 0; i < groups; ++i) {
+                   const int64_t r0 = offsets[size_t(i)];
+                   const int64_t block[2] = {offsets[size_t(i) + 1] - r0, n};
+                   kernels::sum_dims(pdy + r0 * n, block, reduce_rows, 2,
+                                     db.data<scalar_t>() + i * n);
+                 }
+               }
+             });
              return std::vector<Tensor>{dx, dw, db};
            });
   }

@@ -1,6 +1,9 @@
-// Matrix products on oneDNN (f32) with a reference path for f64. Transposed operands (views from
-// transpose()) are passed to the kernel as strides, never copied.
+// Matrix products on oneDNN (f32) with a reference path for f64: matmul, linear and the grouped
+// linear of mixture-of-experts layers. Transposed operands (views from transpose()) are passed to
+// the kernel as strides, never copied.
 #pragma once
+
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -11,5 +14,13 @@ namespace forge {
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x [..., K] · weight [N, K]^T + bias [N] -> [..., N]; bias may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+/// Grouped linear (one weight per group, e.g. per expert of a mixture of experts): rows
+/// offsets[g] .. offsets[g+1] - 1 of x [M, K] times weight[g]^T, plus bias[g]:
+/// x [M, K], weight [G, N, K], bias [G, N] or undefined, offsets G + 1 non-decreasing host values
+/// with offsets[0] = 0 and offsets[G] = M -> [M, N]. Empty groups are allowed (their weight
+/// gets a zero gradient). One GEMM per non-empty group on oneDNN; backward the same way
+/// (dx per group, dweight[g] = dy_g^T x_g, dbias[g] = row sums of dy_g).
+Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const std::vector<int64_t>& offsets);
 
 }  // namespace forge

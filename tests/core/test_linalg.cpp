@@ -1,7 +1,7 @@
-// matmul and linear: finite-difference gradient checks (f64) over broadcasting, 1-D operands and
-// transposed views; parity of the f32 oneDNN kernel and the f64 loop against kernels::ref::matmul
-// on odd sizes and strided layouts; the primitive cache; and that transposed operands are not
-// copied (counted through the caching allocator).
+// matmul, linear and grouped_linear: finite-difference gradient checks (f64) over broadcasting,
+// 1-D operands, transposed views and empty groups; parity of the f32 oneDNN kernels and the f64
+// loops against kernels::ref on odd sizes and strided layouts; the primitive cache; and that
+// transposed operands are not copied (counted through the caching allocator).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +21,15 @@ using testing::randn_strided;
 Tensor mm(const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }
 Tensor lin(const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); }
 Tensor lin_nobias(const std::vector<Tensor>& in) { return linear(in[0], in[1]); }
+
+// Four groups over 7 rows: 2 rows, none, 1 row, 4 rows.
+const std::vector<int64_t> kOffsets = {0, 2, 2, 3, 7};
+Tensor grouped(const std::vector<Tensor>& in) {
+  return grouped_linear(in[0], in[1], in[2], kOffsets);
+}
+Tensor grouped_nobias(const std::vector<Tensor>& in) {
+  return grouped_linear(in[0], in[1], Tensor(), kOffsets);
+}
 
 // ---- gradient checks ----
 
@@ -71,6 +80,19 @@ FORGE_GRADCHECK(linear, vector_input) {
 }
 FORGE_GRADCHECK(linear, strided_operands) {
   EXPECT_GRADCHECK(lin, {randn_strided({2, 5, 4}, 1), randn_strided({3, 4}, 2), randn({3}, 3)});
+}
+
+FORGE_GRADCHECK(grouped_linear, bias_and_empty_group) {
+  EXPECT_GRADCHECK(grouped, {randn({7, 5}, 1), randn({4, 3, 5}, 2), randn({4, 3}, 3)});
+}
+FORGE_GRADCHECK(grouped_linear, without_bias) {
+  EXPECT_GRADCHECK(grouped_nobias, {randn({7, 5}, 1), randn({4, 3, 5}, 2)});
+}
+FORGE_GRADCHECK(grouped_linear, strided_and_constant_operands) {
+  EXPECT_GRADCHECK(grouped, {randn_strided({7, 5}, 1), randn_strided({4, 3, 5}, 2),
+                             randn({4, 3}, 3)});
+  EXPECT_GRADCHECK(grouped, {randn({7, 5}, 1).detach(), randn({4, 3, 5}, 2), randn({4, 3}, 3)});
+  EXPECT_GRADCHECK(grouped, {randn({7, 5}, 1), randn({4, 3, 5}, 2).detach(), randn({4, 3}, 3)});
 }
 
 // ---- kernel parity ----
@@ -212,6 +234,59 @@ TEST(MatmulKernel, F64MatchesReference) {
   for (const ParityCase& c : parity_cases()) expect_parity<double>(c, 1e-13, seed++);
 }
 
+// Ragged M (forward, input gradient) and ragged K (weight gradient) over uneven groups (an empty
+// one, one of a single row), K and N off every vector width, B read transposed, A row- and
+// column-major; each element within rtol of the bound sum_q |a||b| (+ |bias|).
+template <class T>
+void expect_grouped_parity(bool ragged_k, bool a_trans, bool bias, double rtol) {
+  SCOPED_TRACE(std::string(ragged_k ? "ragged K" : "ragged M") + (a_trans ? ", A transposed" : "") +
+               (bias ? ", bias" : ""));
+  const std::vector<int64_t> offsets = {0, 13, 13, 14, 43, 50};
+  const int64_t groups = 5, total = 50, fixed_m = 19, n = 21, k = 37;
+  kernels::GroupedMatmulGeometry g{offsets, ragged_k, ragged_k ? fixed_m : total, n,
+                                   ragged_k ? total : k};
+  // A [M, K] dense row- or column-major; B [K, N] stored as [N, K] rows (a weight read
+  // transposed), one per group when M is ragged.
+  g.a_strides[0] = a_trans ? 1 : g.k, g.a_strides[1] = a_trans ? g.m : 1;
+  g.b_strides[0] = 1, g.b_strides[1] = g.k;
+  g.b_group_stride = ragged_k ? 0 : n * g.k;
+  std::mt19937 rng(ragged_k * 4 + a_trans * 2 + bias);
+  std::normal_distribution<double> normal;
+  auto fill = [&](size_t count) {
+    std::vector<T> v(count);
+    for (T& e : v) e = T(normal(rng));
+    return v;
+  };
+  std::vector<T> a = fill(size_t(g.m * g.k)), b = fill(size_t((ragged_k ? 1 : groups) * n * g.k));
+  std::vector<T> bs = fill(size_t(groups * n));
+  const T* pbias = bias ? bs.data() : nullptr;
+  const size_t numel = size_t(ragged_k ? groups * g.m * n : total * n);
+  std::vector<T> fast(numel, T(NAN)), ref(numel, T(NAN)), bound(numel, T(NAN));
+  kernels::grouped_matmul<T>(g, a.data(), b.data(), pbias, fast.data());
+  kernels::ref::grouped_matmul<T>(g, a.data(), b.data(), pbias, ref.data());
+  for (std::vector<T>* v : {&a, &b, &bs})
+    for (T& e : *v) e = std::abs(e);
+  kernels::ref::grouped_matmul<T>(g, a.data(), b.data(), pbias, bound.data());
+  for (size_t i = 0; i < numel; ++i) {
+    ASSERT_FALSE(std::isnan(double(fast[i]))) << "element " << i;
+    ASSERT_LE(std::abs(double(fast[i]) - double(ref[i])), rtol * (double(bound[i]) + 1e-30))
+        << "element " << i << ": kernel " << fast[i] << ", reference " << ref[i];
+  }
+  if (ragged_k) {  // group 1 is empty: its product is exactly zero
+    for (int64_t i = 0; i < g.m * n; ++i) ASSERT_EQ(fast[size_t(g.m * n + i)], T(0));
+  }
+}
+
+TEST(MatmulKernel, GroupedMatchesReference) {
+  for (bool ragged_k : {false, true})
+    for (bool a_trans : {false, true})
+      for (bool bias : {false, true}) {
+        if (ragged_k && bias) continue;  // weight gradients have no bias
+        expect_grouped_parity<float>(ragged_k, a_trans, bias, 1e-5);
+        expect_grouped_parity<double>(ragged_k, a_trans, bias, 1e-13);
+      }
+}
+
 TEST(MatmulKernel, EmptyInnerDimensionGivesBias) {
   kernels::MatmulGeometry g{{}, 2, 3, 0, {0, 1}, {3, 1}};
   std::vector<float> bias = {1, 2, 3}, c(6, NAN);
@@ -286,6 +361,80 @@ TEST(Matmul, ShapesAndErrors) {
   EXPECT_THROW(linear(zeros({2, 4}), zeros({5, 3})), Error);
   EXPECT_THROW(linear(zeros({2, 4}), zeros({5, 4}), zeros({4})), Error);
   EXPECT_THROW(matmul(zeros({2, 2}), zeros({2, 2}, DType::f64)), Error);
+}
+
+// Three groups, the middle one empty: y rows 0 by w0 = I, rows 1-2 by w2; sum(y) backward.
+TEST(GroupedLinear, ValuesAndGradientsByHand) {
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}, DType::f64);
+  Tensor w = from_vector(std::vector<double>{1, 0, 0, 1, 7, 7, 7, 7, 1, 1, 2, -1}, {3, 2, 2},
+                         DType::f64);
+  Tensor b = from_vector(std::vector<double>{10, 20, 5, 5, 30, 40}, {3, 2}, DType::f64);
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  Tensor y = grouped_linear(x, w, b, {0, 1, 1, 3});
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{11, 22, 37, 42, 41, 44}));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 1, 3, 0, 3, 0}));
+  EXPECT_EQ(w.grad().to_vector<double>(),
+            (std::vector<double>{1, 2, 1, 2, 0, 0, 0, 0, 8, 10, 8, 10}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 1, 0, 0, 2, 2}));
+}
+
+// The f32 oneDNN path, forward and backward, against linear run on each group's rows.
+TEST(GroupedLinear, F32MatchesLinearPerGroup) {
+  const std::vector<int64_t> offsets = {0, 13, 13, 14, 43, 50};
+  const int64_t groups = 5;
+  Tensor x = normal({50, 37}, 0, 1).set_requires_grad(true);
+  Tensor w = normal({groups, 21, 37}, 0, 1).set_requires_grad(true);
+  Tensor b = normal({groups, 21}, 0, 1).set_requires_grad(true);
+  Tensor dy = normal({50, 21}, 0, 1);
+  Tensor y = grouped_linear(x, w, b, offsets);
+  y.backward(dy);
+  Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true);
+  Tensor br = b.detach().set_requires_grad(true);
+  std::vector<Tensor> parts;
+  for (int64_t g = 0; g < groups; ++g)
+    parts.push_back(linear(slice(xr, 0, offsets[size_t(g)], offsets[size_t(g) + 1]),
+                           squeeze(slice(wr, 0, g, g + 1), 0), squeeze(slice(br, 0, g, g + 1), 0)));
+  Tensor want = cat(parts, 0);
+  want.backward(dy);
+  auto expect_close = [](const Tensor& got, const Tensor& ref, const char* what) {
+    ASSERT_EQ(got.shape(), ref.shape()) << what;
+    std::vector<float> a = got.to_vector<float>(), e = ref.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], e[i], 1e-4 * (1 + std::abs(e[i]))) << what << " element " << i;
+  };
+  expect_close(y, want, "y");
+  expect_close(x.grad(), xr.grad(), "dx");
+  expect_close(w.grad(), wr.grad(), "dweight");
+  expect_close(b.grad(), br.grad(), "dbias");
+  // Group 1 has no rows: its weight and bias get exact zeros.
+  EXPECT_EQ(sum(abs(slice(w.grad(), 0, 1, 2))).item(), 0.0);
+  EXPECT_EQ(sum(abs(slice(b.grad(), 0, 1, 2))).item(), 0.0);
+}
+
+TEST(GroupedLinear, BadShapesAndOffsetsAreRejectedNamingThem) {
+  Tensor x = zeros({6, 4}), w = zeros({3, 5, 4}), b = zeros({3, 5});
+  auto message = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi,
+                     const std::vector<int64_t>& offsets) {
+    try {
+      grouped_linear(xi, wi, bi, offsets);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto expect_message = [](const std::string& what, const char* part) {
+    EXPECT_NE(what.find(part), std::string::npos) << what;
+  };
+  expect_message(message(x, w, b, {0, 2, 6}), "3 offsets for 3 groups (expected G + 1 = 4)");
+  expect_message(message(x, w, b, {1, 2, 4, 6}), "offsets[0] is 1, expected 0");
+  expect_message(message(x, w, b, {0, 4, 2, 6}), "offsets[2] = 2 is less than offsets[1] = 4");
+  expect_message(message(x, w, b, {0, 2, 4, 5}), "offsets[3] is 5, expected M = 6");
+  expect_message(message(x, zeros({3, 5, 3}), b, {0, 2, 4, 6}), "expected x [M, K] and weight");
+  expect_message(message(x, w, zeros({5}), {0, 2, 4, 6}), "bias [5] does not match");
+  expect_message(message(x, w, b.to(DType::f64), {0, 2, 4, 6}), "bias is f64");
+  expect_message(message(x.to(DType::f64), w, b, {0, 2, 4, 6}), "x is f64, weight is f32");
+  EXPECT_EQ(grouped_linear(x, w, Tensor(), {0, 0, 6, 6}).shape(), (Shape{6, 5}));
 }
 
 TEST(Linear, F32MatchesF64WithBias) {
