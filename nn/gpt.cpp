@@ -41,6 +41,7 @@ void check_config(const GPTConfig& c) {
               str(c.d_model / c.n_heads));
   require(c.rope_theta > 0.0, "rope_theta must be positive, got " + str(c.rope_theta));
   require(c.norm_eps > 0.0, "norm_eps must be positive, got " + str(c.norm_eps));
+  if (c.moe.every > 0) check_moe_config(c.moe);
 }
 
 int64_t mlp_hidden_size(const GPTConfig& c) {
@@ -50,15 +51,48 @@ int64_t mlp_hidden_size(const GPTConfig& c) {
   return (2 * hidden / 3 + multiple - 1) / multiple * multiple;
 }
 
-int64_t gpt_num_parameters(const GPTConfig& c) {
+MoELayerShape moe_layer_shape(const GPTConfig& c) {
+  GPTConfig expert = c;
+  expert.ffn_mult = c.moe.ffn_mult;
+  return {.d_model = c.d_model,
+          .hidden = mlp_hidden_size(expert),
+          .swiglu = c.mlp == MLPType::swiglu,
+          .bias = c.bias,
+          .dropout = c.dropout,
+          .init_std = kGPTInitStd,
+          .proj_init_std = gpt_residual_init_std(c)};
+}
+
+namespace {
+
+// Parameters of the model, with each MoE layer counted as `moe_experts` of its experts (and its
+// whole router).
+int64_t count_parameters(const GPTConfig& c, bool active) {
   const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c), b = c.bias ? 1 : 0;
   const int64_t norm = c.norm == NormType::layernorm ? C * (1 + b) : C;
   const int64_t attn = (3 * C * C + 3 * C * b) + (C * C + C * b);
   const int64_t mlp = c.mlp == MLPType::gelu ? (C * h + h * b) + (h * C + C * b)
                                              : 2 * (C * h + h * b) + (h * C + C * b);
   const int64_t emb = V * C + (c.position == PositionType::learned ? c.context * C : 0);
-  return emb + c.n_layers * (2 * norm + attn + mlp) + norm + (c.tie_embeddings ? 0 : V * C);
+  int64_t moe = mlp;
+  if (c.moe.every > 0) {
+    const MoELayerShape shape = moe_layer_shape(c);
+    MoEConfig one = c.moe;
+    one.n_experts = 1;
+    const int64_t router = (c.moe.noisy ? 2 : 1) * C;
+    const int64_t expert = moe_num_parameters(one, shape) - router;
+    moe = c.moe.n_experts * router + (active ? c.moe.top_k : c.moe.n_experts) * expert;
+  }
+  int64_t blocks = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    blocks += 2 * norm + attn + (is_moe_layer(c.moe, l) ? moe : mlp);
+  return emb + blocks + norm + (c.tie_embeddings ? 0 : V * C);
 }
+
+}  // namespace
+
+int64_t gpt_num_parameters(const GPTConfig& c) { return count_parameters(c, false); }
+int64_t gpt_active_parameters(const GPTConfig& c) { return count_parameters(c, true); }
 
 double gpt_residual_init_std(const GPTConfig& c) {
   return kGPTInitStd / std::sqrt(2.0 * double(c.n_layers));
@@ -86,7 +120,7 @@ Tensor MLP::forward(const Tensor& x) const {
   return drop->forward(proj->forward(h));
 }
 
-Block::Block(const GPTConfig& c, Generator& gen) {
+Block::Block(const GPTConfig& c, Generator& gen, int64_t layer) {
   AttentionConfig a;
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
@@ -100,7 +134,11 @@ Block::Block(const GPTConfig& c, Generator& gen) {
   register_module("ln1", make_norm(c), ln1);
   attn = register_module("attn", std::make_shared<SelfAttention>(a, gen));
   register_module("ln2", make_norm(c), ln2);
-  register_module("mlp", std::make_shared<MLP>(c, gen), mlp);
+  has_moe = is_moe_layer(c.moe, layer);
+  if (has_moe)
+    register_module("mlp", std::make_shared<MoE>(c.moe, moe_layer_shape(c), layer, gen), mlp);
+  else
+    register_module("mlp", std::make_shared<MLP>(c, gen), mlp);
 }
 
 Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
@@ -117,7 +155,7 @@ GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
         "pos_emb", std::make_shared<Embedding>(c.context, c.d_model, gen, kGPTInitStd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList<Block>>());
-  for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<Block>(c, gen));
+  for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<Block>(c, gen, l));
   register_module("ln_f", make_norm(c), ln_f);
   if (!c.tie_embeddings)
     register_module("lm_head",
@@ -139,7 +177,7 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
   x = drop->forward(x);
   for (size_t l = 0; l < blocks->size(); ++l) {
     const std::shared_ptr<Block>& block = (*blocks)[l];
-    if (checkpointing_ && !cache && grad_enabled()) {
+    if (checkpointing_ && !cache && grad_enabled() && !block->has_moe) {
       x = checkpoint([block](const std::vector<Tensor>& in) { return block->forward(in[0]); }, {x});
     } else {
       x = block->forward(x, cache, l);

@@ -12,6 +12,7 @@
 #include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "nn/moe.h"
 
 namespace forge::nn {
 
@@ -36,6 +37,7 @@ struct GPTConfig {
   bool tie_embeddings = true;  ///< LM head reuses tok_emb.weight
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  MoEConfig moe;               ///< moe.every > 0: some blocks hold an MoE feed-forward (nn/moe.h)
 };
 
 /// Throws Error(usage) naming the first inconsistent field (sizes, divisibility, odd rotary dim).
@@ -46,6 +48,10 @@ void check_config(const GPTConfig& config);
 int64_t mlp_hidden_size(const GPTConfig& config);
 /// Parameter count of GPT(config) without building it (for `forge validate` estimates).
 int64_t gpt_num_parameters(const GPTConfig& config);
+/// Parameters a token passes through: an MoE layer counts its router and top_k experts only.
+int64_t gpt_active_parameters(const GPTConfig& config);
+/// The shape of block `layer`'s MoE feed-forward (experts of width moe.ffn_mult * d_model).
+MoELayerShape moe_layer_shape(const GPTConfig& config);
 
 /// GPT-2 initialisation: Linear and Embedding weights ~ N(0, 0.02), residual projections
 /// (attn.proj, mlp.proj) ~ N(0, 0.02 / sqrt(2 n_layers)) so the residual stream's variance does not
@@ -72,17 +78,19 @@ class MLP : public UnaryModule {
 };
 
 /// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). GPT-2 init. ln1, ln2 and mlp
-/// are replaceable by any UnaryModule.
+/// are replaceable by any UnaryModule; block `layer` holds an MoE instead of the MLP when
+/// is_moe_layer(config.moe, layer).
 class Block : public Module {
  public:
-  Block(const GPTConfig& config, Generator& gen = default_generator());
+  Block(const GPTConfig& config, Generator& gen = default_generator(), int64_t layer = 0);
   /// x [B, T, C] -> [B, T, C]; cache and layer as in SelfAttention::forward.
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
 
   std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<UnaryModule> ln2;
-  std::shared_ptr<UnaryModule> mlp;  ///< an MLP as built
+  std::shared_ptr<UnaryModule> mlp;  ///< an MLP or MoE as built
+  bool has_moe = false;
 };
 
 /// What GPT::forward returns.
@@ -114,7 +122,8 @@ class GPT : public Module {
   Tensor forward_incremental(const Tensor& ids_new, KVCache& cache,
                              GPTOutput what = GPTOutput::logits) const;
 
-  /// Recompute each block's activations in backward instead of storing them.
+  /// Recompute each block's activations in backward instead of storing them. MoE blocks keep
+  /// theirs: their balancing losses join the objective during the forward, which needs the graph.
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
 

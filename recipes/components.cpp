@@ -39,6 +39,22 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   g.tie_embeddings = m.tie_embeddings;
   g.rope_theta = m.rope_theta;
   g.norm_eps = m.norm_eps;
+  nn::MoEConfig& e = g.moe;
+  e.every = m.moe_every;
+  e.n_experts = m.moe_experts;
+  e.top_k = m.moe_top_k;
+  e.ffn_mult = m.moe_ffn_mult > 0 ? m.moe_ffn_mult : m.ffn_mult;
+  e.noisy = m.moe_noisy;
+  e.noise_eps = m.moe_noise_eps;
+  e.capacity_factor = m.moe_capacity_factor;
+  e.eval_capacity_factor = m.moe_eval_capacity_factor;
+  e.balance = m.moe_balance == "switch" ? nn::MoEBalance::switch_loss
+              : m.moe_balance == "none" ? nn::MoEBalance::none
+                                        : nn::MoEBalance::cv2;
+  e.w_importance = m.moe_w_importance;
+  e.w_load = m.moe_w_load;
+  e.w_switch = m.moe_w_switch;
+  e.w_z = m.moe_w_z;
   return g;
 }
 
@@ -352,6 +368,7 @@ void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m
   lacks(m.position == "learned", m.position + " positions");
   lacks(m.mlp == "gelu", m.mlp + " MLP");
   lacks(m.bias, "no biases");
+  lacks(m.moe_every == 0, "mixture-of-experts layers");
   if (!unsupported.empty())
     throw Error(ExitCode::usage, file.string() + ": " + format +
                                      " writes GPT-2's architecture (layernorm, learned positions, "

@@ -37,6 +37,20 @@ struct ModelConfig {
   double norm_eps{};
   std::string norm_placement;  // pre | post (resolved from "auto": gpt pre, bert post)
   std::string init_from;       // run directory or checkpoint file; empty = from scratch
+  // model.moe.* (nn::MoEConfig): a mixture-of-experts feed-forward in every moe_every-th block
+  int64_t moe_every{};
+  int64_t moe_experts{};
+  int64_t moe_top_k{};
+  double moe_ffn_mult{};  // 0 = ffn_mult
+  bool moe_noisy{};
+  double moe_noise_eps{};
+  double moe_capacity_factor{};
+  double moe_eval_capacity_factor{};
+  std::string moe_balance;  // cv2 | switch | none
+  double moe_w_importance{};
+  double moe_w_load{};
+  double moe_w_switch{};
+  double moe_w_z{};
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -560,6 +560,7 @@ class Loader : public ConfigChecker {
             "model.n_heads = " +
                 str(head_dim));
     }
+    if (c.model.moe_every > 0) check_moe(c.model);
     if (std::optional<int64_t> tokenizer_vocab = tokenizer_vocab_size())
       cross({"model.vocab_size", "data.tokenizer", "data.special_tokens"},
             c.model.vocab_size >= *tokenizer_vocab,
@@ -584,6 +585,27 @@ class Loader : public ConfigChecker {
           c.train.eval_every == 0 || !c.data.val.empty() || c.data.val_fraction > 0,
           "train.eval_every (" + str(c.train.eval_every) +
               ") needs a validation split: set data.val or data.val_fraction > 0");
+  }
+
+  void check_moe(const ModelConfig& m) {
+    auto str = [](int64_t x) { return std::to_string(x); };
+    cross({"model.moe.every", "model.arch"}, m.arch == "gpt",
+          "model.moe is available for gpt models; model.arch is '" + m.arch + "'");
+    cross({"model.moe.every", "model.n_layers"}, m.moe_every <= m.n_layers,
+          "model.moe.every (" + str(m.moe_every) + ") leaves no MoE block among model.n_layers (" +
+              str(m.n_layers) + ")");
+    cross({"model.moe.top_k", "model.moe.n_experts"}, m.moe_top_k <= m.moe_experts,
+          "model.moe.top_k (" + str(m.moe_top_k) + ") must be <= model.moe.n_experts (" +
+              str(m.moe_experts) + ")");
+    if (m.moe_balance == "cv2" && m.moe_w_load > 0) {
+      cross({"model.moe.noisy", "model.moe.balance", "model.moe.w_load"}, m.moe_noisy,
+            "model.moe.balance 'cv2' with w_load > 0 needs model.moe.noisy: true (the smooth "
+            "load estimator is built on the gating noise); set w_load: 0 or noisy: true");
+      cross({"model.moe.top_k", "model.moe.balance", "model.moe.w_load"},
+            m.moe_top_k < m.moe_experts,
+            "model.moe.balance 'cv2' with w_load > 0 needs top_k < n_experts (every expert is "
+            "always chosen otherwise), got top_k " + str(m.moe_top_k));
+    }
   }
 
   // The tokenizer's vocabulary with data.special_tokens, or nullopt when it cannot be known here

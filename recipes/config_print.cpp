@@ -15,6 +15,8 @@ std::string to_yaml(const RunConfig& config) {
       std::string indent(static_cast<size_t>(2 * depth), ' ');
       // A recipe section is shown only with the recipe that reads it.
       if (depth == 0 && !recipe_section_of(path).empty() && !recipe_reads(config, path)) continue;
+      // The MoE keys are shown only for a model that has MoE layers.
+      if (path == "model.moe" && config.model.moe_every == 0) continue;
       if (const ConfigKey* key = find_config_key(path)) {
         out += indent + name + ": " + format_config_value(key->get(config)) + "\n";
       } else {

@@ -191,6 +191,41 @@ std::vector<ConfigKey> common_keys() {
       "start from this model's weights: a run directory, a checkpoint file or a Hugging Face "
       "model directory (used at step 0 only)");
 
+  add("model.moe.every", integer_key(0, "[0, 1024]").fixes_architecture(), in(model, &M::moe_every),
+      "mixture of experts: every N-th block (blocks N-1, 2N-1, ...) holds an MoE feed-forward "
+      "instead of the MLP; 0 = none (gpt only)");
+  add("model.moe.n_experts", integer_key(8, "[1, 4096]").aka({"num_experts", "experts"}).fixes_architecture(),
+      in(model, &M::moe_experts), "expert MLPs per MoE layer");
+  add("model.moe.top_k", integer_key(2, "[1, 4096]").aka({"k", "num_experts_per_tok"}).fixes_architecture(),
+      in(model, &M::moe_top_k), "experts each token is sent to");
+  add("model.moe.ffn_mult", number_key(0.0, "[0, 64]").shown_as("model.ffn_mult").fixes_architecture(),
+      in(model, &M::moe_ffn_mult),
+      "each expert's hidden width = ffn_mult * d_model, as model.ffn_mult for the MLP; 0 = "
+      "model.ffn_mult");
+  add("model.moe.noisy", boolean_key(true).fixes_architecture(), in(model, &M::moe_noisy),
+      "noisy top-k gating: Gaussian noise of learned scale softplus(x W_noise) on the router "
+      "logits in training");
+  add("model.moe.noise_eps", number_key(1e-2, ">= 0"), in(model, &M::moe_noise_eps),
+      "added to the noise scale so it never vanishes (the paper's code uses 1e-2)");
+  add("model.moe.capacity_factor", number_key(1.25, ">= 0"), in(model, &M::moe_capacity_factor),
+      "training: an expert takes at most capacity_factor * tokens * top_k / n_experts "
+      "assignments, the rest pass through the residual; 0 = no limit");
+  add("model.moe.eval_capacity_factor", number_key(2.0, ">= 0"),
+      in(model, &M::moe_eval_capacity_factor),
+      "the same in evaluation and generation; 0 = no limit");
+  add("model.moe.balance", choice_key("cv2", {"cv2", "switch", "none"}).aka({"aux_loss", "balancing"}),
+      in(model, &M::moe_balance),
+      "load balancing: cv2 (Shazeer et al. 2017: w_importance CV(importance)^2 + w_load "
+      "CV(load)^2), switch (Switch Transformer: w_switch n sum f_i P_i) or none");
+  add("model.moe.w_importance", number_key(0.1, ">= 0"), in(model, &M::moe_w_importance),
+      "cv2: weight of CV(importance)^2");
+  add("model.moe.w_load", number_key(0.1, ">= 0"), in(model, &M::moe_w_load),
+      "cv2: weight of CV(load)^2, load being the smooth estimator from the gating noise");
+  add("model.moe.w_switch", number_key(0.01, ">= 0").aka({"aux_loss_coef", "router_aux_loss_coef"}),
+      in(model, &M::moe_w_switch), "switch: weight of n sum_i f_i P_i");
+  add("model.moe.w_z", number_key(0.0, ">= 0").aka({"z_loss", "router_z_loss_coef"}),
+      in(model, &M::moe_w_z), "router z-loss weight (ST-MoE): mean(logsumexp(x W_g)^2); 0 = off");
+
   add("data.tokenizer", string_key("bytes").fixes_architecture(), in(data, &D::tokenizer),
       "how text becomes token ids: bytes (one token per byte, vocabulary 256), gpt2 (GPT-2's "
       "byte-level BPE, vocabulary 50257) or a directory from `forge tokenizer train`");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -270,12 +271,50 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
   o << "<h2>Learning rate</h2>\n";
   o << svg_chart({"lr", series_for(records, "lr"), 720, 220, false});
 
+  // A mixture of experts' loads: one chart per layer, one line per expert (expert_load_l<L>_e<i>).
+  std::map<int, std::vector<std::pair<int, std::string>>> expert_keys;  // layer -> (expert, key)
+  for (const MetricsRecord& r : records)
+    for (const Metric& m : r.values) {
+      int layer = -1, expert = -1, end = 0;
+      if (std::sscanf(m.key.c_str(), "expert_load_l%d_e%d%n", &layer, &expert, &end) != 2 ||
+          size_t(end) != m.key.size())
+        continue;
+      auto& keys = expert_keys[layer];
+      if (std::find(keys.begin(), keys.end(), std::pair{expert, m.key}) == keys.end())
+        keys.push_back({expert, m.key});
+    }
+  auto is_expert_key = [&](const std::string& key) {
+    for (const auto& [layer, keys] : expert_keys)
+      for (const auto& entry : keys)
+        if (entry.second == key) return true;
+    return false;
+  };
+  if (!expert_keys.empty()) {
+    o << "<h2>Expert load</h2>\n<p>Share of each layer's token assignments routed to each "
+         "expert (train steps; balanced is 1 / n_experts).</p>\n<div class=\"grid\">\n";
+    static const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+    for (auto& [layer, keys] : expert_keys) {
+      std::sort(keys.begin(), keys.end());
+      std::vector<Series> lines;
+      for (const auto& [expert, key] : keys) {
+        Series line{"e" + std::to_string(expert), kPalette[size_t(expert) % 10], {}, false};
+        for (const MetricsRecord& r : records)
+          if (auto v = r.number(key); v && r.split == "train" && std::isfinite(*v))
+            line.points.push_back({double(r.step), *v});
+        lines.push_back(std::move(line));
+      }
+      o << svg_chart({"block " + std::to_string(layer), std::move(lines), 720, 240, false});
+    }
+    o << "</div>\n";
+  }
+
   // Every other numeric key, in order of first appearance.
   std::vector<std::string> keys;
   for (const MetricsRecord& r : records)
     for (const Metric& m : r.values)
       if (m.value.is_numeric() && m.key != "loss" && m.key != "lr" && m.key != "elapsed_s" &&
-          std::find(keys.begin(), keys.end(), m.key) == keys.end())
+          !is_expert_key(m.key) && std::find(keys.begin(), keys.end(), m.key) == keys.end())
         keys.push_back(m.key);
   if (!keys.empty()) {
     o << "<h2>Other metrics</h2>\n<div class=\"grid\">\n";

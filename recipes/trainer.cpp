@@ -25,6 +25,7 @@
 #include "core/allocator.h"
 #include "core/durable_file.h"
 #include "core/ops.h"
+#include "nn/aux_loss.h"
 #include "optim/clip.h"
 #include "optim/groups.h"
 #include "optim/schedule.h"
@@ -439,21 +440,44 @@ std::string describe_metrics(const Metrics& metrics) {
 
 AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro) {
-  double loss_sum = 0.0;
+  double loss_sum = 0.0, aux_sum = 0.0;
   int64_t targets = 0;
+  bool has_aux = false;
   std::map<std::string, double> sums;
+  std::map<std::string, std::pair<double, int64_t>> stats;
+  nn::AuxCollector collector;
   for (int64_t m = 0; m < n; ++m) {
     MicroBatchLoss mb = micro(m);
-    mb.loss_sum.backward();
+    nn::AuxReport report = collector.take();
+    Tensor objective = mb.loss_sum;
+    if (!report.losses.empty()) {
+      // An auxiliary loss is a mean over the micro-batch: weighted by its targets, it survives the
+      // division by the step's total below as the target-weighted mean over micro-batches.
+      Tensor aux = report.losses[0];
+      for (size_t i = 1; i < report.losses.size(); ++i) aux = aux + report.losses[i];
+      aux = mul(aux, double(mb.num_targets));
+      objective = objective + aux;
+      aux_sum += aux.item();
+      has_aux = true;
+    }
+    objective.backward();
     loss_sum += mb.loss_sum.item();
     targets += mb.num_targets;
     for (const auto& [key, value] : mb.sums) sums[key] += value;
+    for (const auto& [key, stat] : report.stats) {
+      stats[key].first += stat.first;
+      stats[key].second += stat.second;
+    }
   }
   NoGradGuard no_grad;
   double scale = targets > 0 ? 1.0 / double(targets) : 0.0;
   for (NamedTensor p : params)
     if (p.tensor.grad().defined()) p.tensor.set_grad(mul(p.tensor.grad(), scale));
-  return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums)};
+  Metrics aux;
+  if (has_aux) aux.push_back({"aux_loss", aux_sum * scale});
+  for (const auto& [key, stat] : stats) aux.push_back({key, stat.first / double(stat.second)});
+  return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums),
+          std::move(aux)};
 }
 
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
@@ -569,6 +593,8 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
           Metrics extra = recipe.train_metrics(outcome.sums);
           line.insert(line.end(), extra.begin(), extra.end());
         }
+        const Metrics& aux = last.accumulated.aux;
+        line.insert(line.end(), aux.begin(), aux.end());
         metrics.write(step, "train", line);
         progress.log(stats);
         window_start = now;

@@ -54,6 +54,10 @@ struct AccumulatedLoss {
   double loss;
   int64_t num_targets;
   std::map<std::string, double> sums;  ///< MicroBatchLoss::sums added up
+  /// What layers reported through the auxiliary-loss channel (nn/aux_loss.h), for the train line:
+  /// "aux_loss" (the target-weighted mean of the micro-batches' auxiliary losses, not in `loss`)
+  /// and each statistic's mean over its reports. Empty when nothing was reported.
+  Metrics aux = {};
 };
 
 /// What one optimizer update did.
@@ -118,6 +122,9 @@ struct Recipe {
 /// Runs `micro(0) .. micro(n - 1)`, backpropagating each summed loss, then divides every gradient
 /// of `params` by the total number of targets: k micro-batches of 1 give the gradients of one
 /// batch of k, whatever their lengths. Returns the mean loss over all targets and their count.
+/// Auxiliary losses that layers report during micro(m) (nn/aux_loss.h) join its objective
+/// weighted by its number of targets, so the update follows loss + the target-weighted mean of
+/// the micro-batches' auxiliary losses.
 AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro);
 

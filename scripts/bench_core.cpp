@@ -10,11 +10,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/ops.h"
+#include "nn/aux_loss.h"
+#include "nn/moe.h"
 
 namespace {
 
@@ -26,6 +29,8 @@ constexpr const char* kUsage =
     "suites:\n"
     "  core   linear, attention, layernorm, cross_entropy, kd_kl_div, kd_kl_div_v256, gelu,\n"
     "         embedding (forward+backward)\n"
+    "  moe    moe_shakespeare, moe_gpt2: an MoE layer of 8 GELU experts, top-2 noisy gating,\n"
+    "         capacity 1.25, cv2 losses (forward+backward)\n"
     "\n"
     "  --only OP,...   run only these ops of the suite\n"
     "  --repeat N      time N times the default number of iterations (default 1)\n";
@@ -129,12 +134,37 @@ std::vector<Case> core_suite() {
   };
 }
 
+// An MoE layer as configs/gpt_shakespeare_moe.yaml builds it (8 GELU experts, top-2 noisy
+// gating, capacity 1.25, cv2 losses): forward, the loss sum(out * dy) + the balancing loss,
+// backward. n tokens of width c, experts of width h.
+Bench moe_bench(int64_t n, int64_t c, int64_t h, int iters) {
+  Generator gen(8);
+  nn::MoEConfig config{.every = 1, .n_experts = 8, .top_k = 2};
+  auto layer = std::make_shared<nn::MoE>(
+      config, nn::MoELayerShape{.d_model = c, .hidden = h, .init_std = 0.02, .proj_init_std = 0.02},
+      0, gen);
+  Tensor x = randn({1, n, c}, gen, 1.0, true), dy = randn({1, n, c}, gen);
+  std::vector<Tensor> leaves = layer->parameters();
+  leaves.push_back(x);
+  return Bench{3, iters, leaves, [=] {
+                 nn::AuxCollector collector;
+                 Tensor loss = sum(layer->forward(x) * dy);
+                 return loss + collector.take().losses.at(0);
+               },
+               Tensor()};
+}
+
+std::vector<Case> moe_suite() {
+  return {{"moe_shakespeare", [] { return moe_bench(768, 128, 256, 40); }},
+          {"moe_gpt2", [] { return moe_bench(2048, 768, 1536, 10); }}};
+}
+
 // Every suite forge_bench knows; a new suite is one more entry (and a case in scripts/bench).
 struct Suite {
   const char* name;
   std::vector<Case> (*cases)();
 };
-const Suite kSuites[] = {{"core", core_suite}};
+const Suite kSuites[] = {{"core", core_suite}, {"moe", moe_suite}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -1,9 +1,10 @@
-"""PyTorch half of scripts/bench: forward+backward timings of the hot ops with the same shapes and
-math as scripts/bench_core.cpp. Prints one line per op, "op=NAME ms=MEDIAN fwd_ms=MEDIAN
+"""PyTorch half of scripts/bench: forward+backward timings of the hot ops (suite core) and of a
+mixture-of-experts layer (suite moe) with the same shapes and math as scripts/bench_core.cpp. Prints one line per op, "op=NAME ms=MEDIAN fwd_ms=MEDIAN
 bwd_ms=MEDIAN", for the script to join. Run with Debian's /usr/bin/python3 (torch 1.13, which has
 no scaled_dot_product_attention, so attention is written out as PyTorch 1.13 models did).
 """
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -85,8 +86,77 @@ def embedding():
     return 3, 20, [w], lambda: F.embedding(ids, w), randn(N, C)
 
 
+def cv_squared(v):
+    return v.var(unbiased=False) / (v.mean() ** 2 + 1e-10)
+
+
+class MoE(torch.nn.Module):
+    """Shazeer et al.'s noisy top-k MoE as nn/moe.h computes it: routers at zero, GELU (tanh)
+    experts stacked [E, ...], capacity with first choices first, per-expert index_select and
+    index_add, and the cv2 losses with the smooth load estimator."""
+
+    def __init__(self, c, h, e, k, capacity_factor):
+        super().__init__()
+        self.e, self.k, self.capacity_factor = e, k, capacity_factor
+        self.w_gate = torch.nn.Parameter(torch.zeros(e, c))
+        self.w_noise = torch.nn.Parameter(torch.zeros(e, c))
+        self.w1 = torch.nn.Parameter(torch.randn(e, h, c) * 0.02)
+        self.b1 = torch.nn.Parameter(torch.zeros(e, h))
+        self.w2 = torch.nn.Parameter(torch.randn(e, c, h) * 0.02)
+        self.b2 = torch.nn.Parameter(torch.zeros(e, c))
+
+    def forward(self, x):
+        n, e, k = x.shape[0], self.e, self.k
+        clean = x @ self.w_gate.T
+        noise_std = F.softplus(x @ self.w_noise.T) + 0.01
+        noisy = clean + torch.randn_like(clean) * noise_std
+        top_vals, top_idx = noisy.topk(k + 1, dim=1)
+        gates = F.softmax(top_vals[:, :k], dim=1)
+        experts = top_idx[:, :k]
+        capacity = max(1, math.ceil(self.capacity_factor * n * k / e))
+        # Rank-major order: every token's first choice claims capacity before any second one.
+        flat_expert = experts.T.reshape(-1)
+        flat_token = torch.arange(n).repeat(k)
+        flat_gate = gates.T.reshape(-1)
+        out = torch.zeros_like(x)
+        for i in range(e):
+            chosen = (flat_expert == i).nonzero().squeeze(1)[:capacity]
+            tokens = flat_token[chosen]
+            h = F.gelu(F.linear(x.index_select(0, tokens), self.w1[i], self.b1[i]),
+                       approximate="tanh")
+            y = F.linear(h, self.w2[i], self.b2[i]) * flat_gate[chosen].unsqueeze(1)
+            out = out.index_add(0, tokens, y)
+        importance = torch.zeros(e).index_add(0, experts.reshape(-1), gates.reshape(-1))
+        thr_in, thr_out = top_vals[:, k:k + 1], top_vals[:, k - 1:k]
+        normal = torch.distributions.Normal(0.0, 1.0)
+        prob = torch.where(noisy > thr_in, normal.cdf((clean - thr_in) / noise_std),
+                           normal.cdf((clean - thr_out) / noise_std))
+        aux = 0.1 * cv_squared(importance) + 0.1 * cv_squared(prob.sum(0))
+        return out, aux
+
+
+def moe_bench(n, c, h, iters):
+    layer = MoE(c, h, 8, 2, 1.25)
+    x, dy = randn(n, c, grad=True), randn(n, c)
+
+    def forward():
+        out, aux = layer(x)
+        return (out * dy).sum() + aux
+
+    return 3, iters, [x] + list(layer.parameters()), forward, None
+
+
+def moe_shakespeare():
+    return moe_bench(768, 128, 256, 40)
+
+
+def moe_gpt2():
+    return moe_bench(2048, 768, 1536, 10)
+
+
 SUITES = {"core": [linear, attention, layernorm, cross_entropy, kd_kl_div, kd_kl_div_v256, gelu,
-                   embedding]}
+                   embedding],
+          "moe": [moe_shakespeare, moe_gpt2]}
 
 
 def run(name, make, repeat):

@@ -15,6 +15,7 @@
 
 #include "core/ops.h"
 #include "data/tokenizer.h"
+#include "nn/aux_loss.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "recipes/checkpoint.h"
@@ -67,6 +68,34 @@ int train_with_cursor(const std::string& dir, CursorRun& run) {
   recipe.data_state = [&] { return DataState{{"data.cursor", run.cursor}}; };
   recipe.restore_data_state = [&](const DataState& state) { run.cursor = state.at("data.cursor"); };
   return run_training(config, model, *optimizer, recipe);
+}
+
+// An auxiliary loss (nn/aux_loss.h) joins its micro-batch's objective weighted by the
+// micro-batch's targets: micro-batches of 3 and 1 targets with per-target losses w and 2w and
+// auxiliary losses w^2 and 2w^2 train on (3w + 2w) / 4 + (3w^2 + 2w^2) / 4, whose gradient at
+// w = 2 is 5/4 + 10w/4 = 6.25; the loss is logged without the auxiliary part, which is logged as
+// aux_loss, and statistics as their mean over the reports.
+TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
+  Tensor w = scalar(2.0, DType::f64).set_requires_grad(true);
+  AccumulatedLoss acc = accumulate_gradients({{"w", w}}, 2, [&](int64_t m) {
+    const int64_t targets = m == 0 ? 3 : 1;
+    nn::report_aux_loss(w * w * double(m + 1));
+    nn::report_aux_stat("cv_load_l1", double(m));
+    return MicroBatchLoss{w * double(targets * (m + 1)), targets};
+  });
+  EXPECT_DOUBLE_EQ(acc.loss, 2.5);
+  EXPECT_DOUBLE_EQ(w.grad().item(), 6.25);
+  ASSERT_EQ(acc.aux.size(), 2u);
+  EXPECT_EQ(acc.aux[0].key, "aux_loss");
+  EXPECT_DOUBLE_EQ(acc.aux[0].value.as_double(), 5.0);
+  EXPECT_EQ(acc.aux[1].key, "cv_load_l1");
+  EXPECT_DOUBLE_EQ(acc.aux[1].value.as_double(), 0.5);
+  // Without a report nothing is added or logged.
+  w.set_grad({});
+  AccumulatedLoss plain = accumulate_gradients(
+      {{"w", w}}, 1, [&](int64_t) { return MicroBatchLoss{w * 3.0, 3}; });
+  EXPECT_DOUBLE_EQ(w.grad().item(), 1.0);
+  EXPECT_TRUE(plain.aux.empty());
 }
 
 TEST(Trainer, ADataCursorIsCheckpointedAndRestoredOnResume) {

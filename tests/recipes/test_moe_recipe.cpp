@@ -1,0 +1,115 @@
+// A GPT with mixture-of-experts blocks (model.moe) through the gpt_pretrain recipe: a fixed-seed
+// run with asserted losses and balancing statistics, kill-and-resume equality (the gating noise is
+// part of the trajectory), the report's expert-load charts, and the config's checks and printing.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "recipes/checkpoint.h"
+#include "recipes/config.h"
+#include "recipes/gpt_pretrain.h"
+#include "recipes/metrics.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MoERecipe : public testing::RecipeTest {
+ protected:
+  // A tiny GPT whose second block is an MoE of 4 experts, top-2 (unless `moe` says otherwise).
+  fs::path write_config(const std::string& name,
+                        const std::string& moe = "every: 2, n_experts: 4, top_k: 2, ffn_mult: 2") {
+    fs::path out = dir_ / name;
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: gpt_pretrain\nseed: 7\noutput_dir: " << out.string() << "\n"
+        << "model:\n  arch: gpt\n  vocab_size: 256\n  context: 32\n  d_model: 32\n"
+        << "  n_layers: 2\n  n_heads: 2\n  dropout: 0.1\n"
+        << "  moe: {" << moe << "}\n"
+        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
+        << ", val_fraction: 0.1}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3, betas: [0.9, 0.99], weight_decay: 0.1}\n"
+        << "schedule: {name: warmup_cosine, warmup_steps: 5, min_lr: 3.0e-4}\n"
+        << "train:\n  batch_size: 4\n  grad_accum: 2\n  max_steps: 30\n  clip_grad_norm: 1.0\n"
+        << "  eval_every: 10\n  eval_batches: 4\n  save_every: 10\n  log_every: 1\n"
+        << "  sample_tokens: 20\n";
+    return dir_ / (name + ".yaml");
+  }
+};
+
+TEST_F(MoERecipe, FixedSeedRunLogsTheExpectedLossesAndBalance) {
+  RunConfig config = load_config(write_config("fixed").string());
+  ASSERT_EQ(train_gpt(config), 0);
+  const fs::path run = config.output_dir;
+  std::map<int64_t, double> train = losses(run, "train"), val = losses(run, "val");
+  std::map<int64_t, double> aux = losses(run, "train", "aux_loss");
+  std::map<int64_t, double> cv = losses(run, "train", "cv_load_l1");
+  ASSERT_EQ(train.size(), 30u);
+  ASSERT_EQ(val.size(), 3u);
+  EXPECT_NEAR(train[1], 5.5350, 2e-3);
+  EXPECT_NEAR(train[30], 3.7012, 5e-3);
+  EXPECT_NEAR(val[30], 3.6673, 5e-3);
+  // The cv2 losses start from zero-initialised routers (equal gates, noise only) and stay small.
+  EXPECT_GT(aux[1], 0.0);
+  EXPECT_LT(aux[30], 0.05);
+  EXPECT_LT(cv[30], 0.5);
+  double shares = 0;
+  for (int e = 0; e < 4; ++e) shares += losses(run, "train", "expert_load_l1_e" + std::to_string(e))[30];
+  EXPECT_NEAR(shares, 1.0, 1e-9);
+  std::ifstream in(run / "report.html");
+  std::string html((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(html.find("Expert load"), std::string::npos);
+  EXPECT_NE(html.find("block 1"), std::string::npos);
+}
+
+TEST_F(MoERecipe, KilledAndRestartedRunLogsTheSameLossesAndLoads) {
+  const std::vector<std::string> keys = {"loss", "grad_norm", "aux_loss", "cv_load_l1",
+                                         "cv_importance_l1", "expert_load_l1_e3"};
+  ASSERT_EQ(forge("train " + write_config("straight").string()), 0);
+  const fs::path killed = write_config("killed");
+  EXPECT_EQ(forge("train " + killed.string(), "FORGE_TEST_SIGKILL_AFTER_STEP=15"), 128 + SIGKILL);
+  EXPECT_EQ(read_checkpoint_info(*latest_checkpoint(dir_ / "killed")).step, 10);
+  ASSERT_EQ(forge("train " + killed.string()), 0);
+  std::vector<std::string> a = train_lines(dir_ / "straight", keys);
+  ASSERT_EQ(a.size(), 30u);
+  EXPECT_EQ(a, train_lines(dir_ / "killed", keys));
+  EXPECT_EQ(losses(dir_ / "straight", "val"), losses(dir_ / "killed", "val"));
+}
+
+TEST_F(MoERecipe, ActivationCheckpointingLeavesTheTrajectoryUnchanged) {
+  const std::vector<std::string> keys = {"loss", "grad_norm", "aux_loss", "cv_load_l1"};
+  RunConfig a = load_config(write_config("stored").string(), {"train.max_steps=5"});
+  RunConfig b = load_config(write_config("recomputed").string(),
+                            {"train.max_steps=5", "train.activation_checkpointing=true"});
+  ASSERT_EQ(train_gpt(a), 0);
+  ASSERT_EQ(train_gpt(b), 0);
+  EXPECT_EQ(train_lines(a.output_dir, keys), train_lines(b.output_dir, keys));
+}
+
+TEST_F(MoERecipe, TheConfigShowsMoEKeysOnlyForAnMoEModelAndChecksThem) {
+  RunConfig moe = load_config(write_config("shown").string());
+  EXPECT_NE(to_yaml(moe).find("  moe:\n    every: 2\n    n_experts: 4\n"), std::string::npos);
+  RunConfig dense = load_config(write_config("hidden").string(), {"model.moe.every=0"});
+  EXPECT_EQ(to_yaml(dense).find("moe:"), std::string::npos);
+
+  auto [code, out] = forge_output("validate " + write_config("bad", "every: 2, n_experts: 4, top_k: 5").string());
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("model.moe.top_k (5) must be <= model.moe.n_experts (4)"), std::string::npos)
+      << out;
+  std::tie(code, out) =
+      forge_output("validate " + write_config("quiet", "every: 2, noisy: false").string());
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("model.moe.noisy"), std::string::npos) << out;
+  std::tie(code, out) =
+      forge_output("validate " + write_config("typo", "every: 2, n_expert: 4").string());
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("'model.moe.n_expert' (did you mean 'n_experts'?)"), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace forge
