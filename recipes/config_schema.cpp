@@ -194,9 +194,9 @@ std::vector<ConfigKey> common_keys() {
   add("model.moe.every", integer_key(0, "[0, 1024]").fixes_architecture(), in(model, &M::moe_every),
       "mixture of experts: every N-th block (blocks N-1, 2N-1, ...) holds an MoE feed-forward "
       "instead of the MLP; 0 = none (gpt only)");
-  add("model.moe.n_experts", integer_key(8, "[1, 4096]").aka({"num_experts", "experts"}).fixes_architecture(),
+  add("model.moe.n_experts", integer_key(8, "[1, 1024]").aka({"num_experts", "experts"}).fixes_architecture(),
       in(model, &M::moe_experts), "expert MLPs per MoE layer");
-  add("model.moe.top_k", integer_key(2, "[1, 4096]").aka({"k", "num_experts_per_tok"}).fixes_architecture(),
+  add("model.moe.top_k", integer_key(2, "[1, 1024]").aka({"k", "num_experts_per_tok"}).fixes_architecture(),
       in(model, &M::moe_top_k), "experts each token is sent to");
   add("model.moe.ffn_mult", number_key(0.0, "[0, 64]").shown_as("model.ffn_mult").fixes_architecture(),
       in(model, &M::moe_ffn_mult),
