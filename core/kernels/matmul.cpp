@@ -2,7 +2,8 @@
 // dims merged, a batch that B broadcasts folded into M), so e.g. [B, T, K] @ [K, N] becomes one
 // 2-D GEMM and equivalent geometries share one cached oneDNN primitive. f32 strided operands go to
 // oneDNN as strided memory descriptors; only layouts oneDNN refuses (no unit stride in the matrix
-// dims, overlapping dims, a batch dim both operands broadcast) are copied to dense scratch. f64
+// dims, overlapping dims, a batch dim both operands broadcast) are copied to dense scratch. Grouped
+// GEMMs use primitives whose ragged dim is a runtime dimension, so new group sizes reuse them. f64
 // uses a row-parallel loop, ref a plain triple loop.
 #include "core/kernels/matmul.h"
 
@@ -25,11 +26,17 @@ namespace {
 // oneDNN takes at most 12 dims; deeper batches (never seen in practice) are looped over.
 constexpr size_t kMaxBatch = 10;
 
+// The dim a grouped GEMM's groups split. Its size changes nearly every call (tokens routed to an
+// expert), so its primitive leaves that dim to execution time: one primitive per geometry would
+// put oneDNN's JIT on the hot path and flood the cache.
+enum class Ragged { none, m, k };
+
 // A geometry after normalisation. C is dense [batch..., m, n].
 struct Problem {
   std::vector<int64_t> batch, a_bs, b_bs;
   int64_t m, n, k;
   int64_t a_rs, a_cs, b_rs, b_cs;  // A: row (M) and column (K) strides; B: row (K) and column (N)
+  Ragged ragged = Ragged::none;
 };
 
 // The stride of a size-1 dim is meaningless; pick one that makes the matrix look plain, so
@@ -200,9 +207,40 @@ struct KeyHash {
   }
 };
 
+struct Descs {
+  memory::desc a, b, bias, c;
+};
+
+// oneDNN descriptors of p's operands (bias empty without one); with `open`, p's ragged dim is
+// DNNL_RUNTIME_DIM_VAL. Strides stay fixed (groups are blocks of shared buffers) and in the key.
+Descs describe(const Problem& p, bool has_bias, bool open) {
+  const size_t nd = p.batch.size() + 2;
+  memory::dims a_dims, a_strides, b_dims, b_strides;
+  operand_desc(p, true, a_dims, a_strides);
+  operand_desc(p, false, b_dims, b_strides);
+  memory::dims c_dims(p.batch.begin(), p.batch.end());
+  c_dims.push_back(p.m);
+  c_dims.push_back(p.n);
+  memory::dims c_strides(nd);
+  int64_t s = 1;
+  for (size_t d = nd; d-- > 0;) c_strides[d] = s, s *= c_dims[d];
+  memory::dims bias_dims(nd, 1);
+  bias_dims[nd - 1] = p.n;
+  memory::dims bias_strides(nd, p.n);
+  bias_strides[nd - 1] = 1;
+  if (open && p.ragged == Ragged::m) a_dims[nd - 2] = c_dims[nd - 2] = DNNL_RUNTIME_DIM_VAL;
+  if (open && p.ragged == Ragged::k) a_dims[nd - 1] = b_dims[nd - 2] = DNNL_RUNTIME_DIM_VAL;
+
+  auto f32 = memory::data_type::f32;
+  Descs d{memory::desc(a_dims, f32, a_strides), memory::desc(b_dims, f32, b_strides), {},
+          memory::desc(c_dims, f32, c_strides)};
+  if (has_bias) d.bias = memory::desc(bias_dims, f32, bias_strides);
+  return d;
+}
+
 struct Primitive {
   dnnl::matmul prim;
-  memory::desc a_md, b_md, bias_md, c_md;
+  Descs md;
 };
 
 struct Cache {
@@ -221,7 +259,10 @@ Cache& cache() {
 constexpr size_t kMaxCached = 4096;
 
 std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, float beta) {
-  std::vector<int64_t> key = {p.m, p.n, p.k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias)};
+  // A ragged dim is no part of the key: one primitive serves all its sizes.
+  const int64_t m = p.ragged == Ragged::m ? DNNL_RUNTIME_DIM_VAL : p.m;
+  const int64_t k = p.ragged == Ragged::k ? DNNL_RUNTIME_DIM_VAL : p.k;
+  std::vector<int64_t> key = {m, p.n, k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias)};
   uint32_t beta_bits;
   std::memcpy(&beta_bits, &beta, 4);
   key.push_back(beta_bits);
@@ -238,27 +279,8 @@ std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, 
     return it->second;
   }
   ++cc.misses;
-  const size_t nd = p.batch.size() + 2;
-  memory::dims a_dims, a_strides, b_dims, b_strides;
-  operand_desc(p, true, a_dims, a_strides);
-  operand_desc(p, false, b_dims, b_strides);
-  memory::dims c_dims(p.batch.begin(), p.batch.end());
-  c_dims.push_back(p.m);
-  c_dims.push_back(p.n);
-  memory::dims c_strides(nd);
-  int64_t s = 1;
-  for (size_t d = nd; d-- > 0;) c_strides[d] = s, s *= c_dims[d];
-  memory::dims bias_dims(nd, 1);
-  bias_dims[nd - 1] = p.n;
-  memory::dims bias_strides(nd, p.n);
-  bias_strides[nd - 1] = 1;
-
-  auto f32 = memory::data_type::f32;
   auto prim = std::make_shared<Primitive>();
-  prim->a_md = memory::desc(a_dims, f32, a_strides);
-  prim->b_md = memory::desc(b_dims, f32, b_strides);
-  prim->c_md = memory::desc(c_dims, f32, c_strides);
-  if (has_bias) prim->bias_md = memory::desc(bias_dims, f32, bias_strides);
+  prim->md = describe(p, has_bias, true);
   dnnl::primitive_attr attr;
   // Numerics stay f32: no implicit bf16 down-conversion even if DNNL_DEFAULT_FPMATH_MODE says so.
   attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
@@ -267,8 +289,9 @@ std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, 
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  auto desc = has_bias ? dnnl::matmul::desc(prim->a_md, prim->b_md, prim->bias_md, prim->c_md)
-                       : dnnl::matmul::desc(prim->a_md, prim->b_md, prim->c_md);
+  const Descs& md = prim->md;
+  auto desc = has_bias ? dnnl::matmul::desc(md.a, md.b, md.bias, md.c)
+                       : dnnl::matmul::desc(md.a, md.b, md.c);
   prim->prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
   if (cc.map.size() >= kMaxCached) cc.map.clear();
   cc.map.emplace(std::move(key), prim);
@@ -318,12 +341,14 @@ void matmul_onednn(Problem p, const float* a, const float* b, const float* bias,
       onednn_takes(p, true) && !shared_broadcast(p) ? nullptr : densify(p, true, a, a_bytes);
   float* b_copy = onednn_takes(p, false) ? nullptr : densify(p, false, b, b_bytes);
   auto prim = get_primitive(p, bias != nullptr, beta);
+  // An open dim needs this call's size in the descriptors the memory objects carry.
+  const Descs md = p.ragged == Ragged::none ? prim->md : describe(p, bias != nullptr, false);
   dnnl::engine& eng = cpu_engine();
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(prim->a_md, eng, const_cast<float*>(a_copy ? a_copy : a))},
-      {DNNL_ARG_WEIGHTS, memory(prim->b_md, eng, const_cast<float*>(b_copy ? b_copy : b))},
-      {DNNL_ARG_DST, memory(prim->c_md, eng, c)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(prim->bias_md, eng, const_cast<float*>(bias)));
+      {DNNL_ARG_SRC, memory(md.a, eng, const_cast<float*>(a_copy ? a_copy : a))},
+      {DNNL_ARG_WEIGHTS, memory(md.b, eng, const_cast<float*>(b_copy ? b_copy : b))},
+      {DNNL_ARG_DST, memory(md.c, eng, c)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(md.bias, eng, const_cast<float*>(bias)));
   dnnl::stream& s = cpu_stream();
   prim->prim.execute(s, args);
   s.wait();
@@ -342,11 +367,9 @@ void for_each_subproblem(Problem p, const T* a, const T* b, T* c, Run run) {
     for_each_subproblem(p, a + i * sa, b + i * sb, c + i * c_step, run);
 }
 
-}  // namespace
-
+// The body of kernels::matmul for a normalised problem.
 template <class T>
-void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c, float beta) {
-  Problem p = normalise(g);
+void solve(const Problem& p, const T* a, const T* b, const T* bias, T* c, float beta) {
   const int64_t count = batch_count(p);
   if (count == 0 || p.m == 0 || p.n == 0) return;
   if (p.k == 0) return init_rows(c, count * p.m, p.n, bias, beta);
@@ -359,22 +382,30 @@ void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c
   }
 }
 
+}  // namespace
+
+template <class T>
+void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c, float beta) {
+  solve(normalise(g), a, b, bias, c, beta);
+}
+
+// Each group is a plain 2-D problem at its offsets, marked ragged so that on oneDNN all groups, and
+// all later calls whatever their group sizes, share one primitive.
 template <class T>
 void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
+  assert(!(g.ragged_k && bias));
   const int64_t groups = int64_t(g.offsets.size()) - 1;
   for (int64_t i = 0; i < groups; ++i) {
     const int64_t r0 = g.offsets[size_t(i)], len = g.offsets[size_t(i) + 1] - r0;
     MatmulGeometry one{{}, g.m, g.n, g.k, {g.a_strides[0], g.a_strides[1]},
                        {g.b_strides[0], g.b_strides[1]}};
-    if (g.ragged_k) {
-      one.k = len;
-      matmul<T>(one, a + r0 * g.a_strides[1], b + r0 * g.b_strides[0], nullptr,
-                c + i * g.m * g.n);
-    } else if (len > 0) {
-      one.m = len;
-      matmul<T>(one, a + r0 * g.a_strides[0], b + i * g.b_group_stride,
-                bias ? bias + i * g.n : nullptr, c + r0 * g.n);
-    }
+    (g.ragged_k ? one.k : one.m) = len;
+    Problem p = normalise(one);
+    p.ragged = g.ragged_k ? Ragged::k : Ragged::m;
+    const T* ga = a + r0 * g.a_strides[g.ragged_k ? 1 : 0];
+    const T* gb = g.ragged_k ? b + r0 * g.b_strides[0] : b + i * g.b_group_stride;
+    T* gc = c + (g.ragged_k ? i * g.m * g.n : r0 * g.n);
+    solve(p, ga, gb, bias ? bias + i * g.n : nullptr, gc, 0.f);
   }
 }
 

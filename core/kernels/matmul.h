@@ -1,7 +1,8 @@
-// Batched matrix product on raw buffers: C = A·B (+ bias over N) (+ beta·C). Operands are strided
-// views (a transposed operand is just swapped strides, a broadcast batch dimension has stride 0),
-// so callers never copy. f32 runs on oneDNN's matmul primitive, cached per geometry; f64 runs a
-// plain loop (gradient checks); kernels::ref::matmul is the triple-loop oracle for tests.
+// Batched matrix product on raw buffers: C = A·B (+ bias over N) (+ beta·C), and the grouped GEMMs
+// of mixture-of-experts layers. Operands are strided views (a transposed operand is just swapped
+// strides, a broadcast batch dimension has stride 0), so callers never copy. f32 runs on oneDNN's
+// matmul primitive, cached per geometry (grouped GEMMs: per geometry without the group sizes); f64
+// runs a plain loop (gradient checks); kernels::ref is the triple-loop oracle for tests.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,9 @@ struct GroupedMatmulGeometry {
   int64_t b_group_stride = 0;                    ///< ragged M only
 };
 
-/// One GEMM per non-empty group, each operand read in place at its group's offset.
+/// One GEMM per non-empty group, each operand read in place at its group's offset. In f32 all
+/// groups, whatever their sizes, share one oneDNN primitive (the ragged dim is a runtime
+/// dimension), so group sizes that change every step create no primitives.
 template <class T>
 void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c);
 

@@ -373,6 +373,7 @@ TEST(GroupedLinear, ValuesAndGradientsByHand) {
   Tensor y = grouped_linear(x, w, b, {0, 1, 1, 3});
   EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{11, 22, 37, 42, 41, 44}));
   sum(y).backward();
+  ASSERT_TRUE(x.grad().defined() && w.grad().defined() && b.grad().defined());
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 1, 3, 0, 3, 0}));
   EXPECT_EQ(w.grad().to_vector<double>(),
             (std::vector<double>{1, 2, 1, 2, 0, 0, 0, 0, 8, 10, 8, 10}));
@@ -398,6 +399,7 @@ TEST(GroupedLinear, F32MatchesLinearPerGroup) {
   Tensor want = cat(parts, 0);
   want.backward(dy);
   auto expect_close = [](const Tensor& got, const Tensor& ref, const char* what) {
+    ASSERT_TRUE(got.defined()) << what;
     ASSERT_EQ(got.shape(), ref.shape()) << what;
     std::vector<float> a = got.to_vector<float>(), e = ref.to_vector<float>();
     for (size_t i = 0; i < a.size(); ++i)
@@ -407,9 +409,30 @@ TEST(GroupedLinear, F32MatchesLinearPerGroup) {
   expect_close(x.grad(), xr.grad(), "dx");
   expect_close(w.grad(), wr.grad(), "dweight");
   expect_close(b.grad(), br.grad(), "dbias");
+  ASSERT_FALSE(HasFatalFailure());
   // Group 1 has no rows: its weight and bias get exact zeros.
   EXPECT_EQ(sum(abs(slice(w.grad(), 0, 1, 2))).item(), 0.0);
   EXPECT_EQ(sum(abs(slice(b.grad(), 0, 1, 2))).item(), 0.0);
+}
+
+// Group sizes change every training step: the grouped GEMMs must share primitives across sizes
+// (1-row and empty groups included) rather than create one per size.
+TEST(GroupedLinear, NewGroupSizesCreateNoPrimitives) {
+  Tensor x = normal({40, 24}, 0, 1).set_requires_grad(true);
+  Tensor w = normal({4, 20, 24}, 0, 1).set_requires_grad(true);
+  Tensor b = normal({4, 20}, 0, 1).set_requires_grad(true);
+  auto step = [&](const std::vector<int64_t>& offsets) {
+    grouped_linear(x, w, b, offsets).backward(ones({40, 20}));
+  };
+  step({0, 10, 20, 30, 40});
+  auto warm = kernels::matmul_cache_stats();
+  step({0, 3, 20, 21, 40});
+  step({0, 0, 17, 39, 40});
+  step({0, 1, 2, 3, 40});
+  auto after = kernels::matmul_cache_stats();
+  EXPECT_EQ(after.misses, warm.misses);
+  EXPECT_EQ(after.entries, warm.entries);
+  EXPECT_EQ(after.hits, warm.hits + 3 * 4 * 3 - 3);  // 3 GEMMs a group, none for the empty one
 }
 
 TEST(GroupedLinear, BadShapesAndOffsetsAreRejectedNamingThem) {
