@@ -63,7 +63,8 @@ Routing route(const std::vector<int64_t>& top, int64_t N, int64_t k, int64_t E,
       }
     }
   r.offsets.assign(size_t(E + 1), 0);
-  for (int64_t e = 0; e < E; ++e) r.offsets[size_t(e + 1)] = r.offsets[size_t(e)] + kept_per_expert[size_t(e)];
+  for (int64_t e = 0; e < E; ++e)
+    r.offsets[size_t(e + 1)] = r.offsets[size_t(e)] + kept_per_expert[size_t(e)];
   const int64_t M = r.offsets.back();
   r.tokens.resize(size_t(M));
   r.slots.resize(size_t(M));
@@ -116,31 +117,16 @@ Tensor cv_squared(const Tensor& v) {
   return var(v, {0}, /*unbiased=*/false) / (m * m + 1e-10);
 }
 
-TopKGates top_k_gating(const Tensor& logits, int64_t k) {
-  Tensor experts = topk(logits.detach(), k, 1).indices;  // [N, k]
-  return {softmax(gather(logits, 1, experts), -1), experts};
+TopKGates top_k_gating(const Tensor& logits, int64_t k, bool with_next) {
+  const Tensor ranked = topk(logits.detach(), with_next ? k + 1 : k, 1).indices;
+  const Tensor experts = with_next ? slice(ranked, 1, 0, k).contiguous() : ranked;  // [N, k]
+  return {softmax(gather(logits, 1, experts), -1), experts, with_next ? ranked : Tensor()};
 }
 
 Tensor expert_importance(const Tensor& gates, const Tensor& experts, int64_t n_experts) {
   const int64_t Nk = gates.numel();
   return index_add(zeros({n_experts}, gates.dtype()), 0, reshape(experts, {Nk}),
                    reshape(gates, {Nk}));
-}
-
-// An expert in the top k stays there while its noisy logit beats the (k+1)-th largest; one outside
-// enters when it beats the k-th. The probability of either under the noise is the normal CDF.
-Tensor smooth_load(const Tensor& clean, const Tensor& noisy, const Tensor& noise_std, int64_t k) {
-  const int64_t N = noisy.size(0), E = noisy.size(1);
-  FORGE_CHECK(k >= 1 && k < E, "smooth_load: needs 1 <= k < n_experts, got k ", k, " of ", E);
-  const Tensor top = topk(noisy.detach(), k + 1, 1).indices;                      // [N, k+1]
-  const Tensor kth = gather(noisy, 1, slice(top, 1, k - 1, k).contiguous());      // [N, 1]
-  const Tensor next = gather(noisy, 1, slice(top, 1, k, k + 1).contiguous());     // [N, 1]
-  const std::vector<int64_t> ids = top.to_vector<int64_t>();
-  std::vector<double> in_top(size_t(N * E), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < k; ++j) in_top[size_t(n * E + ids[size_t(n * (k + 1) + j)])] = 1.0;
-  const Tensor threshold = where(from_vector(in_top, {N, E}), next, kth);  // [N, E]
-  return sum(normal_cdf((clean - threshold) / noise_std), {0});
 }
 
 Tensor switch_balance_loss(const Tensor& logits, const Tensor& routed_share) {
@@ -214,7 +200,9 @@ Tensor MoE::forward(const Tensor& x) const {
     noise_std = softplus(linear(xf, router->noise)) + config_.noise_eps;
     logits = clean + normal({N, E}, 0.0, 1.0, default_generator(), x.dtype()) * noise_std;
   }
-  const TopKGates top = top_k_gating(logits, k);  // [N, k] each
+  const bool smooth_load = training && aux_collecting() && config_.balance == MoEBalance::cv2 &&
+                           config_.w_load > 0 && noise_std.defined();
+  const TopKGates top = top_k_gating(logits, k, smooth_load);  // [N, k] each
 
   const std::vector<int64_t> ids = top.experts.to_vector<int64_t>();
   const double factor = training ? config_.capacity_factor : config_.eval_capacity_factor;
@@ -238,8 +226,8 @@ Tensor MoE::forward(const Tensor& x) const {
     auto add = [&](const Tensor& term) { loss = loss.defined() ? loss + term : term; };
     if (config_.balance == MoEBalance::cv2) {
       if (config_.w_importance > 0) add(cv_squared(importance) * config_.w_importance);
-      if (config_.w_load > 0 && noise_std.defined())
-        add(cv_squared(smooth_load(clean, logits, noise_std, k)) * config_.w_load);
+      if (smooth_load)
+        add(cv_squared(topk_load(clean, logits, noise_std, k, top.ranked)) * config_.w_load);
     } else if (config_.balance == MoEBalance::switch_loss) {
       add(switch_balance_loss(logits, from_vector(routed_share, {E}, x.dtype())) *
           config_.w_switch);

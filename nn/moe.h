@@ -56,19 +56,19 @@ struct MoELayerShape {
 // ---- The gating and balancing math, as the layer uses it (tests compare each with PyTorch) ----
 
 /// KeepTopK then softmax: logits [N, E] -> gates [N, k] (softmax over the k largest logits, with
-/// gradient) and their experts [N, k] i64 (largest first).
+/// gradient) and their experts [N, k] i64 (largest first); with `with_next`, also `ranked` [N, k+1],
+/// the k+1 largest (what topk_load's thresholds need, so the row is ranked once).
 struct TopKGates {
   Tensor gates;
   Tensor experts;
+  Tensor ranked;  ///< undefined unless asked for
 };
-TopKGates top_k_gating(const Tensor& logits, int64_t k);
+TopKGates top_k_gating(const Tensor& logits, int64_t k, bool with_next = false);
 /// CV(v)^2 = population variance / mean^2 of v [E] (the paper's code, plus 1e-10 on the mean^2).
 Tensor cv_squared(const Tensor& v);
 /// Importance(X) = sum over tokens of G(x): gates [N, k] added onto their experts [N, k] -> [E].
 Tensor expert_importance(const Tensor& gates, const Tensor& experts, int64_t n_experts);
-/// Load(X)_i = sum_x Phi((clean_i - kth_excluding(noisy, k, i)) / noise_std_i): clean, noisy and
-/// noise_std [N, E], k < E -> [E], differentiable in all three.
-Tensor smooth_load(const Tensor& clean, const Tensor& noisy, const Tensor& noise_std, int64_t k);
+// The smooth load estimator Load(X) is the fused op topk_load (core/ops/nn.h).
 /// Switch Transformer: n_experts * sum_i f_i P_i, f = `routed_share` [E] (no gradient), P the mean
 /// of softmax(logits [N, E]) over tokens.
 Tensor switch_balance_loss(const Tensor& logits, const Tensor& routed_share);

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <type_traits>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 #include <unordered_map>
 
 #include "core/allocator.h"
@@ -241,6 +242,7 @@ Descs describe(const Problem& p, bool has_bias, bool open) {
 struct Primitive {
   dnnl::matmul prim;
   Descs md;
+  memory::desc scratchpad;  // ragged primitives: the scratchpad each call brings (user mode)
 };
 
 struct Cache {
@@ -289,10 +291,15 @@ std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, 
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
+  // Grouped GEMMs run their groups concurrently (grouped_matmul): a ragged primitive takes its
+  // scratchpad from each call instead of the library's shared one.
+  if (p.ragged != Ragged::none) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const Descs& md = prim->md;
   auto desc = has_bias ? dnnl::matmul::desc(md.a, md.b, md.bias, md.c)
                        : dnnl::matmul::desc(md.a, md.b, md.c);
-  prim->prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+  dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  if (p.ragged != Ragged::none) prim->scratchpad = pd.scratchpad_desc();
+  prim->prim = dnnl::matmul(pd);
   if (cc.map.size() >= kMaxCached) cc.map.clear();
   cc.map.emplace(std::move(key), prim);
   return prim;
@@ -349,9 +356,13 @@ void matmul_onednn(Problem p, const float* a, const float* b, const float* bias,
       {DNNL_ARG_WEIGHTS, memory(md.b, eng, const_cast<float*>(b_copy ? b_copy : b))},
       {DNNL_ARG_DST, memory(md.c, eng, c)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(md.bias, eng, const_cast<float*>(bias)));
+  const size_t scratch_bytes = prim->scratchpad.get_size();
+  void* scratch = scratch_bytes ? allocator::allocate(scratch_bytes) : nullptr;
+  if (scratch) args.emplace(DNNL_ARG_SCRATCHPAD, memory(prim->scratchpad, eng, scratch));
   dnnl::stream& s = cpu_stream();
   prim->prim.execute(s, args);
   s.wait();
+  if (scratch) allocator::deallocate(scratch, scratch_bytes);
   if (a_copy) allocator::deallocate(a_copy, a_bytes);
   if (b_copy) allocator::deallocate(b_copy, b_bytes);
 }
@@ -395,7 +406,7 @@ template <class T>
 void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
   assert(!(g.ragged_k && bias));
   const int64_t groups = int64_t(g.offsets.size()) - 1;
-  for (int64_t i = 0; i < groups; ++i) {
+  auto group = [&](int64_t i) {
     const int64_t r0 = g.offsets[size_t(i)], len = g.offsets[size_t(i) + 1] - r0;
     MatmulGeometry one{{}, g.m, g.n, g.k, {g.a_strides[0], g.a_strides[1]},
                        {g.b_strides[0], g.b_strides[1]}};
@@ -406,6 +417,17 @@ void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, cons
     const T* gb = g.ragged_k ? b + r0 * g.b_strides[0] : b + i * g.b_group_stride;
     T* gc = c + (g.ragged_k ? i * g.m * g.n : r0 * g.n);
     solve(p, ga, gb, bias ? bias + i * g.n : nullptr, gc, 0.f);
+  };
+  // With several groups per thread, the groups run side by side, each GEMM on one thread (oneDNN
+  // runs a primitive single-threaded inside a parallel region; each thread has its own stream and
+  // ragged primitives their own scratchpad): a group's few hundred rows split over all threads
+  // waste more than they gain (8 groups of [192, 128] x [128, 256], forward and backward: 2.05 ms
+  // one after another, 1.80 side by side, 1.73 for one [1536, 128] x [128, 256]).
+  if (groups >= 2 * int64_t(omp_get_max_threads())) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < groups; ++i) group(i);
+  } else {
+    for (int64_t i = 0; i < groups; ++i) group(i);
   }
 }
 

@@ -239,34 +239,40 @@ void topk_dim(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
               T* values, int64_t* indices) {
   if (k == 0) return;
   int64_t columns = outer * inner;
-#pragma omp parallel for schedule(dynamic, 1) if (outer * n * inner > kParallelGrain && columns > 1)
-  for (int64_t c = 0; c < columns; ++c) {
-    int64_t o = c / inner, i = c % inner;
-    const T* col = x + o * n * inner + i;
-    // A heap of the k best so far whose front is the worst of them: most candidates are rejected
-    // by one comparison with the front. Scanning in j order settles ties for the lower j.
+  auto before = [largest](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
+    if (beats(a.first, b.first, largest)) return true;
+    if (beats(b.first, a.first, largest)) return false;
+    return a.second < b.second;
+  };
+#pragma omp parallel if (outer * n * inner > kParallelGrain && columns > 1)
+  {
+    // One heap per thread, reused by its columns: a router's rows are only a few experts long, and
+    // an allocation per row cost more than the selection.
     std::vector<std::pair<T, int64_t>> heap;
     heap.reserve(size_t(k));
-    auto before = [largest](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
-      if (beats(a.first, b.first, largest)) return true;
-      if (beats(b.first, a.first, largest)) return false;
-      return a.second < b.second;
-    };
-    for (int64_t j = 0; j < n; ++j) {
-      T v = col[j * inner];
-      if (int64_t(heap.size()) < k) {
-        heap.emplace_back(v, j);
-        std::push_heap(heap.begin(), heap.end(), before);
-      } else if (beats(v, heap.front().first, largest)) {
-        std::pop_heap(heap.begin(), heap.end(), before);
-        heap.back() = {v, j};
-        std::push_heap(heap.begin(), heap.end(), before);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < columns; ++c) {
+      int64_t o = c / inner, i = c % inner;
+      const T* col = x + o * n * inner + i;
+      // A heap of the k best so far whose front is the worst of them: most candidates are rejected
+      // by one comparison with the front. Scanning in j order settles ties for the lower j.
+      heap.clear();
+      for (int64_t j = 0; j < n; ++j) {
+        T v = col[j * inner];
+        if (int64_t(heap.size()) < k) {
+          heap.emplace_back(v, j);
+          std::push_heap(heap.begin(), heap.end(), before);
+        } else if (beats(v, heap.front().first, largest)) {
+          std::pop_heap(heap.begin(), heap.end(), before);
+          heap.back() = {v, j};
+          std::push_heap(heap.begin(), heap.end(), before);
+        }
       }
-    }
-    std::sort_heap(heap.begin(), heap.end(), before);
-    for (int64_t r = 0; r < k; ++r) {
-      values[(o * k + r) * inner + i] = heap[size_t(r)].first;
-      indices[(o * k + r) * inner + i] = heap[size_t(r)].second;
+      std::sort_heap(heap.begin(), heap.end(), before);
+      for (int64_t r = 0; r < k; ++r) {
+        values[(o * k + r) * inner + i] = heap[size_t(r)].first;
+        indices[(o * k + r) * inner + i] = heap[size_t(r)].second;
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/kernels/embedding.h"
+#include "core/kernels/gating.h"
 #include "core/kernels/loss.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/softmax.h"
@@ -377,6 +378,64 @@ Tensor kd_kl_div(const Tensor& student_logits, const Tensor& teacher_logits, con
            });
   }
   return out;
+}
+
+// ---- topk_load ----
+
+// load [E] from clean, noisy, noise_std [N, E]; saves z = (clean - threshold) / noise_std, the
+// noise scale and each row's top k+1 indices.
+Tensor topk_load(const Tensor& clean, const Tensor& noisy, const Tensor& noise_std, int64_t k,
+                 const Tensor& ranked) {
+  check_float(clean, "topk_load", "clean");
+  FORGE_CHECK(clean.dim() == 2, "topk_load: clean must be [N, E], got ", shape_str(clean.shape()));
+  for (const Tensor* t : {&noisy, &noise_std}) {
+    check_float(*t, "topk_load", t == &noisy ? "noisy" : "noise_std");
+    FORGE_CHECK(t->shape() == clean.shape() && t->dtype() == clean.dtype(), "topk_load: ",
+                t == &noisy ? "noisy " : "noise_std ", shape_str(t->shape()), " ",
+                dtype_name(t->dtype()), " must match clean ", shape_str(clean.shape()), " ",
+                dtype_name(clean.dtype()));
+  }
+  const int64_t N = clean.size(0), E = clean.size(1);
+  FORGE_CHECK(k >= 1 && k < E, "topk_load: needs 1 <= k < E, got k = ", k, " with E = ", E);
+  Tensor top = ranked;  // [N, k+1], largest first
+  if (top.defined()) {
+    FORGE_CHECK(top.dtype() == DType::i64 && top.shape() == Shape({N, k + 1}),
+                "topk_load: ranked must be [", N, ", ", k + 1, "] i64, got ",
+                shape_str(top.shape()), " ", dtype_name(top.dtype()));
+    top = top.contiguous();
+    const int64_t bad = kernels::first_out_of_range(top.data<int64_t>(), N * (k + 1), E);
+    FORGE_CHECK(bad < 0, "topk_load: ranked index ", bad < 0 ? 0 : top.data<int64_t>()[bad],
+                " at position ", bad, " is out of range [0, ", E, ")");
+  } else {
+    top = topk(noisy, k + 1, 1).indices;
+  }
+  const Tensor cc = dense(clean), nc = dense(noisy), sc = dense(noise_std);
+  const DType dtype = clean.dtype();
+  Tensor z = empty({N, E}, dtype), load = empty({E}, dtype);
+  FORGE_DISPATCH_FLOAT(dtype, "topk_load", [&] {
+    kernels::topk_load_forward(cc.data<scalar_t>(), nc.data<scalar_t>(), sc.data<scalar_t>(),
+                               top.data<int64_t>(), N, E, k, z.data<scalar_t>(),
+                               load.data<scalar_t>());
+  });
+  if (needs_grad(clean, noisy, noise_std)) {
+    const bool want_c = clean.requires_grad(), want_n = noisy.requires_grad(),
+               want_s = noise_std.requires_grad();
+    record(Op::topk_load, load, {clean, noisy, noise_std},
+           [sc, top, z, N, E, k, want_c, want_n, want_s](const Tensor& dload) {
+             const Tensor dl = dense(dload);
+             Tensor dc = want_c ? empty({N, E}, dl.dtype()) : Tensor();
+             Tensor dn = want_n ? empty({N, E}, dl.dtype()) : Tensor();
+             Tensor ds = want_s ? empty({N, E}, dl.dtype()) : Tensor();
+             FORGE_DISPATCH_FLOAT(dl.dtype(), "topk_load backward", [&] {
+               kernels::topk_load_backward(sc.data<scalar_t>(), top.data<int64_t>(),
+                                           z.data<scalar_t>(), dl.data<scalar_t>(), N, E, k,
+                                           mut_ptr<scalar_t>(dc), mut_ptr<scalar_t>(dn),
+                                           mut_ptr<scalar_t>(ds));
+             });
+             return std::vector<Tensor>{dc, dn, ds};
+           });
+  }
+  return load;
 }
 
 // ---- cosine_similarity ----

@@ -47,6 +47,15 @@ struct KLDivOptions {
 Tensor kd_kl_div(const Tensor& student_logits, const Tensor& teacher_logits, const Tensor& targets,
                  const KLDivOptions& options = {});
 
+/// The smooth load estimator of noisy top-k gating (Shazeer et al. 2017), fused: clean, noisy and
+/// noise_std [N, E] (same dtype), 1 <= k < E -> load [E], load_e = sum_n Phi((clean[n, e] -
+/// threshold[n, e]) / noise_std[n, e]) with Phi the standard normal CDF and the threshold the k-th
+/// largest of noisy[n] excluding entry e: its (k+1)-th largest when e is among its k largest, else
+/// its k-th. Gradients reach clean, noise_std and, through the two thresholds, noisy. `ranked`, when
+/// given, is topk(noisy, k + 1, 1).indices already computed by the caller (checked for range).
+Tensor topk_load(const Tensor& clean, const Tensor& noisy, const Tensor& noise_std, int64_t k,
+                 const Tensor& ranked = {});
+
 /// Cosine of the angle between a and b along dim (broadcasting), each norm clamped below by eps.
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = -1, double eps = 1e-8);
 

@@ -17,6 +17,7 @@
 
 #include "tests/test_util.h"
 #include "core/kernels/embedding.h"
+#include "core/kernels/gating.h"
 #include "core/kernels/loss.h"
 #include "core/kernels/norm.h"
 #include "core/kernels/softmax.h"
@@ -93,6 +94,38 @@ FORGE_GRADCHECK(cross_entropy, ignore_smoothing_reductions) {
         return cross_entropy(v[0], testing::ids({3, 1, 0}, {3}), custom_ignore);
       },
       {randn_strided({3, 4}, 2)});
+}
+
+FORGE_GRADCHECK(topk_load, every_input_and_k) {
+  // Random logits have no ties, so the top k+1 (and the thresholds) stay put under the step.
+  for (int64_t k : {1, 2, 4}) {
+    Tensor clean = randn({6, 5}, 31), noisy = randn({6, 5}, 32);
+    Tensor noise_std = testing::rand_uniform({6, 5}, 0.4, 1.5, 33);
+    EXPECT_GRADCHECK([k](const In& v) { return topk_load(v[0], v[1], v[2], k); },
+                     {clean, noisy, noise_std});
+  }
+  // Only the noisy logits trained (the others constant).
+  Tensor clean = randn({4, 3}, 34).detach(), noise_std = add(randn({4, 3}, 35).detach(), 3.0);
+  EXPECT_GRADCHECK([&](const In& v) { return topk_load(clean, v[0], noise_std, 2); },
+                   {randn({4, 3}, 36)});
+}
+
+TEST(NNOps, TopkLoadTakesTheCallersRankingAndChecksIt) {
+  Tensor clean = randn({5, 4}, 41).detach(), noisy = randn({5, 4}, 42).detach();
+  Tensor noise_std = add(randn({5, 4}, 43).detach(), 3.0);
+  Tensor ranked = topk(noisy, 3, 1).indices;
+  EXPECT_EQ(topk_load(clean, noisy, noise_std, 2, ranked).to_vector<double>(),
+            topk_load(clean, noisy, noise_std, 2).to_vector<double>());
+  Tensor bad = ranked.clone();
+  bad.data<int64_t>()[7] = 4;
+  try {
+    topk_load(clean, noisy, noise_std, 2, bad);
+    ADD_FAILURE() << "an out-of-range ranking was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ranked index 4 at position 7"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(topk_load(clean, noisy, noise_std, 2, slice(ranked, 1, 0, 2)), Error);
 }
 
 FORGE_GRADCHECK(kd_kl_div, directions_temperatures_reductions) {
@@ -627,6 +660,43 @@ void check_kd_kl_div_kernels(double tol) {
 
 TEST(NNKernels, KDKLDivMatchesReferenceF32) { check_kd_kl_div_kernels<float>(1e-5); }
 TEST(NNKernels, KDKLDivMatchesReferenceF64) { check_kd_kl_div_kernels<double>(1e-12); }
+
+template <class T>
+void check_topk_load_kernels(double tol) {
+  for (auto [N, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 2, 1}, {7, 5, 2}, {300, 8, 2},
+                         {64, 16, 4}}) {
+    const size_t n = size_t(N * E);
+    std::vector<float> c32 = random_floats(n, 41, 3.0f), x32 = random_floats(n, 42, 3.0f),
+                       s32 = random_floats(n, 43), d32 = random_floats(size_t(E), 44);
+    std::vector<T> clean(c32.begin(), c32.end()), noisy(x32.begin(), x32.end()), noise(n),
+        dload(d32.begin(), d32.end());
+    for (size_t i = 0; i < n; ++i) noise[i] = T(0.3 + std::fabs(s32[i]));
+    Tensor noisy_t = from_vector(std::vector<double>(noisy.begin(), noisy.end()), {N, E});
+    const std::vector<int64_t> top = topk(noisy_t, k + 1, 1).indices.template to_vector<int64_t>();
+    const std::string what = std::to_string(N) + "x" + std::to_string(E) + " k " +
+                             std::to_string(k);
+    const size_t experts = static_cast<size_t>(E);
+    std::vector<T> z(n, T(7)), z_ref(n), load(experts, T(7)), load_ref(experts);
+    kernels::topk_load_forward(clean.data(), noisy.data(), noise.data(), top.data(), N, E, k,
+                               z.data(), load.data());
+    kernels::ref::topk_load_forward(clean.data(), noisy.data(), noise.data(), top.data(), N, E, k,
+                                    z_ref.data(), load_ref.data());
+    expect_near_all(z, z_ref, tol, "topk_load z " + what);
+    expect_near_all(load, load_ref, tol, "topk_load load " + what);
+    // Gradient buffers start at 7: the kernel must write (dnoisy: clear) every element.
+    std::vector<T> dc(n, T(7)), dn(n, T(7)), ds(n, T(7)), dc_ref(n), dn_ref(n), ds_ref(n);
+    kernels::topk_load_backward(noise.data(), top.data(), z_ref.data(), dload.data(), N, E, k,
+                                dc.data(), dn.data(), ds.data());
+    kernels::ref::topk_load_backward(noise.data(), top.data(), z_ref.data(), dload.data(), N, E, k,
+                                     dc_ref.data(), dn_ref.data(), ds_ref.data());
+    expect_near_all(dc, dc_ref, tol, "topk_load dclean " + what);
+    expect_near_all(dn, dn_ref, tol, "topk_load dnoisy " + what);
+    expect_near_all(ds, ds_ref, tol, "topk_load dnoise_std " + what);
+  }
+}
+
+TEST(NNKernels, TopkLoadMatchesReferenceF32) { check_topk_load_kernels<float>(1e-5); }
+TEST(NNKernels, TopkLoadMatchesReferenceF64) { check_topk_load_kernels<double>(1e-12); }
 
 TEST(NNKernels, EmbeddingMatchesReference) {
   int64_t V = 50, C = 37, n = 300;

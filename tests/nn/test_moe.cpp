@@ -59,7 +59,7 @@ TEST(MoEGolden, ImportanceAndItsCvSquaredMatchPyTorch) {
 TEST(MoEGolden, SmoothLoadEstimatorMatchesPyTorch) {
   Tensor clean = golden("clean", {N, E}, true), noisy = golden("noisy", {N, E}, true);
   Tensor noise_std = golden("noise_std", {N, E}, true);
-  Tensor load = nn::smooth_load(clean, noisy, noise_std, K);
+  Tensor load = topk_load(clean, noisy, noise_std, K);
   expect_close(load, "load");
   sum(load * golden("r_load", {E})).backward();
   expect_close(clean.grad(), "load.dclean");
@@ -77,7 +77,7 @@ TEST(MoEGolden, Cv2LossOfALayerMatchesPyTorch) {
   Tensor noisy = clean + golden("eps", {N, E}) * noise_std;
   nn::TopKGates top = nn::top_k_gating(noisy, K);
   Tensor loss = nn::cv_squared(nn::expert_importance(top.gates, top.experts, E)) * 0.1 +
-                nn::cv_squared(nn::smooth_load(clean, noisy, noise_std, K)) * 0.1;
+                nn::cv_squared(topk_load(clean, noisy, noise_std, K)) * 0.1;
   expect_close(loss, "cv2_loss");
   loss.backward();
   expect_close(x.grad(), "cv2_loss.dx", 1e-9);
@@ -104,13 +104,13 @@ TEST(MoEGradCheck, ThroughTheGatesAndTheNormalCdf) {
   Tensor noise_std = testing::rand_uniform({N, E}, 0.3, 2.0, 5);
   EXPECT_GRADCHECK([](const auto& in) { return nn::top_k_gating(in[0], K).gates; }, {noisy});
   EXPECT_GRADCHECK(
-      [](const auto& in) { return nn::smooth_load(in[0], in[1], in[2], K); },
+      [](const auto& in) { return topk_load(in[0], in[1], in[2], K); },
       {clean, noisy, noise_std});
   EXPECT_GRADCHECK(
       [](const auto& in) {
         nn::TopKGates top = nn::top_k_gating(in[1], K);
         return nn::cv_squared(nn::expert_importance(top.gates, top.experts, E)) +
-               nn::cv_squared(nn::smooth_load(in[0], in[1], in[2], K));
+               nn::cv_squared(topk_load(in[0], in[1], in[2], K));
       },
       {clean, noisy, noise_std});
   EXPECT_GRADCHECK([](const auto& in) { return nn::router_z_loss(in[0]); }, {clean});
@@ -229,6 +229,46 @@ TEST(MoEDispatch, AssignmentsOverCapacityPassThroughAndAreCounted) {
   EXPECT_DOUBLE_EQ(stat("expert_load_l3_e0"), 0.5);  // routed, before the capacity check
   EXPECT_DOUBLE_EQ(stat("expert_load_l3_e2"), 0.0);
   EXPECT_DOUBLE_EQ(stat("cv_load_l3"), 1.0);  // shares 1/2, 1/2, 0, 0: std 1/4 over mean 1/4
+}
+
+// Capacity 1 per expert and four tokens whose first choices differ (t0: e0 then e1, t1: e1 then e0,
+// t2: e2 then e3, t3: e3 then e2): first choices claim capacity before second ones, so every token
+// keeps its first expert and loses its second. Token order alone would give t0 both e0 and e1 and
+// leave t1 with nothing.
+TEST(MoEDispatch, FirstChoicesClaimCapacityBeforeSecondChoices) {
+  nn::MoEConfig config{.every = 1, .n_experts = 4, .top_k = 2, .noisy = false,
+                       .capacity_factor = 0.5, .balance = nn::MoEBalance::none};
+  Generator gen(6);
+  nn::MoE layer(config, small_shape(false), 0, gen);
+  // router[e][c]: token n is the one-hot feature n, so column n holds its logits.
+  const std::vector<double> router = {2, 1, -1, -1, 0, 0,   // e0
+                                      1, 2, -1, -1, 0, 0,   // e1
+                                      -1, -1, 2, 1, 0, 0,   // e2
+                                      -1, -1, 1, 2, 0, 0};  // e3
+  {
+    NoGradGuard no_grad;
+    layer.router->weight.copy_(from_vector(router, {4, C}));
+  }
+  std::vector<double> onehot(size_t(4 * C), 0.0);
+  for (int64_t n = 0; n < 4; ++n) onehot[size_t(n * C + n)] = 1.0;
+  const Tensor x = from_vector(onehot, {1, 4, C});
+  EXPECT_EQ(nn::expert_capacity(config, 0.5, 4), 1);
+  nn::AuxCollector collector;
+  const Tensor out = reshape(layer.forward(x), {4, C});
+  // Each token's output is its first expert's alone, scaled by that expert's gate.
+  const Tensor gates = nn::top_k_gating(linear(reshape(x, {4, C}), layer.router->weight), 2).gates;
+  for (int64_t n = 0; n < 4; ++n) {
+    const Tensor xn = slice(reshape(x, {4, C}), 0, n, n + 1);
+    auto expert = [&](const std::shared_ptr<nn::GroupedLinear>& g, const Tensor& in) {
+      return linear(in, squeeze(slice(g->weight, 0, n, n + 1), 0),
+                    squeeze(slice(g->bias, 0, n, n + 1), 0));
+    };
+    const Tensor want = expert(layer.proj, gelu(expert(layer.fc, xn), GeluApprox::tanh)) *
+                        gates.at({n, 0});
+    expect_near_all(slice(out, 0, n, n + 1), want, 1e-6, "token " + std::to_string(n));
+  }
+  nn::AuxReport report = collector.take();
+  EXPECT_DOUBLE_EQ(report.stats.at("dropped_frac_l0").first, 0.5);
 }
 
 TEST(MoEAux, BalancingLossesAreReportedInTrainingOnly) {

@@ -58,7 +58,8 @@ TEST_F(MoERecipe, FixedSeedRunLogsTheExpectedLossesAndBalance) {
   EXPECT_LT(aux[30], 0.05);
   EXPECT_LT(cv[30], 0.5);
   double shares = 0;
-  for (int e = 0; e < 4; ++e) shares += losses(run, "train", "expert_load_l1_e" + std::to_string(e))[30];
+  for (int e = 0; e < 4; ++e)
+    shares += losses(run, "train", "expert_load_l1_e" + std::to_string(e))[30];
   EXPECT_NEAR(shares, 1.0, 1e-9);
   std::ifstream in(run / "report.html");
   std::string html((std::istreambuf_iterator<char>(in)), {});
@@ -96,7 +97,8 @@ TEST_F(MoERecipe, TheConfigShowsMoEKeysOnlyForAnMoEModelAndChecksThem) {
   RunConfig dense = load_config(write_config("hidden").string(), {"model.moe.every=0"});
   EXPECT_EQ(to_yaml(dense).find("moe:"), std::string::npos);
 
-  auto [code, out] = forge_output("validate " + write_config("bad", "every: 2, n_experts: 4, top_k: 5").string());
+  auto [code, out] =
+      forge_output("validate " + write_config("bad", "every: 2, n_experts: 4, top_k: 5").string());
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("model.moe.top_k (5) must be <= model.moe.n_experts (4)"), std::string::npos)
       << out;
