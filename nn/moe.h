@@ -56,8 +56,8 @@ struct MoELayerShape {
 // ---- The gating and balancing math, as the layer uses it (tests compare each with PyTorch) ----
 
 /// KeepTopK then softmax: logits [N, E] -> gates [N, k] (softmax over the k largest logits, with
-/// gradient) and their experts [N, k] i64 (largest first); with `with_next`, also `ranked` [N, k+1],
-/// the k+1 largest (what topk_load's thresholds need, so the row is ranked once).
+/// gradient) and their experts [N, k] i64 (largest first); with `with_next`, also `ranked`
+/// [N, k+1], the k+1 largest (what topk_load's thresholds need, so the row is ranked once).
 struct TopKGates {
   Tensor gates;
   Tensor experts;

@@ -217,6 +217,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   std::printf("# parameters: %lld\n", (long long)e.parameters);
   std::printf("# trainable parameters: %lld (%.2f%%)\n", (long long)e.trainable_parameters,
               e.parameters ? 100.0 * double(e.trainable_parameters) / double(e.parameters) : 0.0);
+  if (c.model.arch == "gpt" && c.model.moe_every > 0)
+    std::printf("# parameters a token passes through (MoE: its router and top_k experts): %lld\n",
+                (long long)nn::gpt_active_parameters(gpt_config(c.model)));
   std::printf("# estimated peak training memory: %.1f MiB (weights+grads+optimizer %.1f, "
               "activations %.1f, logits %.1f)\n",
               total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,

@@ -295,8 +295,6 @@ config_case("override-no-value", base_cfg, overrides=["train.max_steps="])
 config_case("override-huge", base_cfg, overrides=["seed=" + "9" * 100000])
 config_case("moe-experts-2^40", base_cfg, overrides=["model.moe.every=1",
                                                     "model.moe.n_experts=1099511627776"])
-config_case("moe-experts-1024-huge", base_cfg, overrides=["model.moe.every=1", "model.d_model=65536",
-                                                         "model.moe.n_experts=1024"])
 config_case("moe-top-k-zero", base_cfg, overrides=["model.moe.every=1", "model.moe.top_k=0"])
 config_case("moe-capacity-nan", base_cfg, overrides=["model.moe.every=1",
                                                      "model.moe.capacity_factor=nan"])

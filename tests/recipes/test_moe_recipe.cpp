@@ -97,7 +97,12 @@ TEST_F(MoERecipe, TheConfigShowsMoEKeysOnlyForAnMoEModelAndChecksThem) {
   RunConfig dense = load_config(write_config("hidden").string(), {"model.moe.every=0"});
   EXPECT_EQ(to_yaml(dense).find("moe:"), std::string::npos);
 
-  auto [code, out] =
+  auto [code, out] = forge_output("validate " + write_config("shown").string());
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(out.find("# parameters a token passes through (MoE: its router and top_k experts): "),
+            std::string::npos)
+      << out;
+  std::tie(code, out) =
       forge_output("validate " + write_config("bad", "every: 2, n_experts: 4, top_k: 5").string());
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("model.moe.top_k (5) must be <= model.moe.n_experts (4)"), std::string::npos)
