@@ -102,26 +102,10 @@ int64_t read_attr_int(const fs::path& file, hid_t obj, const char* name) {
 
 std::string read_attr_str(const fs::path& file, hid_t obj, const char* name) {
   Hid attr = open_attr(file, obj, name);
-  Hid type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    fail(file, std::string("attribute '") + name + "' is not a string");
-  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-  const std::string what = std::string("cannot read attribute '") + name + "'";
-  if (H5Tis_variable_str(type.get()) > 0) {
-    H5Tset_size(mem.get(), H5T_VARIABLE);
-    char* p = nullptr;
-    check(file, H5Aread(attr.get(), mem.get(), &p), what);
-    std::string value = p ? p : "";
-    H5free_memory(p);
-    return value;
-  }
-  size_t size = H5Tget_size(type.get());  // fixed-length, as numpy's bytes attributes are
-  H5Tset_size(mem.get(), size);
-  std::string value(size, '\0');
-  check(file, H5Aread(attr.get(), mem.get(), value.data()), what);
-  value.resize(std::strlen(value.c_str()));
-  return value;
+  std::string problem;
+  std::optional<std::string> value = hdf5::read_string_attr(attr.get(), problem);
+  if (!value) fail(file, std::string("attribute '") + name + "' " + problem);
+  return *value;
 }
 
 /// An extendible 1-D chunked dataset.

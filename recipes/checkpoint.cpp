@@ -157,31 +157,10 @@ int64_t read_attr_i64(const H5File& f, hid_t obj, const std::string& where,
 std::string read_attr_str(const H5File& f, hid_t obj, const std::string& where,
                           const std::string& name) {
   Hid attr = open_attr(f, obj, where, name);
-  Hid type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    f.fail("attribute '" + name + "' on " + where + " is not a string");
-  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-  const std::string what = "cannot read attribute '" + name + "' on " + where;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    H5Tset_size(mem.get(), H5T_VARIABLE);
-    char* p = nullptr;
-    f.check(H5Aread(attr.get(), mem.get(), &p), what);
-    std::string value = p ? p : "";
-    H5free_memory(p);
-    return value;
-  }
-  // Fixed-length, e.g. written by h5py from np.bytes_: NULLPAD strings fill all `size` bytes with
-  // no terminator, so the memory type gets one more byte for HDF5's NULLTERM conversion to use.
-  size_t size = H5Tget_size(type.get());
-  if (size == 0 || size > kMaxFixedString) f.fail("attribute '" + name + "' on " + where +
-                                                  " has an implausible size");
-  H5Tset_size(mem.get(), size + 1);
-  H5Tset_strpad(mem.get(), H5T_STR_NULLTERM);
-  std::string value(size + 1, '\0');
-  f.check(H5Aread(attr.get(), mem.get(), value.data()), what);
-  value.resize(strnlen(value.data(), size));
-  return value;
+  std::string problem;
+  std::optional<std::string> value = hdf5::read_string_attr(attr.get(), problem, kMaxFixedString);
+  if (!value) f.fail("attribute '" + name + "' on " + where + " " + problem);
+  return *value;
 }
 
 /// Member names of a group, in creation order when the group tracks it (ours do), else by name.
