@@ -378,6 +378,12 @@ for a in root_attrs:
     tokens_rewritten(f"attr-{a}-not-utf8", lambda h, a=a: h.attrs.__setitem__(a, np.void(b"\xff\xfe")))
     tokens_rewritten(f"attr-{a}-newline", lambda h, a=a: h.attrs.__setitem__(a, "x\nforge: fake"))
     tokens_rewritten(f"attr-{a}-huge-int", lambda h, a=a: h.attrs.__setitem__(a, np.int64(2 ** 62)))
+    # H5Aread writes every element of an attribute: a string array must not reach a one-string
+    # buffer, nor a fixed-length string's declared size size the buffer unchecked.
+    tokens_rewritten(f"attr-{a}-string-array",
+                     lambda h, a=a: h.attrs.__setitem__(a, np.array([b"forge-tokens"] * 4096)))
+    tokens_rewritten(f"attr-{a}-huge-fixed-string",
+                     lambda h, a=a: h.attrs.__setitem__(a, np.bytes_(b"x" * 200000)))
 # The config loader may refuse a path that is no regular file before the reader sees it (2).
 dataset_case("dev-zero", "/dev/zero", (2, 3))
 dataset_case("fifo", fifo, (2, 3))

@@ -11,6 +11,7 @@
 
 #include "core/checksum.h"
 #include "core/durable_file.h"
+#include "data/hdf5_handle.h"
 #include "data/token_dataset.h"
 #include "tests/test_util.h"
 
@@ -61,6 +62,42 @@ size_t stored_token_width(const fs::path& path) {
   H5Dclose(ds);
   H5Fclose(f);
   return width;
+}
+
+// The shared string-attribute reader: one string of any kind reads back; an array of strings (which
+// H5Aread would write in full into a one-string buffer) and a fixed size past the bound are
+// refused before any buffer is sized from them.
+TEST(Hdf5Attributes, OnlyASingleStringOfBoundedSizeIsRead) {
+  testing::TempDir dir;
+  hdf5::quiet_hdf5();
+  const std::string file = (dir.path() / "attrs.h5").string();
+  // Attributes over 64 KiB need the dense attribute storage of the newer file format.
+  hdf5::Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  hdf5::Hid f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  auto add = [&](const char* name, size_t size, hsize_t count, const char* data) {
+    hdf5::Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), size);
+    hdf5::Hid space(count == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr),
+                    H5Sclose);
+    hdf5::Hid attr(H5Acreate2(f.get(), name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose);
+    ASSERT_GE(H5Awrite(attr.get(), type.get(), data), 0) << name;
+  };
+  add("one", 5, 0, "forge");
+  add("many", 5, 3, "abcdeabcdeabcde");
+  const std::string big(70000, 'x');
+  add("big", big.size(), 0, big.c_str());
+  auto read = [&](const char* name, std::string& problem) {
+    hdf5::Hid attr(H5Aopen(f.get(), name, H5P_DEFAULT), H5Aclose);
+    return hdf5::read_string_attr(attr.get(), problem);
+  };
+  std::string problem;
+  EXPECT_EQ(read("one", problem), std::optional<std::string>("forge"));
+  EXPECT_EQ(read("many", problem), std::nullopt);
+  EXPECT_EQ(problem, "is not a single string");
+  EXPECT_EQ(read("big", problem), std::nullopt);
+  EXPECT_EQ(problem, "has an implausible size (70000 bytes)");
 }
 
 TEST(TokenDataset, RoundTripsNarrowIdsWithAnEmptyDocument) {
