@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "core/file_io.h"
 #include "core/rng.h"
 #include "data/batch.h"
+#include "data/jsonl.h"
 
 namespace forge {
 
@@ -94,12 +96,55 @@ std::vector<TextRecord> read_labeled_records(const std::vector<fs::path>& files,
                                              RecordFormat format) {
   std::vector<TextRecord> records;
   for (const fs::path& file : expand_directories(files)) {
+    if (file.extension() == ".jsonl") {
+      std::vector<TextRecord> more = read_labeled_jsonl(file);
+      records.insert(records.end(), std::make_move_iterator(more.begin()),
+                     std::make_move_iterator(more.end()));
+      continue;
+    }
     const std::string text = read_text(file);
     const std::string label = file.stem().string();
     for (std::string_view record : split_records(text, format))
       records.push_back({std::string(record), label});
   }
   return records;
+}
+
+std::vector<TextRecord> read_labeled_jsonl(const fs::path& file) {
+  const JsonlSchema schema{"labelled", "a labelled record", {"text", "label"}};
+  std::vector<TextRecord> records;
+  for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
+    const auto label = o.value.find("label");
+    std::string name;
+    if (label != o.value.end() && label->is_number_integer())
+      name = label->dump();
+    else if (label != o.value.end() && !label->is_string())
+      throw Error(ExitCode::data, detail::concat(o.where, ": field \"label\" must be a string or ",
+                                                 "an integer, got ", label->type_name()));
+    else
+      name = jsonl_string(o, "label");
+    if (name.empty())
+      throw Error(ExitCode::data, o.where + ": field \"label\" is empty");
+    records.push_back({jsonl_string(o, "text"), std::move(name)});
+  }
+  return records;
+}
+
+std::vector<TextRecord> keep_labels(const std::vector<TextRecord>& records,
+                                    const std::vector<std::string>& labels) {
+  std::map<std::string, int64_t> count;
+  for (const TextRecord& r : records) ++count[r.label];
+  for (const std::string& label : labels)
+    if (!count.count(label)) {
+      std::string there;
+      for (const auto& [name, n] : count) there += (there.empty() ? "" : ", ") + name;
+      throw Error(ExitCode::data, detail::concat("no record has the label '", label,
+                                                 "' (the data has: ", there, ")"));
+    }
+  std::vector<TextRecord> out;
+  for (const TextRecord& r : records)
+    if (std::find(labels.begin(), labels.end(), r.label) != labels.end()) out.push_back(r);
+  return out;
 }
 
 RecordDataset tokenize_records(const std::vector<TextRecord>& records, const Tokenizer& tokenizer,
@@ -153,10 +198,38 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_by_fraction(
   return {std::move(train), std::move(val)};
 }
 
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_stratified(
+    const std::vector<std::string>& labels, double val_fraction, uint64_t seed) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw Error(ExitCode::usage,
+                detail::concat("val_fraction must be in [0, 1), got ", val_fraction));
+  std::map<std::string, std::vector<int64_t>> rows_of;
+  for (size_t i = 0; i < labels.size(); ++i) rows_of[labels[i]].push_back(int64_t(i));
+  std::vector<int64_t> train, val;
+  for (const auto& [label, rows] : rows_of) {
+    const auto n = static_cast<int64_t>(rows.size());
+    int64_t n_val = std::llround(static_cast<double>(n) * val_fraction);
+    if (val_fraction > 0.0) n_val = n < 2 ? 0 : std::clamp<int64_t>(n_val, 1, n - 1);
+    const std::vector<int64_t> perm =
+        philox_permutation(n, seed, rng_stream("record_split/" + label));
+    for (int64_t k = 0; k < n; ++k)
+      (k < n_val ? val : train).push_back(rows[static_cast<size_t>(perm[static_cast<size_t>(k)])]);
+  }
+  if (val_fraction > 0.0 && val.empty())
+    throw Error(ExitCode::data,
+                detail::concat("cannot hold out val_fraction ", val_fraction, " of ", labels.size(),
+                               " records: no label has two records or more"));
+  std::sort(val.begin(), val.end());
+  std::sort(train.begin(), train.end());
+  return {std::move(train), std::move(val)};
+}
+
 RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_fraction,
                                       uint64_t seed) {
-  const auto [train, val] = split_rows_by_fraction(dataset.size(), val_fraction, seed,
-                                                   "record_split");
+  std::vector<std::string> labels;
+  labels.reserve(dataset.labels.size());
+  for (int32_t l : dataset.labels) labels.push_back(dataset.label_names[static_cast<size_t>(l)]);
+  const auto [train, val] = split_rows_stratified(labels, val_fraction, seed);
   return {select_rows(dataset, train), select_rows(dataset, val)};
 }
 

@@ -29,10 +29,21 @@ struct TextRecord {
 
 /// Records of `files` split with split_records (text exactly as it gives it); each record's label
 /// is its file's stem (fortunes/love.txt -> "love"). A directory stands for its regular *.txt
-/// files sorted by name. Records keep file order, then order within the file.
+/// files sorted by name. A .jsonl file holds records {"text": ..., "label": ...} instead
+/// (read_labeled_jsonl). Records keep file order, then order within the file.
 /// Throws Error(data) naming a path that is missing or unreadable, or a directory without *.txt.
 std::vector<TextRecord> read_labeled_records(const std::vector<std::filesystem::path>& files,
                                              RecordFormat format);
+
+/// Records of a JSONL file, one object {"text": string, "label": string or integer} a line (an
+/// integer label becomes its decimal text). Throws Error(data) naming "file:line" and the field as
+/// data/jsonl.h does.
+std::vector<TextRecord> read_labeled_jsonl(const std::filesystem::path& file);
+
+/// The records whose label is in `labels`, in their order. Throws Error(data) naming a label that
+/// no record has, with the labels there are.
+std::vector<TextRecord> keep_labels(const std::vector<TextRecord>& records,
+                                    const std::vector<std::string>& labels);
 
 /// Tokenized records: row i is tokens[i] with class labels[i], an index into label_names.
 struct RecordDataset {
@@ -59,12 +70,21 @@ struct RecordSplit {
   std::shared_ptr<const RecordDataset> train, val;
 };
 
-/// Rows go to val or train by a permutation drawn from (seed, "record_split"), so the classes mix
-/// whatever the file order; each side keeps dataset order. val gets round(n * val_fraction) rows,
-/// at least one on each side when val_fraction > 0. Throws Error(usage) for val_fraction outside
-/// [0, 1), Error(data) if val_fraction > 0 and there are fewer than two rows.
+/// The stratified split of split_rows_stratified over the dataset's labels; each side keeps
+/// dataset order.
 RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_fraction,
                                       uint64_t seed);
+
+/// A stratified split of rows by their label (labels[i] is row i's): each label's rows, in order,
+/// are permuted by a draw from (seed, rng_stream("record_split/" + label)) and the first
+/// round(n_label * val_fraction) go to val, at least one and never all when val_fraction > 0 and
+/// the label has two rows or more (a single row trains). A label's split depends only on its own
+/// rows, so two runs that read the same file among different others hold out the same records
+/// of it (the classify recipe and an LM fine-tune on the whole corpus). Returns {train rows, val
+/// rows}, each ascending. Throws Error(usage) for val_fraction outside [0, 1), Error(data) when
+/// val_fraction > 0 and nothing could be held out.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_stratified(
+    const std::vector<std::string>& labels, double val_fraction, uint64_t seed);
 
 /// The row split behind split_records_by_fraction (and the SFT split) for `n` rows, with the
 /// permutation drawn from (seed, rng_stream(purpose)): {train rows, val rows}, each ascending.

@@ -1,8 +1,6 @@
-// SFT records through nlohmann-json, one object a line. The reader is strict like the configs: an
-// unknown field is an error, not ignored, so a typo ("completon") cannot silently train on nothing.
+// SFT records: strict JSON Lines (data/jsonl.h), tokenized into rows that remember where the
+// prompt ends, so that only the completion is scored.
 #include "data/sft.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -11,70 +9,18 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/batch.h"
+#include "data/jsonl.h"
 #include "data/lm_data.h"
 
 namespace forge {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The reason in a nlohmann parse error, without its "[json.exception...] parse error at line 1,
-// column 7: " prefix (the line is ours to name, the byte comes from e.byte).
-std::string parse_reason(const nlohmann::json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t column = what.find("column ");
-  const size_t colon = column == std::string::npos ? what.find(": ") : what.find(": ", column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
-SFTRecord parse_record(std::string_view line, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ExitCode::data, detail::concat(where, ": not JSON (byte ", e.byte, ": ",
-                                               parse_reason(e), ")"));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range
-    throw Error(ExitCode::data, detail::concat(where, ": not valid JSON (", e.what(), ")"));
-  }
-  if (!j.is_object())
-    throw Error(ExitCode::data, detail::concat(where, ": expected an object with \"prompt\" and ",
-                                               "\"completion\", got ", j.type_name()));
-  for (const auto& [key, value] : j.items())
-    if (key != "prompt" && key != "completion")
-      throw Error(ExitCode::data, detail::concat(where, ": unknown field \"", key,
-                                                 "\" (an SFT record has \"prompt\" and ",
-                                                 "\"completion\")"));
-  auto field = [&](const char* name) {
-    const auto it = j.find(name);
-    if (it == j.end())
-      throw Error(ExitCode::data, detail::concat(where, ": missing field \"", name, "\""));
-    if (!it->is_string())
-      throw Error(ExitCode::data, detail::concat(where, ": field \"", name,
-                                                 "\" must be a string, got ", it->type_name()));
-    return it->get<std::string>();
-  };
-  return {field("prompt"), field("completion")};
-}
-
-}  // namespace
-
 std::vector<SFTRecord> read_sft_jsonl(const fs::path& file) {
-  const std::string text = read_input_file(file.string(), {"SFT file", uint64_t(kMaxSFTFileBytes), ExitCode::data});
+  const JsonlSchema schema{"SFT", "an SFT record", {"prompt", "completion"}, kMaxSFTFileBytes};
   std::vector<SFTRecord> records;
-  size_t start = 0;
-  for (int64_t line_no = 1; start < text.size(); ++line_no) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + start, end - start);
-    start = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    records.push_back(parse_record(line, detail::concat(quoted_path(file.string()), ":", line_no)));
-  }
-  if (records.empty())
-    throw Error(ExitCode::data, file.string() + (text.empty() ? ": empty file, no SFT records"
-                                                              : ": no SFT records (blank lines only)"));
+  for (const JsonlObject& o : read_jsonl_objects(file, schema))
+    records.push_back({jsonl_string(o, "prompt"), jsonl_string(o, "completion")});
   return records;
 }
 

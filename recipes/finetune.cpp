@@ -63,17 +63,22 @@ std::vector<int64_t> all_rows(const Rows& rows) {
   return out;
 }
 
-// Record files: every record's text and the end-of-text ids, split by record (seeded), then each
-// side concatenated into one stream of windows.
+// Record files: every record's text and the end-of-text ids, split by record, then each side
+// concatenated into one stream of windows. The split is stratified by file with the record
+// loaders' rule, so the records a classify run holds out of a file are held out here too
+// (docs/recipes/classify.md: the LM fine-tune of the ULMFiT pipeline never sees them).
 std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
     const RunConfig& config, const Tokenizer& tokenizer, const std::vector<int32_t>& eot) {
   const DataConfig& d = config.data;
   const RecordFormat format = parse_record_format(config.get<std::string>("finetune.records"));
+  std::vector<std::string> labels;
   auto tokenize = [&](const std::string& path) {
     Rows rows;
+    labels.clear();
     for (const TextRecord& r : read_labeled_records({path}, format)) {
       rows.push_back(tokenizer.encode(r.text));
       rows.back().insert(rows.back().end(), eot.begin(), eot.end());
+      labels.push_back(r.label);
     }
     return rows;
   };
@@ -84,9 +89,8 @@ std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
     return {std::make_unique<LMWindows>(concatenate(train, all_rows(train)), T),
             std::make_unique<LMWindows>(concatenate(val, all_rows(val)), T)};
   }
-  // The same split of records as the record loaders make (purpose "record_split").
-  const auto [train_ids, val_ids] = split_rows_by_fraction(int64_t(train.size()), d.val_fraction,
-                                                           uint64_t(config.seed), "record_split");
+  const auto [train_ids, val_ids] =
+      split_rows_stratified(labels, d.val_fraction, uint64_t(config.seed));
   return {std::make_unique<LMWindows>(concatenate(train, train_ids), T),
           std::make_unique<LMWindows>(concatenate(train, val_ids), T)};
 }

@@ -133,8 +133,9 @@ TEST(Records, SplitIsSeededDisjointAndCovering) {
   EXPECT_EQ(all, want);                    // disjoint and covering
   for (size_t i = 0; i < val.size(); ++i)  // rows keep their labels
     EXPECT_EQ(s.val->labels[i], val[i] / 10);
-  const std::set<int32_t> val_labels(s.val->labels.begin(), s.val->labels.end());
-  EXPECT_GE(val_labels.size(), 5u);  // classes mixed, not the last two blocks
+  std::vector<int> per_label(10, 0);  // stratified: a fifth of every label
+  for (int32_t l : s.val->labels) ++per_label[size_t(l)];
+  EXPECT_EQ(per_label, std::vector<int>(10, 2));
 
   EXPECT_EQ(identities(*split_records_by_fraction(*d, 0.2, 7).val), val);
   EXPECT_NE(identities(*split_records_by_fraction(*d, 0.2, 8).val), val);
@@ -142,6 +143,75 @@ TEST(Records, SplitIsSeededDisjointAndCovering) {
   EXPECT_EQ(split_records_by_fraction(*numbered(3), 0.01, 7).val->size(), 1);
   EXPECT_EQ(testing::exit_code_of([&] { split_records_by_fraction(*d, 1.0, 7); }), ExitCode::usage);
   EXPECT_EQ(testing::exit_code_of([&] { split_records_by_fraction(*numbered(1), 0.5, 7); }), ExitCode::data);
+  // A label with one row trains; no label with two is nothing to hold out.
+  EXPECT_EQ(testing::exit_code_of([&] { split_records_by_fraction(*numbered(3, 1), 0.5, 7); }),
+            ExitCode::data);
+  EXPECT_EQ(split_records_by_fraction(*numbered(12), 0.5, 7).val->size(), 6);  // 5 of 10, 1 of 2
+}
+
+TEST(Records, ALabelsSplitDependsOnlyOnItsOwnRows) {
+  // "b" among other labels, in another position, holds out the same rows of its own.
+  const std::vector<std::string> alone = {"b", "b", "b", "b", "b", "b", "b", "b"};
+  std::vector<std::string> mixed = {"c", "c", "c"};
+  mixed.insert(mixed.end(), alone.begin(), alone.end());
+  mixed.insert(mixed.end(), {"a", "a", "a", "a"});
+  const auto [train_alone, val_alone] = split_rows_stratified(alone, 0.25, 5);
+  const auto [train_mixed, val_mixed] = split_rows_stratified(mixed, 0.25, 5);
+  ASSERT_EQ(val_alone.size(), 2u);
+  std::vector<int64_t> b_val;
+  for (int64_t r : val_mixed)
+    if (mixed[size_t(r)] == "b") b_val.push_back(r - 3);
+  EXPECT_EQ(b_val, val_alone);
+  EXPECT_EQ(val_mixed.size(), 2u + 1u + 1u);  // round(0.75) = 1 of "c", 1 of "a"
+  EXPECT_NE(split_rows_stratified(alone, 0.25, 6).second, val_alone);
+}
+
+TEST(Records, LabelledJsonlRecordsAndTheirErrors) {
+  testing::TempDir dir;
+  const fs::path f = dir.path() / "labelled.jsonl";
+  testing::write_file(f, "{\"text\": \"good film\", \"label\": \"pos\"}\n\n"
+                         "{\"label\": 3, \"text\": \"meh\"}\n");
+  const std::vector<TextRecord> records = read_labeled_records({f}, RecordFormat::percent);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].text, "good film");
+  EXPECT_EQ(records[0].label, "pos");
+  EXPECT_EQ(records[1].label, "3");  // an integer label is its decimal text
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\"}\n", ":2: missing field \"label\""},
+      {"{\"text\": \"a\", \"label\": 1.5}\n", ":1: field \"label\" must be a string or an integer"},
+      {"{\"text\": 7, \"label\": \"x\"}\n", ":1: field \"text\" must be a string"},
+      {"{\"text\": \"a\", \"lable\": \"x\"}\n", ":1: unknown field \"lable\""},
+      {"{\"text\": \"a\", \"label\": \"\"}\n", ":1: field \"label\" is empty"},
+      {"\n\n{\"text\": \"a\",\n", ":3: not JSON"},
+      {"[1, 2]\n", ":1: expected an object with \"text\" and \"label\""},
+  };
+  for (const auto& [text, want] : bad) {
+    testing::write_file(f, text);
+    try {
+      read_labeled_records({f}, RecordFormat::percent);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+      EXPECT_NE(std::string(e.what()).find(f.string() + want), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Records, KeepLabelsSelectsAndNamesAMissingLabel) {
+  const std::vector<TextRecord> records = {{"a", "x"}, {"b", "y"}, {"c", "x"}, {"d", "z"}};
+  const std::vector<TextRecord> kept = keep_labels(records, {"z", "x"});
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0].text, "a");  // record order, not the order of the labels asked for
+  EXPECT_EQ(kept[2].text, "d");
+  try {
+    keep_labels(records, {"x", "w"});
+    ADD_FAILURE() << "no error for a missing label";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data);
+    EXPECT_NE(std::string(e.what()).find("'w' (the data has: x, y, z)"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Records, EachEpochIsASeededPermutation) {

@@ -1,0 +1,88 @@
+#include "data/jsonl.h"
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace forge {
+
+namespace {
+
+// The reason in a nlohmann parse error, without its "[json.exception...] parse error at line 1,
+// column 7: " prefix (the line is ours to name, the byte comes from e.byte).
+std::string parse_reason(const nlohmann::json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon = column == std::string::npos ? what.find(": ") : what.find(": ", column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+// "\"prompt\" and \"completion\"", "\"a\", \"b\" and \"c\"".
+std::string field_list(const std::vector<std::string>& fields) {
+  std::string out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) out += i + 1 == fields.size() ? " and " : ", ";
+    out += "\"" + fields[i] + "\"";
+  }
+  return out;
+}
+
+JsonlObject parse_line(std::string_view line, std::string where, const JsonlSchema& schema) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ExitCode::data, detail::concat(where, ": not JSON (byte ", e.byte, ": ",
+                                               parse_reason(e), ")"));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range
+    throw Error(ExitCode::data, detail::concat(where, ": not valid JSON (", e.what(), ")"));
+  }
+  if (!j.is_object())
+    throw Error(ExitCode::data, detail::concat(where, ": expected an object with ",
+                                               field_list(schema.fields), ", got ", j.type_name()));
+  for (const auto& item : j.items()) {
+    bool known = false;
+    for (const std::string& f : schema.fields) known = known || item.key() == f;
+    if (!known)
+      throw Error(ExitCode::data, detail::concat(where, ": unknown field \"", item.key(), "\" (",
+                                                 schema.a_record, " has ",
+                                                 field_list(schema.fields), ")"));
+  }
+  return {std::move(j), std::move(where)};
+}
+
+}  // namespace
+
+std::vector<JsonlObject> read_jsonl_objects(const std::filesystem::path& file,
+                                            const JsonlSchema& schema) {
+  const std::string kind_file = schema.kind + " file";
+  const std::string text = read_input_file(
+      file.string(), {kind_file.c_str(), uint64_t(schema.max_bytes), ExitCode::data});
+  std::vector<JsonlObject> objects;
+  size_t start = 0;
+  for (int64_t line_no = 1; start < text.size(); ++line_no) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    objects.push_back(
+        parse_line(line, detail::concat(quoted_path(file.string()), ":", line_no), schema));
+  }
+  if (objects.empty())
+    throw Error(ExitCode::data,
+                detail::concat(quoted_path(file.string()), text.empty() ? ": empty file, no " : ": no ",
+                               schema.kind, " records", text.empty() ? "" : " (blank lines only)"));
+  return objects;
+}
+
+std::string jsonl_string(const JsonlObject& object, const char* name) {
+  const auto it = object.value.find(name);
+  if (it == object.value.end())
+    throw Error(ExitCode::data, detail::concat(object.where, ": missing field \"", name, "\""));
+  if (!it->is_string())
+    throw Error(ExitCode::data, detail::concat(object.where, ": field \"", name,
+                                               "\" must be a string, got ", it->type_name()));
+  return it->get<std::string>();
+}
+
+}  // namespace forge

@@ -1,0 +1,41 @@
+// Strict JSON Lines for record files (SFT instructions, labelled texts, preference pairs): one
+// object a line, blank lines skipped, and every problem one line naming "file:line" and the field.
+// Unknown fields are errors rather than ignored, so a typo ("completon") cannot silently train on
+// nothing. Parsing is nlohmann-json's.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace forge {
+
+/// One line's object and where it came from ("'file':line"), for messages about its fields.
+struct JsonlObject {
+  nlohmann::json value;
+  std::string where;
+};
+
+/// What a file's records are, for messages ("SFT file", "no SFT records", "an SFT record has
+/// \"prompt\" and \"completion\""). `fields` are every field a record may have.
+struct JsonlSchema {
+  std::string kind;      ///< "SFT"
+  std::string a_record;  ///< "an SFT record"
+  std::vector<std::string> fields;
+  int64_t max_bytes = int64_t{1} << 30;
+};
+
+/// The objects of `file`. Throws Error(data) naming "file:line" for a line that is not JSON (with
+/// the parser's byte position) or not an object or has a field outside schema.fields; naming the
+/// file when it is missing, not a regular file, larger than schema.max_bytes or has no records.
+std::vector<JsonlObject> read_jsonl_objects(const std::filesystem::path& file,
+                                            const JsonlSchema& schema);
+
+/// The string field `name`. Throws Error(data) naming object.where and the field when it is
+/// missing or not a string.
+std::string jsonl_string(const JsonlObject& object, const char* name);
+
+}  // namespace forge
