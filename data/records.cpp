@@ -147,33 +147,68 @@ std::vector<TextRecord> keep_labels(const std::vector<TextRecord>& records,
   return out;
 }
 
-RecordDataset tokenize_records(const std::vector<TextRecord>& records, const Tokenizer& tokenizer,
-                               const RecordTokenizeOptions& options) {
-  const std::vector<int32_t> head = special_ids(options.prepend, tokenizer);
-  const std::vector<int32_t> tail = special_ids(options.append, tokenizer);
-  const auto framing = static_cast<int64_t>(head.size() + tail.size());
-  if (options.max_len < 0 || (options.max_len > 0 && options.max_len <= framing))
+namespace {
+
+// Special ids of the framing and the room left for text.
+struct Framing {
+  std::vector<int32_t> head, tail;
+  int64_t max_text = INT64_MAX;
+};
+
+Framing framing(const Tokenizer& tokenizer, const RecordTokenizeOptions& options) {
+  Framing f{special_ids(options.prepend, tokenizer), special_ids(options.append, tokenizer)};
+  const auto specials = static_cast<int64_t>(f.head.size() + f.tail.size());
+  if (options.max_len < 0 || (options.max_len > 0 && options.max_len <= specials))
     throw Error(ExitCode::usage,
                 detail::concat("max_len ", options.max_len, " leaves no room for text next to ",
-                               framing, " special tokens"));
-  const int64_t max_text = options.max_len > 0 ? options.max_len - framing : INT64_MAX;
+                               specials, " special tokens"));
+  if (options.max_len > 0) f.max_text = options.max_len - specials;
+  return f;
+}
 
+std::vector<int32_t> encode_framed(const std::string& text, const Tokenizer& tokenizer,
+                                   const Framing& f) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  if (static_cast<int64_t>(ids.size()) > f.max_text) ids.resize(static_cast<size_t>(f.max_text));
+  std::vector<int32_t> row = f.head;
+  row.insert(row.end(), ids.begin(), ids.end());
+  row.insert(row.end(), f.tail.begin(), f.tail.end());
+  return row;
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_record(const std::string& text, const Tokenizer& tokenizer,
+                                   const RecordTokenizeOptions& options) {
+  return encode_framed(text, tokenizer, framing(tokenizer, options));
+}
+
+RecordDataset tokenize_records(const std::vector<TextRecord>& records, const Tokenizer& tokenizer,
+                               const RecordTokenizeOptions& options) {
+  const Framing f = framing(tokenizer, options);
   RecordDataset out;
-  for (const TextRecord& r : records) out.label_names.push_back(r.label);
-  std::sort(out.label_names.begin(), out.label_names.end());
-  out.label_names.erase(std::unique(out.label_names.begin(), out.label_names.end()),
-                        out.label_names.end());
+  std::map<std::string, int32_t> id_of;
+  if (options.labels.empty()) {
+    for (const TextRecord& r : records) id_of[r.label] = 0;
+    for (auto& [name, id] : id_of) {
+      id = static_cast<int32_t>(out.label_names.size());
+      out.label_names.push_back(name);
+    }
+  } else {
+    out.label_names = options.labels;
+    for (size_t i = 0; i < options.labels.size(); ++i)
+      id_of[options.labels[i]] = static_cast<int32_t>(i);
+  }
   out.tokens.reserve(records.size());
   out.labels.reserve(records.size());
-  for (const TextRecord& r : records) {
-    std::vector<int32_t> text = tokenizer.encode(r.text);
-    if (static_cast<int64_t>(text.size()) > max_text) text.resize(static_cast<size_t>(max_text));
-    std::vector<int32_t> row = head;
-    row.insert(row.end(), text.begin(), text.end());
-    row.insert(row.end(), tail.begin(), tail.end());
-    out.tokens.push_back(std::move(row));
-    const auto label = std::lower_bound(out.label_names.begin(), out.label_names.end(), r.label);
-    out.labels.push_back(static_cast<int32_t>(label - out.label_names.begin()));
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto label = id_of.find(records[i].label);
+    if (label == id_of.end())
+      throw Error(ExitCode::data, detail::concat("record ", i, " has the label '", records[i].label,
+                                                 "', which is not one of the ",
+                                                 options.labels.size(), " labels given"));
+    out.tokens.push_back(encode_framed(records[i].text, tokenizer, f));
+    out.labels.push_back(label->second);
   }
   return out;
 }
@@ -371,23 +406,26 @@ RecordLoader::RecordLoader(std::shared_ptr<const RecordDataset> dataset, int64_t
       sampler_("record", dataset_->size(), batch_size, seed, options.shuffle, options.drop_last,
                fingerprint(*dataset_)) {}
 
-RecordBatch RecordLoader::next() {
-  // [B, L] with B = batch_size (or the rows left in the epoch), L = the longest of those rows.
+RecordBatch RecordLoader::next() { return make_batch(*dataset_, sampler_.next(), options_.pad_id); }
+
+RecordBatch RecordLoader::make_batch(const RecordDataset& dataset, std::vector<int64_t> rows,
+                                     int32_t pad_id) {
+  // [B, L] with L = the longest of the rows.
   RecordBatch batch;
-  batch.indices = sampler_.next();
+  batch.indices = std::move(rows);
   const auto count = static_cast<int64_t>(batch.indices.size());
-  std::vector<std::vector<int32_t>> rows;
-  rows.reserve(static_cast<size_t>(count));
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(static_cast<size_t>(count));
   batch.labels = empty({count}, DType::i64);
   int64_t* labels = batch.labels.data<int64_t>();
   for (int64_t b = 0; b < count; ++b) {
     const auto row = static_cast<size_t>(batch.indices[static_cast<size_t>(b)]);
-    rows.push_back(dataset_->tokens[row]);
-    labels[b] = dataset_->labels[row];
+    tokens.push_back(dataset.tokens.at(row));
+    labels[b] = dataset.labels[row];
   }
-  const int64_t width = longest_row(rows);
-  batch.ids = pad_rows(rows, width, options_.pad_id);
-  batch.mask = padding_mask(rows, width);
+  const int64_t width = longest_row(tokens);
+  batch.ids = pad_rows(tokens, width, pad_id);
+  batch.mask = padding_mask(tokens, width);
   return batch;
 }
 

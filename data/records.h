@@ -57,13 +57,21 @@ struct RecordTokenizeOptions {
   std::vector<std::string> prepend;  ///< special tokens before the text, e.g. {"[CLS]"}
   std::vector<std::string> append;   ///< special tokens after it, e.g. {"[SEP]"}
   int64_t max_len = 0;  ///< > 0: rows keep their specials and the first max_len - specials text ids
+  /// The label ids in this order (a classifier's stored labels); empty = the sorted distinct
+  /// labels of the records.
+  std::vector<std::string> labels = {};
 };
 
-/// Encodes every record, framed by the options' specials. label_names are the sorted distinct
-/// labels. Throws Error(data) if a special is not in the tokenizer, Error(usage) if max_len leaves
-/// no room for text.
+/// Encodes every record, framed by the options' specials. label_names are options.labels, or the
+/// sorted distinct labels. Throws Error(data) if a special is not in the tokenizer or a record's
+/// label is not among options.labels, Error(usage) if max_len leaves no room for text.
 RecordDataset tokenize_records(const std::vector<TextRecord>& records, const Tokenizer& tokenizer,
                                const RecordTokenizeOptions& options = {});
+
+/// One text as tokenize_records encodes it (framing and max_len of `options`; labels unused), for
+/// texts without a label (forge predict). The same errors.
+std::vector<int32_t> encode_record(const std::string& text, const Tokenizer& tokenizer,
+                                   const RecordTokenizeOptions& options);
 
 /// Both sides keep the full label_names, so label ids mean the same thing in train and val.
 struct RecordSplit {
@@ -190,6 +198,10 @@ class RecordLoader {
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
   int64_t batch_size() const { return sampler_.batch_size(); }
   const RecordDataset& dataset() const { return *dataset_; }
+
+  /// The batch of `rows` (dataset indices, in that order), padded with pad_id.
+  static RecordBatch make_batch(const RecordDataset& dataset, std::vector<int64_t> rows,
+                                int32_t pad_id = 0);
 
  private:
   std::shared_ptr<const RecordDataset> dataset_;

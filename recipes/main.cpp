@@ -48,6 +48,8 @@ constexpr const char* kUsage =
     "  eval MODEL-DIR --data FILE          a Hugging Face model directory scored on FILE\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
+    "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
+    "                                      JSONL record of FILE\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
@@ -130,6 +132,11 @@ const std::map<std::string, std::string> kCommandUsage = {
      "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
      "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
+    {"predict",
+     "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
+     "Runs a trained model of a recipe that predicts (classify) on FILE: one text per non-blank\n"
+     "line, or a .jsonl file of {\"text\": ...} records (a \"label\" field is allowed and ignored).\n"
+     "Prints one line per text: the predicted label, a tab, and its probability.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -263,6 +270,20 @@ int cmd_eval(const std::vector<std::string>& args) {
   check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
   if (file.empty()) file = resolve_checkpoint(config.output_dir);
   return recipe.eval(config, file);
+}
+
+int cmd_predict(const std::vector<std::string>& args) {
+  ParsedArgs p = parse_args("predict", args, {"checkpoint", "input"});
+  if (!p.positional.empty()) usage_error("predict: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("predict: --checkpoint is required");
+  if (!p.options.count("input")) usage_error("predict: --input is required");
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  const RunConfig stored = stored_config(file);
+  const RecipeSpec& recipe = find_recipe(stored.recipe);
+  if (!recipe.predict)
+    usage_error("predict: " + file.string() + " is a " + stored.recipe +
+                " checkpoint; predict takes a model of a recipe that predicts labels (classify)");
+  return recipe.predict(stored, file, p.options.at("input"));
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -461,7 +482,7 @@ int run(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
       {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"export", cmd_export},
-      {"tokenize", cmd_tokenize},
+      {"tokenize", cmd_tokenize},  {"predict", cmd_predict},
       {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
   };
   auto it = commands.find(command);

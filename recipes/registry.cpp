@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "recipes/bert_objective.h"
 #include "recipes/bert_pretrain.h"
+#include "recipes/classify.h"
 #include "recipes/distill.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
@@ -20,6 +21,7 @@ const std::vector<RecipeSpec>& recipe_registry() {
       bert_pretrain_recipe(),
       finetune_recipe(),
       distill_recipe(),
+      classify_recipe(),
   };
   return recipes;
 }
@@ -30,6 +32,7 @@ const std::vector<ConfigSection>& config_sections() {
       lora_section(),
       finetune_section(),
       distill_section(),
+      classify_section(),
   };
   return sections;
 }

@@ -49,6 +49,11 @@ struct RecipeSpec {
   std::function<int(const RunConfig&)> train;  // forge train
   std::function<int(const RunConfig&, const std::filesystem::path& checkpoint)> eval;  // forge eval
   std::function<MemoryEstimate(const RunConfig&)> estimate;                    // forge validate
+  // forge predict (optional): one prediction per line or record of `input`, for a checkpoint of
+  // this recipe whose stored config is `config`.
+  std::function<int(const RunConfig& config, const std::filesystem::path& checkpoint,
+                    const std::filesystem::path& input)>
+      predict = {};
   bool data_directories = false;  // data.train / data.val may name a directory of record files
 };
 

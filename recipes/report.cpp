@@ -13,12 +13,11 @@
 
 #include "core/durable_file.h"
 #include "recipes/checkpoint.h"
+#include "recipes/confusion.h"
 
 namespace forge {
 
 namespace fs = std::filesystem;
-
-namespace {
 
 std::string html_escape(std::string_view s) {
   std::string out;
@@ -35,6 +34,9 @@ std::string html_escape(std::string_view s) {
   }
   return out;
 }
+
+namespace {
+
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -219,7 +221,8 @@ svg .xl { text-anchor: middle; fill: #555; } svg .lg { fill: #333; }
 }  // namespace
 
 std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
-                          const std::string& config_yaml, int64_t skipped_lines) {
+                          const std::string& config_yaml, int64_t skipped_lines,
+                          const std::string& sections_html) {
   // Summary numbers.
   std::optional<int64_t> steps;
   std::optional<double> final_train, final_val, best_val, wall;
@@ -298,7 +301,8 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
       std::sort(keys.begin(), keys.end());
       std::vector<Series> lines;
       for (const auto& [expert, key] : keys) {
-        Series line{"e" + std::to_string(expert), kPalette[size_t(expert) % 10], {}, false};
+        Series line{std::string("e").append(std::to_string(expert)), kPalette[size_t(expert) % 10],
+                    {}, false};
         for (const MetricsRecord& r : records)
           if (auto v = r.number(key); v && r.split == "train" && std::isfinite(*v))
             line.points.push_back({double(r.step), *v});
@@ -322,6 +326,7 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
     o << "</div>\n";
   }
 
+  o << sections_html;
   o << "<h2>Config</h2>\n<pre>"
     << (config_yaml.empty() ? "(config.yaml not found)" : html_escape(config_yaml)) << "</pre>\n";
   o << "<p class=\"foot\">written by forge " << kForgeVersion
@@ -334,8 +339,11 @@ fs::path write_report(const fs::path& run_dir) {
   int64_t skipped = 0;
   std::vector<MetricsRecord> records = read_metrics(run_dir / "metrics.jsonl", &skipped);
   std::string title = dir.filename().string();
+  std::string sections;
+  if (auto confusion = Confusion::from_json(read_text(confusion_path(run_dir))))
+    sections = confusion->to_html();
   std::string html = render_report(title.empty() ? "forge run" : title, records,
-                                   read_text(run_dir / "config.yaml"), skipped);
+                                   read_text(run_dir / "config.yaml"), skipped, sections);
   fs::path out = run_dir / "report.html";
   write_file_atomic(out, html, ExitCode::usage);
   return out;

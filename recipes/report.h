@@ -6,19 +6,26 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recipes/metrics.h"
 
 namespace forge {
 
-/// The page for these metrics and config text (pure; write_report and the tests use it).
-/// `skipped_lines` is how many metrics lines could not be read, mentioned when non-zero.
-std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
-                          const std::string& config_yaml, int64_t skipped_lines = 0);
+/// Text made safe inside HTML elements and attribute values.
+std::string html_escape(std::string_view s);
 
-/// Reads <run_dir>/metrics.jsonl and <run_dir>/config.yaml and atomically (re)writes
-/// <run_dir>/report.html; returns its path. Missing inputs give an emptier page, not an error.
+/// The page for these metrics and config text (pure; write_report and the tests use it).
+/// `skipped_lines` is how many metrics lines could not be read, mentioned when non-zero;
+/// `sections_html` is put before the config (a classifier's per-class table).
+std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
+                          const std::string& config_yaml, int64_t skipped_lines = 0,
+                          const std::string& sections_html = "");
+
+/// Reads <run_dir>/metrics.jsonl, <run_dir>/config.yaml and, when there is one, a classifier's
+/// final confusion matrix (recipes/confusion.h), and atomically (re)writes <run_dir>/report.html;
+/// returns its path. Missing or unreadable inputs give an emptier page, not an error.
 std::filesystem::path write_report(const std::filesystem::path& run_dir);
 
 }  // namespace forge
