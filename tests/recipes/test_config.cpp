@@ -209,7 +209,7 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
             line("x.yaml:4:15", "model.norm: must be one of layernorm, rmsnorm; got 'rms_norm' "
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
-            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill; "
+            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill, classify; "
                                "got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
 }
 
@@ -500,7 +500,7 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
           << recipe.name << " reads an unknown section " << section;
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill"}));
+            (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill", "classify"}));
   EXPECT_EQ(find_config_key("recipe")->choices, names);
   EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
   try {
@@ -510,7 +510,7 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
     EXPECT_EQ(e.code(), ExitCode::usage);
     EXPECT_EQ(std::string(e.what()),
               "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain, finetune, "
-              "distill)");
+              "distill, classify)");
   }
   EXPECT_EQ(recipes_reading("bert"), (std::vector<std::string>{"bert_pretrain", "distill"}));
   // Section keys are schema keys, after the common ones, under their section's name.
@@ -694,7 +694,8 @@ TEST(ConfigInitFrom, TheWeightsFixTheArchitecture) {
                        "model.moe.every", "model.moe.n_experts", "model.moe.top_k",
                        "model.moe.ffn_mult", "model.moe.noisy",
                        "model.rope_theta", "model.norm_eps", "model.norm_placement",
-                       "data.tokenizer", "data.special_tokens", "bert.type_vocab_size"}));
+                       "data.tokenizer", "data.special_tokens", "bert.type_vocab_size", "classify.labels",
+                                   "classify.hidden"}));
   testing::TempDir tmp;
   RunConfig base = load_config_string(
       minimal("model: {d_model: 64, n_layers: 3, norm: rmsnorm, dropout: 0.1}\n"), "base.yaml");
