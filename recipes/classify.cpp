@@ -72,7 +72,8 @@ ClassifyData load_data(const RunConfig& c) {
                                     std::to_string(all.label_names.size()) +
                                     " label; a classifier needs at least 2");
   if (c.data.val.empty()) {
-    RecordSplit split = split_records_by_fraction(all, c.data.val_fraction, uint64_t(c.seed));
+    RecordSplit split =
+        split_records_by_fraction(all, c.data.val_fraction, uint64_t(c.data.split_seed));
     data.train = split.train;
     data.val = split.val;
     return data;

@@ -60,6 +60,7 @@ struct DataConfig {
   std::string train;  // path, required
   std::string val;    // path, empty = split val_fraction off train
   double val_fraction{};
+  int64_t split_seed{};  // resolved: seed when not given
   bool operator==(const DataConfig&) const = default;
 };
 

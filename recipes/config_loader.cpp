@@ -402,6 +402,7 @@ class Loader : public ConfigChecker {
     if (config_.output_dir.empty())
       config_.output_dir = "runs/" + std::filesystem::path(name_).stem().string();
     if (config_.schedule.noam_d_model == 0) config_.schedule.noam_d_model = config_.model.d_model;
+    if (!where_.count("data.split_seed")) config_.data.split_seed = config_.seed;
     if (config_.model.norm_placement == "auto")
       config_.model.norm_placement = config_.model.arch == "bert" ? "post" : "pre";
   }

@@ -239,6 +239,9 @@ std::vector<ConfigKey> common_keys() {
       "last documents of a dataset)");
   add("data.val_fraction", number_key(0.1, "[0, 1)"), in(data, &D::val_fraction),
       "share of data.train held out for validation when data.val is empty");
+  add("data.split_seed", integer_key(0, ">= 0").shown_as("seed"), in(data, &D::split_seed),
+      "which records val_fraction holds out of record files and JSONL (stratified by label); "
+      "fix it to keep the held-out records when the seed changes");
 
   add("optimizer.name", choice_key("adamw", {"adamw", "sgd"}), in(opt, &O::name), "optimizer");
   add("optimizer.lr", number_key(1e-3, "> 0").aka({"learning_rate"}), in(opt, &O::lr),

@@ -90,7 +90,7 @@ std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
             std::make_unique<LMWindows>(concatenate(val, all_rows(val)), T)};
   }
   const auto [train_ids, val_ids] =
-      split_rows_stratified(labels, d.val_fraction, uint64_t(config.seed));
+      split_rows_stratified(labels, d.val_fraction, uint64_t(d.split_seed));
   return {std::make_unique<LMWindows>(concatenate(train, train_ids), T),
           std::make_unique<LMWindows>(concatenate(train, val_ids), T)};
 }
@@ -119,7 +119,8 @@ FinetuneData load_data(const RunConfig& config) {
   const int64_t T = config.model.context + 1;  // inputs plus the last target
   SFTDataset train = tokenize_sft(read_sft_jsonl(config.data.train), *data.tokenizer, eot, T);
   if (config.data.val.empty()) {
-    SFTSplit split = split_sft_by_fraction(train, config.data.val_fraction, uint64_t(config.seed));
+    SFTSplit split =
+        split_sft_by_fraction(train, config.data.val_fraction, uint64_t(config.data.split_seed));
     data.sft_train = split.train;
     data.sft_val = split.val;
   } else {

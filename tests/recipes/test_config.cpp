@@ -108,7 +108,17 @@ TEST(ConfigLoad, MinimalConfigIsTheDefaultsPlusDerivedKeys) {
   want.output_dir = "runs/small";
   want.schedule.noam_d_model = want.model.d_model;
   want.model.norm_placement = "pre";
+  want.data.split_seed = want.seed;
   EXPECT_EQ(c, want);
+}
+
+TEST(ConfigLoad, TheSplitSeedIsTheSeedUnlessGiven) {
+  EXPECT_EQ(load_config_string(minimal("seed: 7\n"), "x.yaml").data.split_seed, 7);
+  const RunConfig fixed = load_config_string(minimal("seed: 7\n"), "x.yaml", {"data.split_seed=3"});
+  EXPECT_EQ(fixed.data.split_seed, 3);
+  EXPECT_EQ(fixed.seed, 7);
+  // The resolved config names it, so a run stored with it reloads the same.
+  EXPECT_NE(to_yaml(fixed).find("  split_seed: 3\n"), std::string::npos);
 }
 
 TEST(ConfigLoad, BlockAndFlowStyleAgree) {
