@@ -125,7 +125,9 @@ std::vector<TextRecord> read_labeled_jsonl(const fs::path& file) {
       name = jsonl_string(o, "label");
     if (name.empty())
       throw Error(ExitCode::data, o.where + ": field \"label\" is empty");
-    records.push_back({jsonl_string(o, "text"), std::move(name)});
+    std::string text = jsonl_string(o, "text");
+    if (text.empty()) throw Error(ExitCode::data, o.where + ": field \"text\" is empty");
+    records.push_back({std::move(text), std::move(name)});
   }
   return records;
 }

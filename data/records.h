@@ -37,7 +37,7 @@ std::vector<TextRecord> read_labeled_records(const std::vector<std::filesystem::
 
 /// Records of a JSONL file, one object {"text": string, "label": string or integer} a line (an
 /// integer label becomes its decimal text). Throws Error(data) naming "file:line" and the field as
-/// data/jsonl.h does.
+/// data/jsonl.h does, also for an empty text or label.
 std::vector<TextRecord> read_labeled_jsonl(const std::filesystem::path& file);
 
 /// The records whose label is in `labels`, in their order. Throws Error(data) naming a label that

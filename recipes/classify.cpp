@@ -208,8 +208,10 @@ std::vector<std::string> predict_inputs(const fs::path& input) {
   std::vector<std::string> texts;
   if (input.extension() == ".jsonl") {
     const JsonlSchema schema{"input", "an input record", {"text", "label"}};
-    for (const JsonlObject& o : read_jsonl_objects(input, schema))
+    for (const JsonlObject& o : read_jsonl_objects(input, schema)) {
       texts.push_back(jsonl_string(o, "text"));
+      if (texts.back().empty()) throw Error(ExitCode::data, o.where + ": field \"text\" is empty");
+    }
     return texts;
   }
   const std::string text = read_input_file(input.string(), kCorpusInput);

@@ -417,6 +417,52 @@ sft_case("escape-in-prompt", good_line * 4 + b'{"prompt": "\\u001b[2J\\n", "comp
 sft_case("lone-surrogate", good_line * 4 + b'{"prompt": "\\ud800", "completion": "x"}\n')
 
 
+# --- hostile labelled records (classify) and forge predict inputs ----------------------------------
+def classify_case(name, content, allowed=(2, 3)):
+    f = write(path("labelled", name + ".jsonl"), content)
+    out = path("labelled", name + "-run")
+    case("labelled", name, ["FORGE", "train", run_yaml, "recipe=classify", "model.init_from=" + RUN,
+                            "data.train=" + f, "output_dir=" + out, "train.max_steps=1",
+                            "train.eval_every=0"],
+         allowed, [f], timeout=60)
+
+
+CLASSIFIER = os.path.join(BASE, "classifier")
+
+
+def predict_case(name, content, allowed=(2, 3), suffix=".jsonl"):
+    f = content if isinstance(content, str) else write(path("predict", name + suffix), content)
+    case("predict", name, ["FORGE", "predict", "--checkpoint", CLASSIFIER, "--input", f], allowed,
+         [] if isinstance(content, str) else [f], timeout=60)
+
+
+good_labelled = b'{"text": "to be", "label": "a"}\n{"text": "or not", "label": "b"}\n'
+classify_case("invalid-json", good_labelled * 3 + b'{"text": "a\n')
+classify_case("float-label", good_labelled * 3 + b'{"text": "a", "label": 1.5}\n')
+classify_case("null-label", good_labelled * 3 + b'{"text": "a", "label": null}\n')
+classify_case("empty-label", good_labelled * 3 + b'{"text": "a", "label": ""}\n')
+classify_case("missing-text", good_labelled * 3 + b'{"label": "a"}\n')
+classify_case("unknown-field", good_labelled * 3 + b'{"text": "a", "label": "a", "lable": 1}\n')
+classify_case("one-label", b'{"text": "to be", "label": "a"}\n' * 6)
+classify_case("not-utf8", good_labelled * 3 + b'{"text": "\xff\xfe", "label": "a"}\n')
+classify_case("deep-nesting", good_labelled * 3 + b"[" * 200000 + b"]" * 200000 + b"\n")
+classify_case("empty", b"")
+classify_case("only-blank", b"\n\n\n")
+classify_case("huge-number", good_labelled * 3 + b'{"text": "a", "label": 1e999999}\n')
+classify_case("empty-text", good_labelled * 3 + b'{"text": "", "label": "a"}\n', (3,))
+predict_case("invalid-json", b'{"text": "to be"}\n{"text": \n')
+predict_case("missing-text", b'{"label": "a"}\n')
+predict_case("not-utf8", b'{"text": "\xff\xfe"}\n')
+predict_case("deep-nesting", b"[" * 200000 + b"]" * 200000 + b"\n")
+predict_case("empty-jsonl", b"")
+predict_case("blank-lines", b"\n \n\t\n", suffix=".txt")
+predict_case("empty-text", b'{"text": ""}\n', (3,))
+predict_case("binary-lines", bytes(range(256)) * 64, (0, 2, 3), suffix=".txt")
+predict_case("missing-file", os.path.join(OUT, "no-such-input.txt"))
+predict_case("directory", OUT)
+predict_case("dev-zero", "/dev/zero")
+
+
 # --- hostile tokenizer files --------------------------------------------------------------------
 byte_encoder = {}
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))

@@ -183,6 +183,7 @@ TEST(Records, LabelledJsonlRecordsAndTheirErrors) {
       {"{\"text\": 7, \"label\": \"x\"}\n", ":1: field \"text\" must be a string"},
       {"{\"text\": \"a\", \"lable\": \"x\"}\n", ":1: unknown field \"lable\""},
       {"{\"text\": \"a\", \"label\": \"\"}\n", ":1: field \"label\" is empty"},
+      {"{\"text\": \"\", \"label\": \"x\"}\n", ":1: field \"text\" is empty"},
       {"\n\n{\"text\": \"a\",\n", ":3: not JSON"},
       {"[1, 2]\n", ":1: expected an object with \"text\" and \"label\""},
   };
