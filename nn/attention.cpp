@@ -1,8 +1,10 @@
 // Self-attention: project to q, k, v in one matmul, view them as heads without copying, rotate q
 // and k (rotary), append to the KV cache when decoding, run the fused attention op (causal and/or
-// key-padding masked), merge heads and project back.
+// key-padding masked), merge heads and project back. A left-padded cache supplies each row's
+// positions and padding mask, so rows of different lengths decode together.
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -24,6 +26,37 @@ KVCache make_kv_cache(int64_t n_layers, int64_t batch, int64_t n_heads, int64_t 
   return cache;
 }
 
+Tensor KVCache::positions(int64_t T) const {
+  Tensor out = empty({int64_t(start.size()), T}, DType::i64);
+  int64_t* p = out.data<int64_t>();
+  for (size_t b = 0; b < start.size(); ++b)
+    for (int64_t t = 0; t < T; ++t)
+      p[int64_t(b) * T + t] = std::max<int64_t>(length + t - start[b], 0);
+  return out;
+}
+
+Tensor KVCache::key_mask(int64_t S) const {
+  Tensor out = empty({int64_t(start.size()), S}, DType::i64);
+  int64_t* m = out.data<int64_t>();
+  for (size_t b = 0; b < start.size(); ++b)
+    for (int64_t s = 0; s < S; ++s) m[int64_t(b) * S + s] = s >= start[b];
+  return out;
+}
+
+KVCache select_rows(const KVCache& cache, const std::vector<int64_t>& rows) {
+  Tensor index = empty({int64_t(rows.size())}, DType::i64);
+  std::copy(rows.begin(), rows.end(), index.data<int64_t>());
+  KVCache out;
+  for (size_t l = 0; l < cache.k.size(); ++l) {
+    out.k.push_back(index_select(cache.k[l], 0, index));
+    out.v.push_back(index_select(cache.v[l], 0, index));
+  }
+  out.length = cache.length;
+  if (cache.padded())
+    for (int64_t r : rows) out.start.push_back(cache.start[size_t(r)]);
+  return out;
+}
+
 RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta) {
   FORGE_CHECK(head_dim % 2 == 0, "rotary: head dimension must be even, got ", head_dim);
   const int64_t half = head_dim / 2;
@@ -37,17 +70,40 @@ RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta) {
   return {from_vector(c, {positions, half}), from_vector(s, {positions, half})};
 }
 
-// x [B, H, T, D], tables [P, D/2] -> [B, H, T, D]
-Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0) {
-  const int64_t T = x.size(2), half = x.size(3) / 2;
-  FORGE_CHECK(x.size(3) == 2 * tables.cos.size(1), "rotary: head dimension ", x.size(3),
-              " does not match tables of ", shape_str(tables.cos.shape()));
-  FORGE_CHECK(pos0 >= 0 && pos0 + T <= tables.cos.size(0), "rotary: positions ", pos0, "..",
-              pos0 + T - 1, " exceed the ", tables.cos.size(0), " positions of the tables");
-  Tensor cos = slice(tables.cos, 0, pos0, pos0 + T).to(x.dtype());  // [T, D/2] broadcasts
-  Tensor sin = slice(tables.sin, 0, pos0, pos0 + T).to(x.dtype());
+namespace {
+
+// x [B, H, T, D], cos and sin broadcastable to [B, H, T, D/2] -> [B, H, T, D]
+Tensor rotate_half(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t half = x.size(3) / 2;
   Tensor x1 = slice(x, 3, 0, half), x2 = slice(x, 3, half, 2 * half);
   return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
+}
+
+void check_head_dim(const Tensor& x, const RotaryTables& tables) {
+  FORGE_CHECK(x.size(3) == 2 * tables.cos.size(1), "rotary: head dimension ", x.size(3),
+              " does not match tables of ", shape_str(tables.cos.shape()));
+}
+
+}  // namespace
+
+// x [B, H, T, D], tables [P, D/2] -> [B, H, T, D]
+Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0) {
+  const int64_t T = x.size(2);
+  check_head_dim(x, tables);
+  FORGE_CHECK(pos0 >= 0 && pos0 + T <= tables.cos.size(0), "rotary: positions ", pos0, "..",
+              pos0 + T - 1, " exceed the ", tables.cos.size(0), " positions of the tables");
+  return rotate_half(x, slice(tables.cos, 0, pos0, pos0 + T).to(x.dtype()),  // [T, D/2]
+                     slice(tables.sin, 0, pos0, pos0 + T).to(x.dtype()));
+}
+
+// x [B, H, T, D], positions [B, T] -> [B, H, T, D]
+Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, const Tensor& positions) {
+  check_head_dim(x, tables);
+  FORGE_CHECK(positions.shape() == Shape({x.size(0), x.size(2)}), "rotary: positions must be [",
+              x.size(0), ", ", x.size(2), "], got ", shape_str(positions.shape()));
+  // embedding() names a position past the tables; [B, 1, T, D/2] broadcasts over heads.
+  return rotate_half(x, unsqueeze(embedding(tables.cos, positions), 1).to(x.dtype()),
+                     unsqueeze(embedding(tables.sin, positions), 1).to(x.dtype()));
 }
 
 SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
@@ -76,7 +132,16 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, K
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, H, D}), 1, 2); };
   Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // [B, H, T, D] views
   const int64_t pos0 = cache ? cache->length : 0;
-  if (config_.rotary) {
+  const bool padded = cache && cache->padded();
+  if (padded)
+    FORGE_CHECK(int64_t(cache->start.size()) == B && !key_padding_mask.defined(),
+                "attention: a padded cache needs one start per row (", cache->start.size(),
+                " for ", B, " rows) and masks its padding itself (no key_padding_mask)");
+  if (config_.rotary && padded) {
+    Tensor positions = cache->positions(T);
+    q = apply_rotary(q, rope_, positions);
+    k = apply_rotary(k, rope_, positions);
+  } else if (config_.rotary) {
     q = apply_rotary(q, rope_, pos0);
     k = apply_rotary(k, rope_, pos0);
   }
@@ -100,7 +165,8 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, K
   }
   AttentionOptions options;
   options.causal = config_.causal;
-  Tensor y = scaled_dot_product_attention(q, k, v, key_padding_mask, options);  // [B, H, T, D]
+  Tensor mask = padded ? cache->key_mask(pos0 + T) : key_padding_mask;
+  Tensor y = scaled_dot_product_attention(q, k, v, mask, options);  // [B, H, T, D]
   y = reshape(transpose(y, 1, 2), {B, T, C});
   return resid_drop->forward(proj->forward(y));
 }

@@ -17,21 +17,34 @@
 namespace forge::nn {
 
 /// Keys and values of every layer for generation: k[l] and v[l] are [B, H, capacity, D] and
-/// positions [0, length) hold the prefix decoded so far.
+/// slots [0, length) hold the prefix decoded so far.
 struct KVCache {
   std::vector<Tensor> k;
   std::vector<Tensor> v;
   int64_t length = 0;
+  /// Left padding, for rows of different lengths decoded together: row b's sequence begins at
+  /// slot start[b], which is its position 0, and the slots before it are masked out of attention,
+  /// so each row computes what it would alone. Empty: every row begins at slot 0.
+  std::vector<int64_t> start;
 
   int64_t batch() const { return k.empty() ? 0 : k[0].size(0); }
   int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
+  bool padded() const { return !start.empty(); }
   /// Starts a new sequence; the storage is kept.
   void reset() { length = 0; }
+  /// [B, T] i64: the positions of slots length .. length+T-1 of each row (0 on its padding).
+  Tensor positions(int64_t T) const;
+  /// [B, S] i64: 1 where a row's slot s < S holds one of its tokens, 0 on its padding.
+  Tensor key_mask(int64_t S) const;
 };
 
 /// Zero-filled cache for `n_layers` layers of [batch, n_heads, capacity, head_dim].
 KVCache make_kv_cache(int64_t n_layers, int64_t batch, int64_t n_heads, int64_t capacity,
                       int64_t head_dim);
+
+/// The cache of rows `rows` of `cache`, in that order (a row may repeat: one prompt's prefix
+/// shared by several samples); the storage is copied.
+KVCache select_rows(const KVCache& cache, const std::vector<int64_t>& rows);
 
 /// cos and sin of position p times theta^(-2i/D), as [positions, D/2] f32 tables (computed in f64).
 struct RotaryTables {
@@ -42,6 +55,8 @@ RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta);
 /// Rotates x [B, H, T, D] for absolute positions pos0 .. pos0+T-1: with x = [x1, x2] split in
 /// halves, returns [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half convention).
 Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0);
+/// The same with each row's own positions, i64 [B, T] (a left-padded batch).
+Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, const Tensor& positions);
 
 struct AttentionConfig {
   int64_t d_model = 0;
@@ -63,16 +78,18 @@ class SelfAttention : public Module {
  public:
   SelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
 
-  /// Without a cache, positions start at 0. With one, x holds the positions after the cache's
+  /// Without a cache, positions start at 0. With one, x holds the slots after the cache's
   /// `length`; their keys and values are written to layer `layer` of the cache and the queries
-  /// attend to the whole prefix. The caller advances cache->length once every layer has run.
+  /// attend to the whole prefix (a padded cache: each row to its own slots, at its own
+  /// positions). The caller advances cache->length once every layer has run.
   /// Cached attention is for inference: it refuses to run while recording a graph.
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const {
     return forward(x, Tensor(), cache, layer);
   }
   /// As above, attending only to keys where key_padding_mask [B, S] (any dtype) is nonzero; S is
   /// T, or the cache's length + T when decoding. Undefined means every key. The mask goes to the
-  /// fused kernel as is: no [B, H, T, S] bias is ever built.
+  /// fused kernel as is: no [B, H, T, S] bias is ever built. A padded cache brings its own mask,
+  /// so key_padding_mask must then be undefined.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache = nullptr,
                  size_t layer = 0) const;
 

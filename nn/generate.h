@@ -1,6 +1,8 @@
 // Autoregressive sampling from a GPT: temperature, top-k and nucleus (top-p) filtering, with the
-// KV cache while the sequence fits the context. Draws are counter-based (seed, token index), so the
-// same seed gives the same text; temperature 0 is greedy decoding.
+// KV cache while the sequence fits the context. Draws are counter-based (seed, row, token index),
+// so the same seed gives the same text; temperature 0 is greedy decoding. generate_batch samples
+// many prompts, several times each, in left-padded batches: what PPO rollouts and DPO evaluation
+// call, and `forge generate --prompts`.
 #pragma once
 
 #include <cstdint>
@@ -25,14 +27,59 @@ struct SamplingOptions {
 /// Throws Error(usage) quoting a bad option (negative temperature, top_p outside (0, 1], ...).
 void check_sampling(const SamplingOptions& options);
 
-/// Picks the next token from `logits` (length V); `draw` numbers the random draw.
+/// The Philox stream of sample `sample` of prompt `prompt`. Sample 0 of prompt 0 draws as
+/// generate() does, so one prompt gives the same tokens through either function.
+uint64_t sample_stream(int64_t prompt, int64_t sample);
+
+/// Picks the next token from `logits` (length V) with draw `draw` of `stream`.
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options,
-                     uint64_t draw);
+                     uint64_t stream, uint64_t draw);
 
 /// Continues `prompt` by up to max_new_tokens tokens and returns only the new ones. Positions past
 /// the context fall back to a full forward over the last `context` tokens per step, as nanoGPT
 /// does, because learned absolute positions cannot slide inside a cache.
 std::vector<int64_t> generate(const GPT& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
+
+/// What generate_batch does besides sampling.
+struct BatchOptions {
+  int64_t num_samples = 1;  ///< completions per prompt (K)
+  int64_t batch_size = 64;  ///< rows (a prompt's sample) decoded together in one forward
+  /// A completion ends once it has generated these ids (e.g. "%\n" in bytes, or one special id);
+  /// they stay in its tokens and its log-probability. Empty: completions run to max_new_tokens.
+  std::vector<int64_t> end_of_text = {};
+  /// Optional: called after each batch of rows with the rows and tokens completed so far.
+  std::function<void(int64_t rows_done, int64_t rows_total, int64_t tokens)> progress = {};
+};
+
+/// Throws Error(usage) quoting a bad option (num_samples or batch_size below 1).
+void check_batch(const BatchOptions& options);
+
+/// One sample of one prompt.
+struct Completion {
+  int64_t prompt_index = 0;
+  int64_t sample_index = 0;
+  std::vector<int64_t> tokens;  ///< the generated ids only
+  bool finished = false;        ///< ended at end_of_text (false: max_new_tokens was reached)
+  /// Sum over `tokens` of log softmax(logits)[token] with the model's raw logits, at temperature
+  /// 1 and before top-k / top-p: the log-likelihood under the model itself, which is what PPO's
+  /// ratios and DPO's margins compare, whatever filter drew the tokens.
+  double logprob = 0.0;
+};
+
+/// K = options.num_samples completions of every prompt, ordered by (prompt, sample). A row's draws
+/// depend only on (seed, prompt index, sample index, token index), and its logits equal those of
+/// running it alone (up to float rounding: left padding is masked and positions are the row's
+/// own), so the result does not depend on batch_size or on which rows share a batch. Rows are
+/// batched by prompt length, a prompt is prefilled once for its samples, and finished rows leave
+/// the batch. Every prompt must fit with its completion: Error(usage) when a prompt's length plus
+/// max_new_tokens exceeds the context (no sliding window, unlike generate()), Error(usage) for an
+/// empty prompt, Error(data) for an id outside the vocabulary. When sampling.stop returns true the
+/// call returns early with incomplete rows: discard that result. MoE models: a capacity-limited
+/// expert sees every row of a batch, so there a row can depend on its batch.
+std::vector<Completion> generate_batch(const GPT& model,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const SamplingOptions& sampling,
+                                       const BatchOptions& options);
 
 }  // namespace forge::nn

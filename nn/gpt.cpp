@@ -173,7 +173,10 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
     throw Error(ExitCode::usage, detail::concat("GPT: positions up to ", pos0 + T,
                                                 " exceed the model context ", config_.context));
   Tensor x = tok_emb->forward(ids);  // [B, T, C]
-  if (pos_emb) x = x + slice(pos_emb->weight, 0, pos0, pos0 + T);  // [T, C] broadcasts over B
+  if (pos_emb && cache && cache->padded())
+    x = x + pos_emb->forward(cache->positions(T));  // [B, T, C]: each row's own positions
+  else if (pos_emb)
+    x = x + slice(pos_emb->weight, 0, pos0, pos0 + T);  // [T, C] broadcasts over B
   x = drop->forward(x);
   for (size_t l = 0; l < blocks->size(); ++l) {
     const std::shared_ptr<Block>& block = (*blocks)[l];
@@ -203,8 +206,9 @@ Tensor GPT::forward(const Tensor& ids, GPTOutput what) const {
   return output(hidden_states(ids, nullptr), what);
 }
 
-KVCache GPT::make_cache(int64_t batch) const {
-  return make_kv_cache(config_.n_layers, batch, config_.n_heads, config_.context,
+KVCache GPT::make_cache(int64_t batch, int64_t capacity) const {
+  return make_kv_cache(config_.n_layers, batch, config_.n_heads,
+                       capacity > 0 ? capacity : config_.context,
                        config_.d_model / config_.n_heads);
 }
 

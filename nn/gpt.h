@@ -114,11 +114,12 @@ class GPT : public Module {
   /// Final hidden state [B, T, C] -> logits [B, T, V] through the (possibly tied) LM head.
   Tensor head(const Tensor& hidden) const;
 
-  /// A cache for `batch` sequences of up to `context` positions.
-  KVCache make_cache(int64_t batch) const;
-  /// ids_new [B, t] continue the sequences in `cache` at absolute positions length .. length+t-1;
-  /// returns their logits [B, t, V] (or as `what` says: last_logits suits a prompt's prefill)
-  /// and advances cache.length. Runs without recording a graph.
+  /// A cache for `batch` sequences of `capacity` slots (0: the context).
+  KVCache make_cache(int64_t batch, int64_t capacity = 0) const;
+  /// ids_new [B, t] continue the sequences in `cache` at slots length .. length+t-1 (the absolute
+  /// positions, unless the cache is padded: then each row's own); returns their logits [B, t, V]
+  /// (or as `what` says: last_logits suits a prompt's prefill) and advances cache.length. Runs
+  /// without recording a graph.
   Tensor forward_incremental(const Tensor& ids_new, KVCache& cache,
                              GPTOutput what = GPTOutput::logits) const;
 

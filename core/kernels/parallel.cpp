@@ -1,0 +1,11 @@
+// parallel_for: one dynamic OpenMP loop; a single item runs on the calling thread.
+#include "core/kernels/parallel.h"
+
+namespace forge::kernels {
+
+void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
+#pragma omp parallel for schedule(dynamic) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+}  // namespace forge::kernels
