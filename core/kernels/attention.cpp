@@ -543,7 +543,7 @@ Ctx make_ctx(const AttentionShape& n, const AttentionParams& p, const float* q, 
              q, k, v, qs, ks, vs};
 }
 
-// ---- f64: the same algorithm unblocked, one query row at a time ----
+// ---- f64, and f32 decode steps: the same algorithm unblocked, one query row at a time ----
 
 template <class T>
 void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
@@ -568,6 +568,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
           }
           const T* kr = row_ptr(k, ks, b, h, s);
           T dot = 0;
+#pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
           score[size_t(s)] = dot * T(p.scale);
           mx = std::max(mx, score[size_t(s)]);
@@ -583,8 +584,10 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
           const T e = std::exp(score[size_t(s)] - mx);
           const T* vr = row_ptr(v, vs, b, h, s);
           sum += e;
+#pragma omp simd
           for (int64_t d = 0; d < D; ++d) orow[d] += e * vr[d];
         }
+#pragma omp simd
         for (int64_t d = 0; d < D; ++d) orow[d] /= sum;
         lse[bh * n.T + t] = mx + std::log(sum);
       }
@@ -637,10 +640,11 @@ void simple_backward(const AttentionShape& n, const AttentionParams& p, const T*
 template <class T>
 void attention_forward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                        const T* k, RowStrides ks, const T* v, RowStrides vs, T* out, T* lse) {
+  // One query a head (a decode step through a KV cache) takes the unblocked path: packing the
+  // head's keys and values into tiles would cost as much as attending to them.
   if constexpr (std::is_same_v<T, float>)
-    forward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, lse);
-  else
-    simple_forward(n, p, q, qs, k, ks, v, vs, out, lse);
+    if (n.T > 1) return forward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, lse);
+  simple_forward(n, p, q, qs, k, ks, v, vs, out, lse);
 }
 
 template <class T>

@@ -280,6 +280,8 @@ const std::vector<KernelCase> kCases = {
     {1, 2, 130, 65, 24, true, false, Layout::dense},
     {2, 2, 7, 130, 128, false, true, Layout::dense},
     {3, 1, 1, 130, 64, true, true, Layout::transposed},
+    {4, 2, 1, 97, 32, true, true, Layout::dense},
+    {2, 3, 1, 65, 24, false, false, Layout::transposed},
     {2, 1, 130, 7, 5, false, true, Layout::dense},
     {1, 1, 130, 1, 32, true, false, Layout::transposed},
     {2, 2, 65, 1, 16, false, true, Layout::dense},
