@@ -32,11 +32,13 @@ uint64_t sample_stream(int64_t prompt, int64_t sample) {
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t stream,
                      uint64_t draw) {
   if (o.temperature == 0.0) return int64_t(std::max_element(logits, logits + vocab) - logits);
-  // Candidates by descending logit (ties by id, so the order is deterministic).
+  // Candidates by descending logit, ties by id: a total order, so an unstable sort (no buffer to
+  // allocate, unlike stable_sort) gives the one deterministic order.
   std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   size_t keep = o.top_k > 0 ? std::min(size_t(o.top_k), order.size()) : order.size();
   std::vector<double> p(keep);
   double top = double(logits[order[0]]) / o.temperature, total = 0;
