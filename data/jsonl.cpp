@@ -1,5 +1,7 @@
 #include "data/jsonl.h"
 
+#include <functional>
+
 #include "core/error.h"
 #include "core/file_io.h"
 
@@ -50,29 +52,58 @@ JsonlObject parse_line(std::string_view line, std::string where, const JsonlSche
   return {std::move(j), std::move(where)};
 }
 
-}  // namespace
-
-std::vector<JsonlObject> read_jsonl_objects(const std::filesystem::path& file,
-                                            const JsonlSchema& schema) {
+// Calls fn(line, number) for each non-blank line of `file`, a schema.kind file; Error(data) naming
+// the file when it has none.
+void for_each_line(const std::filesystem::path& file, const JsonlSchema& schema,
+                   const std::function<void(std::string_view, int64_t)>& fn) {
   const std::string kind_file = schema.kind + " file";
   const std::string text = read_input_file(
       file.string(), {kind_file.c_str(), uint64_t(schema.max_bytes), ExitCode::data});
-  std::vector<JsonlObject> objects;
   size_t start = 0;
+  int64_t lines = 0;
   for (int64_t line_no = 1; start < text.size(); ++line_no) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     const std::string_view line(text.data() + start, end - start);
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    objects.push_back(
-        parse_line(line, detail::concat(quoted_path(file.string()), ":", line_no), schema));
+    fn(line, line_no);
+    ++lines;
   }
-  if (objects.empty())
+  if (lines == 0)
     throw Error(ExitCode::data,
                 detail::concat(quoted_path(file.string()), text.empty() ? ": empty file, no " : ": no ",
                                schema.kind, " records", text.empty() ? "" : " (blank lines only)"));
+}
+
+}  // namespace
+
+std::vector<JsonlObject> read_jsonl_objects(const std::filesystem::path& file,
+                                            const JsonlSchema& schema) {
+  std::vector<JsonlObject> objects;
+  for_each_line(file, schema, [&](std::string_view line, int64_t line_no) {
+    objects.push_back(
+        parse_line(line, detail::concat(quoted_path(file.string()), ":", line_no), schema));
+  });
   return objects;
+}
+
+std::vector<std::string> read_texts(const std::filesystem::path& file, const JsonlSchema& schema,
+                                    const char* field) {
+  std::vector<std::string> texts;
+  if (file.extension() == ".jsonl") {
+    for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
+      texts.push_back(jsonl_string(o, field));
+      if (texts.back().empty())
+        throw Error(ExitCode::data, detail::concat(o.where, ": field \"", field, "\" is empty"));
+    }
+    return texts;
+  }
+  for_each_line(file, schema, [&](std::string_view line, int64_t) {
+    if (line.back() == '\r') line.remove_suffix(1);
+    texts.emplace_back(line);
+  });
+  return texts;
 }
 
 std::string jsonl_string(const JsonlObject& object, const char* name) {

@@ -1,7 +1,7 @@
-// Strict JSON Lines for record files (SFT instructions, labelled texts, preference pairs): one
-// object a line, blank lines skipped, and every problem one line naming "file:line" and the field.
-// Unknown fields are errors rather than ignored, so a typo ("completon") cannot silently train on
-// nothing. Parsing is nlohmann-json's.
+// Strict JSON Lines for record files (SFT instructions, labelled texts, preference pairs, prompts):
+// one object a line, blank lines skipped, and every problem one line naming "file:line" and the
+// field. Unknown fields are errors rather than ignored, so a typo ("completon") cannot silently
+// train on nothing. Parsing is nlohmann-json's. Text inputs may also be one text a line.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -33,6 +33,14 @@ struct JsonlSchema {
 /// file when it is missing, not a regular file, larger than schema.max_bytes or has no records.
 std::vector<JsonlObject> read_jsonl_objects(const std::filesystem::path& file,
                                             const JsonlSchema& schema);
+
+/// The texts of `file`, for inputs that are one text a line or JSONL records (prompts to sample,
+/// texts to classify): field `field` of each record of a .jsonl file, read as read_jsonl_objects
+/// reads it, or each non-blank line of any other file as it is (a final '\r' dropped). Throws as
+/// read_jsonl_objects, and Error(data) naming a record whose `field` is missing, not a string or
+/// empty (a text is never empty, as a blank line is skipped).
+std::vector<std::string> read_texts(const std::filesystem::path& file, const JsonlSchema& schema,
+                                    const char* field);
 
 /// The string field `name`. Throws Error(data) naming object.where and the field when it is
 /// missing or not a string.

@@ -203,33 +203,10 @@ int eval_classify(const RunConfig& config, const fs::path& checkpoint) {
   return 0;
 }
 
-// The texts of `input`: the "text" of each JSONL record, or each non-blank line of a text file.
-std::vector<std::string> predict_inputs(const fs::path& input) {
-  std::vector<std::string> texts;
-  if (input.extension() == ".jsonl") {
-    const JsonlSchema schema{"input", "an input record", {"text", "label"}};
-    for (const JsonlObject& o : read_jsonl_objects(input, schema)) {
-      texts.push_back(jsonl_string(o, "text"));
-      if (texts.back().empty()) throw Error(ExitCode::data, o.where + ": field \"text\" is empty");
-    }
-    return texts;
-  }
-  const std::string text = read_input_file(input.string(), kCorpusInput);
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.find_first_not_of(" \t\r") != std::string::npos) texts.push_back(std::move(line));
-  }
-  if (texts.empty())
-    throw Error(ExitCode::data, quoted_path(input.string()) + ": no text to classify");
-  return texts;
-}
-
 int predict_classify(const RunConfig& stored, const fs::path& checkpoint, const fs::path& input) {
-  const std::vector<std::string> texts = predict_inputs(input);
+  // Each non-blank line, or the "text" of each JSONL record (a "label" is allowed and ignored).
+  const std::vector<std::string> texts =
+      read_texts(input, {"input", "an input record", {"text", "label"}}, "text");
   std::unique_ptr<nn::SequenceClassifier> model = load_classifier(stored, checkpoint);
   const auto& labels = stored.get<std::vector<std::string>>("classify.labels");
   std::unique_ptr<Tokenizer> tokenizer =
