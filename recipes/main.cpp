@@ -2,6 +2,7 @@
 // config names through the registry (registry.h), and turns every forge::Error into one line on
 // stderr and the exit code of README.md. Nothing here knows how a recipe trains.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,10 +18,15 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/bpe_train.h"
+#include "data/jsonl.h"
 #include "data/prepare.h"
+#include "data/sft.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "recipes/checkpoint.h"
@@ -48,6 +54,8 @@ constexpr const char* kUsage =
     "  eval MODEL-DIR --data FILE          a Hugging Face model directory scored on FILE\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
+    "  generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K] [--batch-size N]\n"
+    "           [--output FILE.jsonl] [sampling options]   JSONL samples with log-probabilities\n"
     "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
     "                                      JSONL record of FILE\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
@@ -95,6 +103,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "Hugging Face model directory (config.json + model.safetensors) is scored on all of FILE.\n"},
     {"generate",
      "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
+     "       forge generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K]\n"
+     "                      [--batch-size N] [--output FILE.jsonl] [options]\n"
      "  --max-new-tokens N   tokens to generate (default 200)\n"
      "  --temperature T      0 = greedy (default 0.8)\n"
      "  --top-k K            keep the K most likely tokens, 0 = all (default 200)\n"
@@ -102,6 +112,16 @@ const std::map<std::string, std::string> kCommandUsage = {
      "  --seed S             the same seed gives the same text (default 0)\n"
      "  --stop TEXT          end the sample after the first TEXT it generates (e.g. an SFT\n"
      "                       run's finetune.end_of_text)\n"
+     "--prompt prints the prompt and its sample; past the model context it slides a window.\n"
+     "--prompts FILE samples every prompt of FILE (one a line, or a .jsonl file of\n"
+     "{\"prompt\": \"...\"} objects) K times (--num-samples, default 1), N rows a forward\n"
+     "(--batch-size, default 64), and writes one JSON object a sample to stdout or to --output\n"
+     "(replaced whole at the end): {\"prompt\", \"prompt_index\", \"sample_index\",\n"
+     "\"completion\", \"tokens\", \"logprob\", \"finished\"}. logprob sums the completion\n"
+     "tokens' log-probabilities under the model (temperature 1, no top-k/top-p), the stop text's\n"
+     "tokens included; finished says it ended at the stop text. A sample depends on (seed,\n"
+     "prompt index, sample index), not on the batch size. Every prompt plus --max-new-tokens\n"
+     "must fit the model context. Progress and tokens/s go to stderr.\n"
      "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
     {"tokenize",
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
@@ -286,13 +306,90 @@ int cmd_predict(const std::vector<std::string>& args) {
   return recipe.predict(stored, file, p.options.at("input"));
 }
 
+// --output FILE's directory is checked before sampling, so a typo does not cost the whole run.
+void check_output_directory(const fs::path& file) {
+  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  if (!fs::is_directory(dir))
+    usage_error("generate: --output " + quoted_path(file.string()) + ": no directory " +
+                quoted_path(dir.string()));
+}
+
+// forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
+// stdout or, written atomically at the end, in --output.
+int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
+                     nn::BatchOptions options) {
+  const std::vector<std::string> prompts =
+      read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
+  if (p.options.count("output")) check_output_directory(p.options.at("output"));
+  LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& prompt : prompts) {
+    std::vector<int32_t> encoded = tokenizer->encode(prompt);
+    ids.emplace_back(encoded.begin(), encoded.end());
+  }
+  if (auto stop = p.options.find("stop"); stop != p.options.end()) {
+    std::vector<int32_t> eot = end_of_text_ids(*tokenizer, stop->second);
+    options.end_of_text.assign(eot.begin(), eot.end());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double last_report = 0;
+  options.progress = [&](int64_t done, int64_t total, int64_t tokens) {
+    const double t = seconds();
+    if (done < total && t - last_report < 2.0) return;
+    last_report = t;
+    std::fprintf(stderr, "generate: %lld/%lld samples, %lld tokens, %.0f tok/s\n",
+                 (long long)done, (long long)total, (long long)tokens, t > 0 ? tokens / t : 0.0);
+  };
+  const std::vector<nn::Completion> completions =
+      nn::generate_batch(*loaded.model, ids, sampling, options);
+  const double elapsed = seconds();
+  std::string jsonl;
+  int64_t tokens = 0, finished = 0;
+  for (const nn::Completion& c : completions) {
+    // ordered_json keeps the documented key order; invalid UTF-8 from a byte-level sample becomes
+    // U+FFFD in "completion" (the exact ids are in "tokens").
+    nlohmann::ordered_json record = {
+        {"prompt", prompts[size_t(c.prompt_index)]},
+        {"prompt_index", c.prompt_index},
+        {"sample_index", c.sample_index},
+        {"completion", tokenizer->decode({c.tokens.begin(), c.tokens.end()})},
+        {"tokens", c.tokens},
+        {"logprob", c.logprob},
+        {"finished", c.finished}};
+    jsonl += record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+    tokens += int64_t(c.tokens.size());
+    finished += c.finished;
+  }
+  if (p.options.count("output"))
+    write_file_atomic(p.options.at("output"), jsonl, ExitCode::usage);
+  else
+    std::fwrite(jsonl.data(), 1, jsonl.size(), stdout);
+  std::fprintf(stderr,
+               "generate: %zu samples of %zu prompts, %lld tokens in %.2f s (%.0f tok/s), %lld "
+               "ended at the stop text\n",
+               completions.size(), prompts.size(), (long long)tokens, elapsed,
+               elapsed > 0 ? double(tokens) / elapsed : 0.0, (long long)finished);
+  return 0;
+}
+
 int cmd_generate(const std::vector<std::string>& args) {
   ParsedArgs p = parse_args("generate", args,
-                            {"checkpoint", "prompt", "max-new-tokens", "temperature", "top-k",
-                             "top-p", "seed", "stop"});
+                            {"checkpoint", "prompt", "prompts", "num-samples", "batch-size",
+                             "output", "max-new-tokens", "temperature", "top-k", "top-p", "seed",
+                             "stop"});
   if (!p.positional.empty()) usage_error("generate: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("generate: --checkpoint is required");
-  std::string prompt = p.options.count("prompt") ? p.options.at("prompt") : "\n";
+  const bool batched = p.options.count("prompts") > 0;
+  if (batched && p.options.count("prompt"))
+    usage_error("generate: give --prompt TEXT or --prompts FILE, not both");
+  for (const char* name : {"num-samples", "batch-size", "output"})
+    if (!batched && p.options.count(name))
+      usage_error(detail::concat("generate: --", name, " goes with --prompts FILE"));
   nn::SamplingOptions o;
   o.max_new_tokens = integer_option(p, "max-new-tokens", 200);
   o.temperature = number_option(p, "temperature", 0.8);
@@ -300,6 +397,14 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.top_p = number_option(p, "top-p", 1.0);
   o.seed = uint64_t(integer_option(p, "seed", 0));
   nn::check_sampling(o);
+  if (batched) {
+    nn::BatchOptions b;
+    b.num_samples = integer_option(p, "num-samples", 1);
+    b.batch_size = integer_option(p, "batch-size", 64);
+    nn::check_batch(b);
+    return generate_batched(p, o, b);
+  }
+  std::string prompt = p.options.count("prompt") ? p.options.at("prompt") : "\n";
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
