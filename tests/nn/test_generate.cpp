@@ -18,25 +18,18 @@
 #include "nn/attention.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
+#include "tests/nn/tiny_gpt.h"
 
 namespace forge::nn {
 namespace {
 
 using Prompts = std::vector<std::vector<int64_t>>;
 
+// The nn tests' tiny GPT with room for the longest prompt (7) plus 10 new tokens, and more ids.
 std::unique_ptr<GPT> make_model(bool llama) {
-  GPTConfig c;
+  GPTConfig c = testing::tiny_gpt_config(llama);
   c.vocab_size = 23;
   c.context = 24;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  if (llama) {
-    c.bias = false;
-    c.norm = NormType::rmsnorm;
-    c.position = PositionType::rotary;
-    c.mlp = MLPType::swiglu;
-  }
   Generator gen(3);
   auto model = std::make_unique<GPT>(c, gen);
   model->eval();
