@@ -124,7 +124,7 @@ Confusion confusion_from_sums(const std::vector<std::string>& labels,
     int end = 0;
     if (std::sscanf(key.c_str(), "cm_%lld_%lld%n", &t, &p, &end) != 2 || size_t(end) != key.size())
       continue;
-    for (int64_t k = 0; k < int64_t(std::llround(value)); ++k) m.add(t, p);
+    m.add(t, p, int64_t(std::llround(value)));
   }
   return m;
 }

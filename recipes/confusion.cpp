@@ -14,11 +14,11 @@ namespace forge {
 Confusion::Confusion(std::vector<std::string> labels)
     : labels_(std::move(labels)), counts_(labels_.size() * labels_.size(), 0) {}
 
-void Confusion::add(int64_t truth, int64_t predicted) {
-  const auto n = static_cast<int64_t>(labels_.size());
-  FORGE_CHECK(truth >= 0 && truth < n && predicted >= 0 && predicted < n,
-              "Confusion: label ids ", truth, ", ", predicted, " outside [0, ", n, ")");
-  ++counts_[size_t(truth * n + predicted)];
+void Confusion::add(int64_t truth, int64_t predicted, int64_t n) {
+  const auto labels = static_cast<int64_t>(labels_.size());
+  FORGE_CHECK(truth >= 0 && truth < labels && predicted >= 0 && predicted < labels,
+              "Confusion: label ids ", truth, ", ", predicted, " outside [0, ", labels, ")");
+  counts_[size_t(truth * labels + predicted)] += n;
 }
 
 void Confusion::merge(const Confusion& other) {

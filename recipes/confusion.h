@@ -21,8 +21,9 @@ class Confusion {
  public:
   explicit Confusion(std::vector<std::string> labels);
 
-  /// Counts one prediction; Error(internal) for an id outside the labels.
-  void add(int64_t truth, int64_t predicted);
+  /// Counts `n` predictions of `predicted` for `truth`; Error(internal) for an id outside the
+  /// labels.
+  void add(int64_t truth, int64_t predicted, int64_t n = 1);
   /// Adds another matrix of the same labels.
   void merge(const Confusion& other);
 
