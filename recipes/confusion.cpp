@@ -156,11 +156,12 @@ std::string Confusion::to_html() const {
   // Heat map: each cell's shade is its share of the true class's row, so classes of different
   // sizes read alike; the count is written in the cell.
   const int cell = 44, left = 130, top = 110;
-  const int w = left + cell * int(n) + 10, h = top + cell * int(n) + 30;
+  // Room on the right for the last rotated column label, and for the title.
+  const int w = std::max(left + cell * int(n) + 60, 440), h = top + cell * int(n) + 30;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" viewBox=\"0 0 " << w << ' ' << h
     << "\" role=\"img\" aria-label=\"confusion matrix\">\n"
-    << "<text class=\"t\" x=\"" << left << "\" y=\"16\">confusion matrix (rows: true, columns: "
+    << "<text class=\"t\" x=\"4\" y=\"16\">confusion matrix (rows: true, columns: "
        "predicted)</text>\n";
   for (int64_t p = 0; p < n; ++p)
     o << "<text class=\"lg\" transform=\"translate(" << left + cell * p + cell / 2 + 4 << ','
