@@ -11,6 +11,7 @@
 #include "data/lm_data.h"
 #include "data/preference.h"
 #include "data/tokenizer.h"
+#include "tests/data/record_checks.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -20,20 +21,6 @@ namespace fs = std::filesystem;
 using V = std::vector<int32_t>;
 using I64 = std::vector<int64_t>;
 constexpr int64_t kIgnore = LMWindows::kIgnoreTarget;
-
-// The Error read_preference_jsonl throws for a file holding `text`, and the file's path.
-Error preference_error(const std::string& text, fs::path* where) {
-  testing::TempDir dir;
-  *where = dir.path() / "pairs.jsonl";
-  testing::write_file(*where, text);
-  try {
-    read_preference_jsonl(*where);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error for:\n" << text;
-  return Error(ExitCode::internal, "");
-}
 
 // n pairs; pair i has prompt_len i % 2 and rows of i's: chosen i % 4 + 2 long, rejected i % 3 + 2
 // long and ending in 1000 + i, so a row names its pair and side.
@@ -78,10 +65,7 @@ TEST(PreferenceData, ReadsRecordsSkippingBlankLines) {
 
 TEST(PreferenceData, EachJsonlErrorNamesFileLineAndField) {
   const std::string good = "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\"}\n";
-  struct Case {
-    std::string text, line, says;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<testing::BadFile> cases = {
       {good + "\n{\"prompt\": \"p\", \"chosen\": }\n", ":3:", "not JSON (byte 27"},
       {good + "\"p\"\n", ":2:", "got string"},
       {good + "{\"chosen\": \"a\", \"rejected\": \"b\"}\n", ":2:", "missing field \"prompt\""},
@@ -100,25 +84,8 @@ TEST(PreferenceData, EachJsonlErrorNamesFileLineAndField) {
       {good + "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\", \"score\": 1}\n", ":2:",
        "unknown field \"score\""},
   };
-  for (const Case& c : cases) {
-    fs::path file;
-    const Error e = preference_error(c.text, &file);
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ExitCode::data) << what;
-    EXPECT_NE(what.find(file.string() + c.line), std::string::npos) << what;
-    EXPECT_NE(what.find(c.says), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-  }
-  for (const std::string& empty : {std::string(), std::string("\n \n")}) {
-    fs::path file;
-    const Error e = preference_error(empty, &file);
-    EXPECT_EQ(e.code(), ExitCode::data);
-    EXPECT_NE(std::string(e.what()).find(file.string() + ": "), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("no preference records"), std::string::npos) << e.what();
-  }
-  testing::TempDir dir;
-  testing::expect_error(ExitCode::data, (dir.path() / "missing.jsonl").string(),
-                        [&] { read_preference_jsonl(dir.path() / "missing.jsonl"); });
+  testing::expect_jsonl_errors(cases, "preference",
+                               [](const fs::path& file) { read_preference_jsonl(file); });
 }
 
 TEST(PreferenceData, TokenizeKeepsThePromptAndAppendsEndOfTextToEachResponse) {
@@ -265,30 +232,7 @@ TEST(PreferenceData, BatchAtServesDatasetOrderClippedAtTheEnd) {
 
 TEST(PreferenceData, RestoredLoaderContinuesTheUninterruptedStreamAcrossEpochs) {
   const auto d = numbered(10);
-  PreferenceLoader reference(d, 4, 5);
-  ASSERT_EQ(reference.batches_per_epoch(), 3);
-  std::vector<PreferenceBatch> stream;
-  std::vector<int64_t> epoch0;
-  for (int b = 0; b < 8; ++b) {
-    stream.push_back(reference.next());
-    if (b < 3) epoch0.insert(epoch0.end(), stream.back().indices.begin(), stream.back().indices.end());
-  }
-  std::vector<int64_t> sorted = epoch0;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(sorted, (I64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // an epoch: every pair once
-  EXPECT_NE(epoch0, sorted);                               // shuffled
-  EXPECT_NE(stream[3].indices, stream[0].indices);         // each epoch its own order
-  for (int k : {1, 2, 3, 4}) {  // inside an epoch, at its end, just past it, inside the next
-    PreferenceLoader first(d, 4, 5);
-    for (int b = 0; b < k; ++b) first.next();
-    const auto counters = first.cursor().to_counters("data.");
-    PreferenceLoader resumed(d, 4, 5);
-    resumed.restore(LoaderCursor::from_counters(counters, "data.", resumed.fingerprint()));
-    EXPECT_EQ(resumed.cursor(), first.cursor());
-    for (int b = k; b < 8; ++b)
-      expect_same_batch(resumed.next(), stream[size_t(b)],
-                        "resumed after " + std::to_string(k) + ", batch " + std::to_string(b));
-  }
+  testing::expect_restored_stream([&] { return PreferenceLoader(d, 4, 5); }, expect_same_batch);
 }
 
 TEST(PreferenceData, ChangedDataIsRefusedByFingerprint) {
@@ -302,19 +246,10 @@ TEST(PreferenceData, ChangedDataIsRefusedByFingerprint) {
     if (part == 3) std::swap(changed.chosen, changed.rejected);
     EXPECT_NE(fingerprint(changed), fingerprint(*d)) << part;
   }
-  PreferenceLoader loader(d, 4, 5);
-  EXPECT_EQ(loader.fingerprint(), fingerprint(*d));
-  loader.next();
-  const auto counters = loader.cursor().to_counters("data.");
+  EXPECT_EQ(PreferenceLoader(d, 4, 5).fingerprint(), fingerprint(*d));
   auto changed = std::make_shared<PreferenceDataset>(*d);
   changed->rejected[0][0] = 7;
-  PreferenceLoader other(changed, 4, 5);
-  EXPECT_EQ(testing::exit_code_of([&] {
-              LoaderCursor::from_counters(counters, "data.", other.fingerprint());
-            }),
-            ExitCode::checkpoint);
-  EXPECT_EQ(testing::exit_code_of([&] { other.restore(loader.cursor()); }), ExitCode::checkpoint);
-  EXPECT_EQ(other.cursor().position, 0);  // unchanged by the rejected restore
+  testing::expect_other_data_refused(PreferenceLoader(d, 4, 5), PreferenceLoader(changed, 4, 5));
 }
 
 }  // namespace
