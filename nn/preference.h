@@ -30,7 +30,8 @@ struct DPOOptions {
 
 /// The four log-probabilities of B pairs ([B] each, one float dtype), summed over each response's
 /// tokens (sequence_logprobs). The reference's are constants: dpo_loss never differentiates them.
-/// The token counts ([B], any dtype, each > 0; PreferenceBatch::target_counts) are read by ipo only.
+/// The token counts ([B], any dtype, each > 0; PreferenceBatch::target_counts) are read by ipo
+/// only.
 struct DPOLogProbs {
   Tensor policy_chosen, policy_rejected;
   Tensor reference_chosen, reference_rejected;

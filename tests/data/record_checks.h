@@ -98,8 +98,9 @@ void expect_other_data_refused(Loader loader, Loader other) {
   EXPECT_NE(loader.fingerprint(), other.fingerprint());
   loader.next();
   const auto counters = loader.cursor().to_counters("data.");
-  EXPECT_EQ(exit_code_of([&] { LoaderCursor::from_counters(counters, "data.", other.fingerprint()); }),
-            ExitCode::checkpoint);
+  EXPECT_EQ(
+      exit_code_of([&] { LoaderCursor::from_counters(counters, "data.", other.fingerprint()); }),
+      ExitCode::checkpoint);
   EXPECT_EQ(exit_code_of([&] { other.restore(loader.cursor()); }), ExitCode::checkpoint);
   EXPECT_EQ(other.cursor().position, 0);
 }

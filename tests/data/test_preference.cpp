@@ -70,7 +70,8 @@ TEST(PreferenceData, EachJsonlErrorNamesFileLineAndField) {
       {good + "\"p\"\n", ":2:", "got string"},
       {good + "{\"chosen\": \"a\", \"rejected\": \"b\"}\n", ":2:", "missing field \"prompt\""},
       {"{\"prompt\": \"p\", \"rejected\": \"b\"}\n", ":1:", "missing field \"chosen\""},
-      {good + good + "{\"prompt\": \"p\", \"chosen\": \"a\"}\n", ":3:", "missing field \"rejected\""},
+      {good + good + "{\"prompt\": \"p\", \"chosen\": \"a\"}\n", ":3:",
+       "missing field \"rejected\""},
       {"{\"prompt\": 1, \"chosen\": \"a\", \"rejected\": \"b\"}\n", ":1:",
        "field \"prompt\" must be a string, got number"},
       {good + "{\"prompt\": \"p\", \"chosen\": [\"a\"], \"rejected\": \"b\"}\n", ":2:",
@@ -108,7 +109,8 @@ TEST(PreferenceData, TruncationCutsThePromptFromTheLeftThenTheResponsesFromTheRi
   const auto bytes = make_tokenizer("bytes");
   const V eot = {'\n'};
   auto one = [&](PreferenceRecord r, int64_t max_length, int64_t max_prompt_length) {
-    const PreferenceDataset d = tokenize_preferences({r}, *bytes, eot, {max_length, max_prompt_length});
+    const PreferenceDataset d =
+        tokenize_preferences({r}, *bytes, eot, {max_length, max_prompt_length});
     auto text = [](const V& ids) { return std::string(ids.begin(), ids.end()); };
     return std::vector<std::string>{text(d.chosen[0]), text(d.rejected[0]),
                                     std::to_string(d.prompt_len[0])};
@@ -135,9 +137,10 @@ TEST(PreferenceData, TruncationCutsThePromptFromTheLeftThenTheResponsesFromTheRi
   testing::expect_error(ExitCode::usage, "max_prompt_length 0",
                         [&] { tokenize_preferences(r, *bytes, eot, {8, 0}); });
   // An empty prompt and a one-token response: a row's first token is never a target.
+  const std::vector<PreferenceRecord> empty_prompt = {{"p", "a", "b"}, {"", "ab", "c"}};
   testing::expect_error(ExitCode::data, "preference record 1: an empty prompt and a one-token "
                                         "rejected response leave nothing to predict",
-                        [&] { tokenize_preferences({{"p", "a", "b"}, {"", "ab", "c"}}, *bytes, {}); });
+                        [&] { tokenize_preferences(empty_prompt, *bytes, {}); });
   testing::expect_error(ExitCode::data, "preference record 0: the chosen response encodes to no",
                         [&] { tokenize_preferences({{"p", "", "b"}}, *bytes, {}); });
 }

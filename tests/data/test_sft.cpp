@@ -62,9 +62,12 @@ TEST(SFT, EachJsonlErrorNamesFileLineAndField) {
           {good + "[\"a\", \"b\"]\n", ":2:", "got array"},
           {good + good + "{\"prompt\": \"a\"}\n", ":3:", "missing field \"completion\""},
           {"{\"completion\": \"b\"}\n", ":1:", "missing field \"prompt\""},
-          {good + "{\"prompt\": 7, \"completion\": \"b\"}\n", ":2:", "field \"prompt\" must be a string, got number"},
-          {"{\"prompt\": \"a\", \"completion\": null}\n", ":1:", "field \"completion\" must be a string, got null"},
-          {good + "{\"prompt\": \"a\", \"completion\": \"b\", \"response\": \"c\"}\n", ":2:", "unknown field \"response\""},
+          {good + "{\"prompt\": 7, \"completion\": \"b\"}\n", ":2:",
+           "field \"prompt\" must be a string, got number"},
+          {"{\"prompt\": \"a\", \"completion\": null}\n", ":1:",
+           "field \"completion\" must be a string, got null"},
+          {good + "{\"prompt\": \"a\", \"completion\": \"b\", \"response\": \"c\"}\n", ":2:",
+           "unknown field \"response\""},
       },
       "SFT", [](const fs::path& file) { read_sft_jsonl(file); });
 }

@@ -167,12 +167,15 @@ TEST(PreferenceLoss, BradleyTerryLossMatchesTorch) {
 
 TEST(PreferenceLoss, LossesGradcheck) {
   const Tensor rc = testing::randn({6}, 3).detach(), rr = testing::randn({6}, 4).detach();
-  const Tensor nc = testing::ids({3, 1, 7, 2, 5, 4}, {6}), nr = testing::ids({2, 6, 1, 1, 3, 9}, {6});
+  const Tensor nc = testing::ids({3, 1, 7, 2, 5, 4}, {6});
+  const Tensor nr = testing::ids({2, 6, 1, 1, 3, 9}, {6});
   for (const DPOOptions options : {DPOOptions{0.7, 0.0, DPOLossType::sigmoid},
                                    DPOOptions{0.7, 0.3, DPOLossType::sigmoid},
                                    DPOOptions{0.3, 0.0, DPOLossType::ipo},
                                    DPOOptions{0.7, 0.0, DPOLossType::hinge}}) {
-    auto losses = [&](const In& v) { return dpo_loss({v[0], v[1], rc, rr, nc, nr}, options).losses; };
+    auto losses = [&](const In& v) {
+      return dpo_loss({v[0], v[1], rc, rr, nc, nr}, options).losses;
+    };
     EXPECT_GRADCHECK(losses, {testing::randn({6}, 1), testing::randn({6}, 2)});
   }
   const Tensor margin = testing::rand_uniform({6}, 0.0, 1.0, 5).detach();
@@ -191,7 +194,8 @@ TEST(PreferenceLoss, BadOptionsAndInputsAreOneLineErrors) {
                         dpo({std::nan(""), 0.0, DPOLossType::sigmoid}, in));
   testing::expect_error(ExitCode::usage, "label_smoothing must be in [0, 0.5), got 0.5",
                         dpo({0.1, 0.5, DPOLossType::sigmoid}, in));
-  testing::expect_error(ExitCode::usage, "label_smoothing applies to the sigmoid loss only, got 0.1",
+  testing::expect_error(ExitCode::usage,
+                        "label_smoothing applies to the sigmoid loss only, got 0.1",
                         dpo({0.1, 0.1, DPOLossType::hinge}, in));
   DPOLogProbs no_counts = in;
   no_counts.rejected_tokens = Tensor();
@@ -215,7 +219,8 @@ TEST(PreferenceLoss, BadOptionsAndInputsAreOneLineErrors) {
                         [&] { bradley_terry_loss(r, r, Tensor(), -0.01); });
   testing::expect_error(ExitCode::internal, "reward loss: margin must be [B] = [8], got [2, 4]",
                         [&] { bradley_terry_loss(r, r, reshape(r, {2, 4})); });
-  testing::expect_error(ExitCode::internal, "sequence_logprobs: targets [3, 5] must be [N, T] = [3, 6]",
+  testing::expect_error(ExitCode::internal,
+                        "sequence_logprobs: targets [3, 5] must be [N, T] = [3, 6]",
                         [&] {
                           sequence_logprobs(golden_tensor("seq.logits", {3, 6, 11}),
                                             testing::ids(std::vector<double>(15, 0.0), {3, 5}));
