@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/lm_data.h"
 
 namespace forge {
 
@@ -43,6 +44,38 @@ Tensor padding_mask(const std::vector<std::vector<int32_t>>& rows, int64_t width
     std::fill(p + int64_t(row.size()), p + width, int64_t(0));
     p += width;
   }
+  return out;
+}
+
+NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
+                              const std::vector<int64_t>& prompt_len) {
+  // [R, W-1]: inputs are a row without its last token, targets the row shifted by one.
+  FORGE_CHECK(rows.size() == prompt_len.size(), "next_token_rows: ", rows.size(), " rows but ",
+              prompt_len.size(), " prompt lengths");
+  std::vector<std::vector<int32_t>> inputs, targets;
+  inputs.reserve(rows.size());
+  targets.reserve(rows.size());
+  NextTokenRows out;
+  out.targets_per_row.reserve(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::span<const int32_t> row = rows[r];
+    FORGE_CHECK(row.size() >= 2, "next_token_rows: row ", r, " has ", row.size(),
+                " token(s), nothing to predict");
+    inputs.emplace_back(row.begin(), row.end() - 1);
+    std::vector<int32_t>& target = targets.emplace_back(row.begin() + 1, row.end());
+    int64_t scored = 0;
+    for (size_t j = 0; j < target.size(); ++j) {
+      if (int64_t(j) + 1 < prompt_len[r])
+        target[j] = int32_t(LMWindows::kIgnoreTarget);
+      else
+        ++scored;
+    }
+    out.targets_per_row.push_back(scored);
+  }
+  const int64_t width = longest_row(inputs);
+  out.ids = pad_rows(inputs, width, 0);
+  out.targets = pad_rows(targets, width, LMWindows::kIgnoreTarget);
+  out.mask = padding_mask(inputs, width);
   return out;
 }
 

@@ -1,9 +1,11 @@
 // Padding variable-length token rows into dense batches. Every loader that batches sequences of
-// different lengths (record datasets, BERT sentence pairs) pads through here, so that the
-// convention is one: rows are left-aligned, padding sits at the end, the mask is 1 on real tokens.
+// different lengths (record datasets, BERT sentence pairs, SFT and preference rows) pads through
+// here, so that the convention is one: rows are left-aligned, padding sits at the end, the mask is
+// 1 on real tokens.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -19,5 +21,18 @@ Tensor pad_rows(const std::vector<std::vector<int32_t>>& rows, int64_t width, in
 
 /// i64 [rows.size(), width] attention mask: 1 at the real tokens of each row, 0 on its padding.
 Tensor padding_mask(const std::vector<std::vector<int32_t>>& rows, int64_t width);
+
+/// Next-token inputs and targets of rows that score only what follows their prompt. W is the
+/// longest row: ids i64 [R, W-1] (each row without its last token, padded with 0); targets i64
+/// [R, W-1] with targets[r][j] = row[j+1] where prompt_len[r] <= j+1 < the row's length, else
+/// LMWindows::kIgnoreTarget (-100, data/lm_data.h); mask i64 [R, W-1], 1 on real input tokens;
+/// targets_per_row[r] = the scored positions of row r.
+struct NextTokenRows {
+  Tensor ids, targets, mask;
+  std::vector<int64_t> targets_per_row;
+};
+/// Rows need at least two tokens (callers refuse shorter ones when tokenizing).
+NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
+                              const std::vector<int64_t>& prompt_len);
 
 }  // namespace forge

@@ -92,11 +92,8 @@ std::vector<std::string> read_texts(const std::filesystem::path& file, const Jso
                                     const char* field) {
   std::vector<std::string> texts;
   if (file.extension() == ".jsonl") {
-    for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
-      texts.push_back(jsonl_string(o, field));
-      if (texts.back().empty())
-        throw Error(ExitCode::data, detail::concat(o.where, ": field \"", field, "\" is empty"));
-    }
+    for (const JsonlObject& o : read_jsonl_objects(file, schema))
+      texts.push_back(jsonl_nonempty_string(o, field));
     return texts;
   }
   for_each_line(file, schema, [&](std::string_view line, int64_t) {
@@ -114,6 +111,13 @@ std::string jsonl_string(const JsonlObject& object, const char* name) {
     throw Error(ExitCode::data, detail::concat(object.where, ": field \"", name,
                                                "\" must be a string, got ", it->type_name()));
   return it->get<std::string>();
+}
+
+std::string jsonl_nonempty_string(const JsonlObject& object, const char* name) {
+  std::string s = jsonl_string(object, name);
+  if (s.empty())
+    throw Error(ExitCode::data, detail::concat(object.where, ": field \"", name, "\" is empty"));
+  return s;
 }
 
 }  // namespace forge

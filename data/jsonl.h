@@ -46,4 +46,7 @@ std::vector<std::string> read_texts(const std::filesystem::path& file, const Jso
 /// missing or not a string.
 std::string jsonl_string(const JsonlObject& object, const char* name);
 
+/// jsonl_string, and Error(data) naming object.where and the field when the string is empty.
+std::string jsonl_nonempty_string(const JsonlObject& object, const char* name);
+
 }  // namespace forge

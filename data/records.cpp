@@ -125,9 +125,7 @@ std::vector<TextRecord> read_labeled_jsonl(const fs::path& file) {
       name = jsonl_string(o, "label");
     if (name.empty())
       throw Error(ExitCode::data, o.where + ": field \"label\" is empty");
-    std::string text = jsonl_string(o, "text");
-    if (text.empty()) throw Error(ExitCode::data, o.where + ": field \"text\" is empty");
-    records.push_back({std::move(text), std::move(name)});
+    records.push_back({jsonl_nonempty_string(o, "text"), std::move(name)});
   }
   return records;
 }
@@ -378,6 +376,15 @@ std::vector<int64_t> EpochSampler::next() {
   return rows;
 }
 
+std::vector<int64_t> EpochSampler::rows_at(int64_t first, int64_t count) const {
+  if (first < 0 || first >= num_rows_ || count < 1)
+    throw Error(ExitCode::usage, detail::concat(name_, " loader: no batch of ", count, " at row ",
+                                                first, " of ", num_rows_));
+  std::vector<int64_t> rows(static_cast<size_t>(std::min(count, num_rows_ - first)));
+  std::iota(rows.begin(), rows.end(), first);
+  return rows;
+}
+
 void EpochSampler::restore(const LoaderCursor& cursor) {
   if (cursor.fingerprint != cursor_.fingerprint)
     throw Error(ExitCode::checkpoint,
@@ -392,18 +399,9 @@ void EpochSampler::restore(const LoaderCursor& cursor) {
   cursor_ = cursor;
 }
 
-namespace {
-
-std::shared_ptr<const RecordDataset> non_null(std::shared_ptr<const RecordDataset> dataset) {
-  if (!dataset) throw Error(ExitCode::data, "record loader: the dataset has no records");
-  return dataset;
-}
-
-}  // namespace
-
 RecordLoader::RecordLoader(std::shared_ptr<const RecordDataset> dataset, int64_t batch_size,
                            uint64_t seed, RecordLoaderOptions options)
-    : dataset_(non_null(std::move(dataset))),
+    : dataset_(loader_dataset(std::move(dataset), "record")),
       options_(options),
       sampler_("record", dataset_->size(), batch_size, seed, options.shuffle, options.drop_last,
                fingerprint(*dataset_)) {}

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -141,6 +142,9 @@ class EpochSampler {
 
   /// The dataset rows of the batch at the cursor; moves the cursor past them.
   std::vector<int64_t> next();
+  /// Rows [first, first + count) in dataset order (count clipped at the end), for evaluation.
+  /// Throws Error(usage) when first is outside [0, num_rows) or count < 1.
+  std::vector<int64_t> rows_at(int64_t first, int64_t count) const;
   const LoaderCursor& cursor() const { return cursor_; }
   /// Continues from `cursor` as if next() had been called up to it. Throws Error(checkpoint) for
   /// another dataset's fingerprint, a negative epoch or a position where no batch can start.
@@ -162,6 +166,15 @@ class EpochSampler {
   LoaderCursor cursor_;
   std::vector<int64_t> order_;  // epoch_order(cursor_.epoch)
 };
+
+/// `dataset` for a loader named `name`; Error(data) "<name> loader: the dataset has no records"
+/// (what EpochSampler says of an empty one) when it is null.
+template <class Dataset>
+std::shared_ptr<const Dataset> loader_dataset(std::shared_ptr<const Dataset> dataset,
+                                              const std::string& name) {
+  if (!dataset) throw Error(ExitCode::data, name + " loader: the dataset has no records");
+  return dataset;
+}
 
 /// ids and mask i64 [B, L] (L: the batch's longest row; mask 1 on real tokens, 0 on padding),
 /// labels i64 [B], and the dataset rows used.

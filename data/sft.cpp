@@ -2,7 +2,6 @@
 // prompt ends, so that only the completion is scored.
 #include "data/sft.h"
 
-#include <algorithm>
 #include <fstream>
 
 #include "core/checksum.h"
@@ -10,7 +9,6 @@
 #include "core/file_io.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
-#include "data/lm_data.h"
 
 namespace forge {
 
@@ -76,59 +74,30 @@ SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, u
   return {select(train_rows), select(val_rows)};
 }
 
-namespace {
-
-std::shared_ptr<const SFTDataset> non_null(std::shared_ptr<const SFTDataset> dataset) {
-  if (!dataset) throw Error(ExitCode::data, "sft loader: the dataset has no records");
-  return dataset;
-}
-
-}  // namespace
-
 SFTLoader::SFTLoader(std::shared_ptr<const SFTDataset> dataset, int64_t batch_size, uint64_t seed,
                      bool shuffle)
-    : dataset_(non_null(std::move(dataset))),
+    : dataset_(loader_dataset(std::move(dataset), "sft")),
       sampler_("sft", dataset_->size(), batch_size, seed, shuffle, /*drop_last=*/false,
                forge::fingerprint(*dataset_)) {}
 
 SFTBatch SFTLoader::make_batch(const SFTDataset& dataset, std::vector<int64_t> rows) {
-  // [B, L-1]: inputs are a row without its last token, targets the row shifted by one.
-  std::vector<std::vector<int32_t>> inputs, targets;
-  inputs.reserve(rows.size());
-  targets.reserve(rows.size());
-  int64_t num_targets = 0;
+  std::vector<std::span<const int32_t>> tokens;
+  std::vector<int64_t> prompt_len;
   for (int64_t r : rows) {
-    const std::vector<int32_t>& row = dataset.tokens[static_cast<size_t>(r)];
-    const int64_t prompt_len = dataset.prompt_len[static_cast<size_t>(r)];
-    inputs.emplace_back(row.begin(), row.end() - 1);
-    std::vector<int32_t>& target = targets.emplace_back(row.begin() + 1, row.end());
-    for (size_t j = 0; j < target.size(); ++j) {
-      if (static_cast<int64_t>(j) + 1 < prompt_len)
-        target[j] = static_cast<int32_t>(LMWindows::kIgnoreTarget);
-      else
-        ++num_targets;
-    }
+    tokens.emplace_back(dataset.tokens[static_cast<size_t>(r)]);
+    prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
   }
-  const int64_t width = longest_row(inputs);
-  SFTBatch batch;
-  batch.ids = pad_rows(inputs, width, 0);
-  batch.targets = pad_rows(targets, width, LMWindows::kIgnoreTarget);
-  batch.mask = padding_mask(inputs, width);
-  batch.num_targets = num_targets;
-  batch.indices = std::move(rows);
+  NextTokenRows scored = next_token_rows(tokens, prompt_len);
+  SFTBatch batch{std::move(scored.ids), std::move(scored.targets), std::move(scored.mask), 0,
+                 std::move(rows)};
+  for (int64_t n : scored.targets_per_row) batch.num_targets += n;
   return batch;
 }
 
 SFTBatch SFTLoader::next() { return make_batch(*dataset_, sampler_.next()); }
 
 SFTBatch SFTLoader::batch_at(int64_t first, int64_t count) const {
-  const int64_t n = dataset_->size();
-  if (first < 0 || first >= n || count < 1)
-    throw Error(ExitCode::usage, detail::concat("sft loader: no batch of ", count, " at row ",
-                                                first, " of ", n));
-  std::vector<int64_t> rows(static_cast<size_t>(std::min(count, n - first)));
-  for (size_t b = 0; b < rows.size(); ++b) rows[b] = first + static_cast<int64_t>(b);
-  return make_batch(*dataset_, std::move(rows));
+  return make_batch(*dataset_, sampler_.rows_at(first, count));
 }
 
 }  // namespace forge

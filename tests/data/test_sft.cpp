@@ -4,7 +4,6 @@
 // parses and fits the byte-level GPT's context.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <set>
 
 #include "core/checksum.h"
@@ -12,6 +11,7 @@
 #include "data/lm_data.h"
 #include "data/sft.h"
 #include "data/tokenizer.h"
+#include "tests/data/record_checks.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -19,21 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using V = std::vector<int32_t>;
-
-// The Error read_sft_jsonl throws for a file holding `text`.
-Error sft_error(const std::string& text, fs::path* where = nullptr) {
-  testing::TempDir dir;
-  const fs::path file = dir.path() / "data.jsonl";
-  testing::write_file(file, text);
-  if (where) *where = file;
-  try {
-    read_sft_jsonl(file);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error for:\n" << text;
-  return Error(ExitCode::internal, "");
-}
 
 // n rows; row i is {i, i, ..., i} (i % 4 + 2 tokens) with prompt_len i % 2, so a row names itself.
 std::shared_ptr<const SFTDataset> numbered(int64_t n) {
@@ -71,43 +56,20 @@ TEST(SFT, ReadsRecordsSkippingBlankLines) {
 
 TEST(SFT, EachJsonlErrorNamesFileLineAndField) {
   const std::string good = "{\"prompt\": \"a\", \"completion\": \"b\"}\n";
-  struct Case {
-    std::string text, line, says;
-  };
-  const std::vector<Case> cases = {
-      {good + "\n{\"prompt\": \"a\", \"completion\": }\n", ":3:", "not JSON (byte 31"},
-      {good + "[\"a\", \"b\"]\n", ":2:", "got array"},
-      {good + good + "{\"prompt\": \"a\"}\n", ":3:", "missing field \"completion\""},
-      {"{\"completion\": \"b\"}\n", ":1:", "missing field \"prompt\""},
-      {good + "{\"prompt\": 7, \"completion\": \"b\"}\n", ":2:", "field \"prompt\" must be a string, got number"},
-      {"{\"prompt\": \"a\", \"completion\": null}\n", ":1:", "field \"completion\" must be a string, got null"},
-      {good + "{\"prompt\": \"a\", \"completion\": \"b\", \"response\": \"c\"}\n", ":2:", "unknown field \"response\""},
-  };
-  for (const Case& c : cases) {
-    fs::path file;
-    const Error e = sft_error(c.text, &file);
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ExitCode::data) << what;
-    EXPECT_NE(what.find(file.string() + c.line), std::string::npos) << what;
-    EXPECT_NE(what.find(c.says), std::string::npos) << what;
-  }
-  for (const std::string& empty : {std::string(), std::string("\n \n\n")}) {
-    fs::path file;
-    const Error e = sft_error(empty, &file);
-    EXPECT_EQ(e.code(), ExitCode::data);
-    EXPECT_NE(std::string(e.what()).find(file.string() + ": "), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("no SFT records"), std::string::npos) << e.what();
-  }
-  testing::TempDir dir;
-  for (const fs::path& bad : {dir.path() / "missing.jsonl", dir.path()}) {
-    try {
-      read_sft_jsonl(bad);
-      ADD_FAILURE() << "no error for " << bad;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ExitCode::data);
-      EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << e.what();
-    }
-  }
+  testing::expect_jsonl_errors(
+      {
+          {good + "\n{\"prompt\": \"a\", \"completion\": }\n", ":3:", "not JSON (byte 31"},
+          {good + "[\"a\", \"b\"]\n", ":2:", "got array"},
+          {good + good + "{\"prompt\": \"a\"}\n", ":3:", "missing field \"completion\""},
+          {"{\"completion\": \"b\"}\n", ":1:", "missing field \"prompt\""},
+          {good + "{\"prompt\": 7, \"completion\": \"b\"}\n", ":2:",
+           "field \"prompt\" must be a string, got number"},
+          {"{\"prompt\": \"a\", \"completion\": null}\n", ":1:",
+           "field \"completion\" must be a string, got null"},
+          {good + "{\"prompt\": \"a\", \"completion\": \"b\", \"response\": \"c\"}\n", ":2:",
+           "unknown field \"response\""},
+      },
+      "SFT", [](const fs::path& file) { read_sft_jsonl(file); });
 }
 
 TEST(SFT, TokenizeKeepsThePromptAppendsEndOfTextAndTruncates) {
@@ -198,30 +160,7 @@ TEST(SFT, SplitIsSeededDisjointAndCovering) {
 
 TEST(SFT, RestoredLoaderContinuesTheUninterruptedStreamAcrossEpochs) {
   const auto d = numbered(10);
-  SFTLoader reference(d, 4, 5);
-  ASSERT_EQ(reference.batches_per_epoch(), 3);
-  std::vector<SFTBatch> stream;
-  std::vector<int64_t> epoch0;
-  for (int b = 0; b < 8; ++b) {
-    stream.push_back(reference.next());
-    if (b < 3) epoch0.insert(epoch0.end(), stream.back().indices.begin(), stream.back().indices.end());
-  }
-  std::vector<int64_t> sorted = epoch0;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(sorted, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // an epoch: every row once
-  EXPECT_NE(epoch0, sorted);                                               // shuffled
-  EXPECT_NE(stream[3].indices, stream[0].indices);                         // each epoch its own order
-  for (int k : {1, 2, 3, 4}) {  // inside an epoch, at its end, just past it, inside the next
-    SFTLoader first(d, 4, 5);
-    for (int b = 0; b < k; ++b) first.next();
-    const auto counters = first.cursor().to_counters("data.");
-    SFTLoader resumed(d, 4, 5);
-    resumed.restore(LoaderCursor::from_counters(counters, "data.", resumed.fingerprint()));
-    EXPECT_EQ(resumed.cursor(), first.cursor());
-    for (int b = k; b < 8; ++b)
-      expect_same_batch(resumed.next(), stream[static_cast<size_t>(b)],
-                        "resumed after " + std::to_string(k) + ", batch " + std::to_string(b));
-  }
+  testing::expect_restored_stream([&] { return SFTLoader(d, 4, 5); }, expect_same_batch);
 }
 
 TEST(SFT, FingerprintMismatchOnRestoreIsACheckpointError) {
@@ -234,19 +173,10 @@ TEST(SFT, FingerprintMismatchOnRestoreIsACheckpointError) {
     if (part == 2) changed.tokens.push_back({1, 2}), changed.prompt_len.push_back(1);
     EXPECT_NE(fingerprint(changed), fingerprint(*d)) << part;
   }
-  SFTLoader loader(d, 4, 5);
-  EXPECT_EQ(loader.fingerprint(), fingerprint(*d));
-  loader.next();
-  const auto counters = loader.cursor().to_counters("data.");
+  EXPECT_EQ(SFTLoader(d, 4, 5).fingerprint(), fingerprint(*d));
   auto changed = std::make_shared<SFTDataset>(*d);
   changed->prompt_len[0] = 1;
-  SFTLoader other(changed, 4, 5);
-  EXPECT_EQ(testing::exit_code_of([&] {
-              LoaderCursor::from_counters(counters, "data.", other.fingerprint());
-            }),
-            ExitCode::checkpoint);
-  EXPECT_EQ(testing::exit_code_of([&] { other.restore(loader.cursor()); }), ExitCode::checkpoint);
-  EXPECT_EQ(other.cursor().position, 0);  // unchanged by the rejected restore
+  testing::expect_other_data_refused(SFTLoader(d, 4, 5), SFTLoader(changed, 4, 5));
 }
 
 TEST(SFT, Fnv1a64MatchesTheReferenceValues) {

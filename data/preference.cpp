@@ -1,0 +1,131 @@
+// Preference pairs: strict JSON Lines (data/jsonl.h), TRL's truncation, and rows that share the
+// prompt, batched chosen-first through next_token_rows like SFT rows.
+#include "data/preference.h"
+
+#include <algorithm>
+#include <span>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "data/batch.h"
+#include "data/jsonl.h"
+
+namespace forge {
+
+std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file) {
+  const JsonlSchema schema{"preference", "a preference record", {"prompt", "chosen", "rejected"},
+                           kMaxPreferenceFileBytes};
+  std::vector<PreferenceRecord> records;
+  for (const JsonlObject& o : read_jsonl_objects(file, schema))
+    records.push_back({jsonl_string(o, "prompt"), jsonl_nonempty_string(o, "chosen"),
+                       jsonl_nonempty_string(o, "rejected")});
+  return records;
+}
+
+namespace {
+
+// Steps 2 and 3 of the rule in PreferenceTruncation's comment.
+void truncate_pair(std::vector<int32_t>& prompt, std::vector<int32_t>& chosen,
+                   std::vector<int32_t>& rejected, const PreferenceTruncation& t) {
+  const auto longer = static_cast<int64_t>(std::max(chosen.size(), rejected.size()));
+  const auto fits = [&] { return static_cast<int64_t>(prompt.size()) + longer <= t.max_length; };
+  if (!fits() && static_cast<int64_t>(prompt.size()) > t.max_prompt_length)
+    prompt.erase(prompt.begin(), prompt.end() - t.max_prompt_length);
+  if (fits()) return;
+  const auto budget = static_cast<size_t>(t.max_length - t.max_prompt_length);
+  for (std::vector<int32_t>* response : {&chosen, &rejected})
+    if (response->size() > budget) response->resize(budget);
+}
+
+}  // namespace
+
+PreferenceDataset tokenize_preferences(const std::vector<PreferenceRecord>& records,
+                                       const Tokenizer& tokenizer,
+                                       const std::vector<int32_t>& end_of_text,
+                                       const PreferenceTruncation& truncation) {
+  if (truncation.max_prompt_length < 1 || truncation.max_prompt_length >= truncation.max_length)
+    throw Error(ExitCode::usage,
+                detail::concat("preference truncation needs 1 <= max_prompt_length < max_length, "
+                               "got max_prompt_length ", truncation.max_prompt_length,
+                               " and max_length ", truncation.max_length));
+  PreferenceDataset out;
+  out.chosen.reserve(records.size());
+  out.rejected.reserve(records.size());
+  out.prompt_len.reserve(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    std::vector<int32_t> prompt = tokenizer.encode(records[i].prompt);
+    std::vector<int32_t> chosen = tokenizer.encode(records[i].chosen);
+    std::vector<int32_t> rejected = tokenizer.encode(records[i].rejected);
+    for (auto [response, name] : {std::pair{&chosen, "chosen"}, std::pair{&rejected, "rejected"}}) {
+      response->insert(response->end(), end_of_text.begin(), end_of_text.end());
+      if (response->empty())
+        throw Error(ExitCode::data, detail::concat("preference record ", i, ": the ", name,
+                                                   " response encodes to no tokens"));
+    }
+    truncate_pair(prompt, chosen, rejected, truncation);
+    if (prompt.empty() && std::min(chosen.size(), rejected.size()) < 2)
+      throw Error(ExitCode::data,
+                  detail::concat("preference record ", i, ": an empty prompt and a one-token ",
+                                 chosen.size() < 2 ? "chosen" : "rejected",
+                                 " response leave nothing to predict"));
+    const auto prompt_len = static_cast<int64_t>(prompt.size());
+    chosen.insert(chosen.begin(), prompt.begin(), prompt.end());
+    rejected.insert(rejected.begin(), prompt.begin(), prompt.end());
+    out.chosen.push_back(std::move(chosen));
+    out.rejected.push_back(std::move(rejected));
+    out.prompt_len.push_back(prompt_len);
+  }
+  return out;
+}
+
+uint64_t fingerprint(const PreferenceDataset& dataset) {
+  const uint64_t h = fingerprint_rows(dataset.rejected, fingerprint_rows(dataset.chosen));
+  return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+}
+
+PreferenceSplit split_preferences_by_fraction(const PreferenceDataset& dataset,
+                                              double val_fraction, uint64_t seed) {
+  const auto [train_rows, val_rows] =
+      split_rows_by_fraction(dataset.size(), val_fraction, seed, "preference_split");
+  auto select = [&](const std::vector<int64_t>& rows) {
+    auto out = std::make_shared<PreferenceDataset>();
+    for (int64_t r : rows) {
+      out->chosen.push_back(dataset.chosen[static_cast<size_t>(r)]);
+      out->rejected.push_back(dataset.rejected[static_cast<size_t>(r)]);
+      out->prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+    }
+    return std::shared_ptr<const PreferenceDataset>(std::move(out));
+  };
+  return {select(train_rows), select(val_rows)};
+}
+
+PreferenceLoader::PreferenceLoader(std::shared_ptr<const PreferenceDataset> dataset,
+                                   int64_t batch_size, uint64_t seed, bool shuffle)
+    : dataset_(loader_dataset(std::move(dataset), "preference")),
+      sampler_("preference", dataset_->size(), batch_size, seed, shuffle, /*drop_last=*/false,
+               forge::fingerprint(*dataset_)) {}
+
+PreferenceBatch PreferenceLoader::make_batch(const PreferenceDataset& dataset,
+                                             std::vector<int64_t> rows) {
+  // [2B, L-1]: the chosen rows of `rows`, then their rejected rows in the same order.
+  std::vector<std::span<const int32_t>> tokens;
+  std::vector<int64_t> prompt_len;
+  for (const auto* side : {&dataset.chosen, &dataset.rejected})
+    for (int64_t r : rows) {
+      tokens.emplace_back((*side)[static_cast<size_t>(r)]);
+      prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+    }
+  NextTokenRows scored = next_token_rows(tokens, prompt_len);
+  std::vector<double> counts(scored.targets_per_row.begin(), scored.targets_per_row.end());
+  const auto n = static_cast<int64_t>(counts.size());
+  return {std::move(scored.ids), std::move(scored.targets), std::move(scored.mask),
+          from_vector(counts, {n}, DType::i64), std::move(rows)};
+}
+
+PreferenceBatch PreferenceLoader::next() { return make_batch(*dataset_, sampler_.next()); }
+
+PreferenceBatch PreferenceLoader::batch_at(int64_t first, int64_t count) const {
+  return make_batch(*dataset_, sampler_.rows_at(first, count));
+}
+
+}  // namespace forge

@@ -1,0 +1,123 @@
+// Preference losses from existing ops: sequence log-probabilities through the fused cross-entropy
+// (its backward rebuilds the softmax from a saved log-sum-exp per position), DPO's variants and
+// the Bradley-Terry loss from elementwise ops on [B] vectors.
+#include "nn/preference.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace forge::nn {
+
+Tensor sequence_logprobs(const Tensor& logits, const Tensor& targets) {
+  // [N, T, V], [N, T] -> [N]
+  FORGE_CHECK(logits.defined() && logits.dim() == 3,
+              "sequence_logprobs: logits must be [N, T, V], got ",
+              logits.defined() ? shape_str(logits.shape()) : "undefined");
+  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
+              "sequence_logprobs: targets must be i64");
+  const int64_t N = logits.size(0), T = logits.size(1), V = logits.size(2);
+  FORGE_CHECK(targets.shape() == (Shape{N, T}), "sequence_logprobs: targets ",
+              shape_str(targets.shape()), " must be [N, T] = ", shape_str({N, T}));
+  CrossEntropyOptions per_position;
+  per_position.reduction = Reduction::none;  // ignored positions give 0
+  const Tensor nll =
+      cross_entropy(reshape(logits, {N * T, V}), reshape(targets, {N * T}), per_position);
+  return neg(sum(reshape(nll, {N, T}), {1}));
+}
+
+namespace {
+
+void check_pair(const Tensor& x, const Tensor& like, const char* who, const char* name) {
+  FORGE_CHECK(x.defined(), who, ": ", name, " is undefined");
+  FORGE_CHECK(x.dim() == 1 && x.shape() == like.shape(), who, ": ", name, " must be [B] = ",
+              shape_str(like.shape()), ", got ", shape_str(x.shape()));
+  FORGE_CHECK(x.dtype() == like.dtype(), who, ": ", name, " is ", dtype_name(x.dtype()),
+              " but the first input is ", dtype_name(like.dtype()));
+  FORGE_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, who, ": ", name,
+              " must be floating point, got ", dtype_name(x.dtype()));
+}
+
+void check_option(bool ok, const char* what, double value) {
+  if (!ok) throw Error(ExitCode::usage, detail::concat("dpo: ", what, ", got ", value));
+}
+
+// x / counts, counts converted to x's dtype; every count must be positive.
+Tensor per_token(const Tensor& x, const Tensor& counts, const char* name) {
+  if (!counts.defined())
+    throw Error(ExitCode::usage, detail::concat("dpo: the ipo loss needs ", name,
+                                                " (token counts to average over)"));
+  FORGE_CHECK(counts.shape() == x.shape(), "dpo: ", name, " must be ", shape_str(x.shape()),
+              ", got ", shape_str(counts.shape()));
+  const Tensor c = counts.to(x.dtype());
+  const std::vector<double> values = c.to_vector<double>();
+  const auto bad = std::find_if(values.begin(), values.end(), [](double v) { return !(v > 0); });
+  if (bad != values.end())
+    throw Error(ExitCode::usage,
+                detail::concat("dpo: ", name, "[", bad - values.begin(), "] is ", *bad,
+                               "; a response needs at least one scored token"));
+  return x / c;
+}
+
+}  // namespace
+
+DPOResult dpo_loss(const DPOLogProbs& logps, const DPOOptions& options) {
+  const double beta = options.beta, eps = options.label_smoothing;
+  check_option(std::isfinite(beta) && beta > 0, "beta must be finite and > 0", beta);
+  check_option(eps >= 0 && eps < 0.5, "label_smoothing must be in [0, 0.5)", eps);
+  check_option(eps == 0 || options.loss_type == DPOLossType::sigmoid,
+               "label_smoothing applies to the sigmoid loss only", eps);
+  const Tensor& first = logps.policy_chosen;
+  FORGE_CHECK(first.defined(), "dpo: policy_chosen is undefined");
+  check_pair(first, first, "dpo", "policy_chosen");
+  check_pair(logps.policy_rejected, first, "dpo", "policy_rejected");
+  check_pair(logps.reference_chosen, first, "dpo", "reference_chosen");
+  check_pair(logps.reference_rejected, first, "dpo", "reference_rejected");
+  Tensor pc = logps.policy_chosen, pr = logps.policy_rejected;
+  Tensor rc = logps.reference_chosen.detach(), rr = logps.reference_rejected.detach();
+  if (options.loss_type == DPOLossType::ipo) {
+    pc = per_token(pc, logps.chosen_tokens, "chosen_tokens");
+    rc = per_token(rc, logps.chosen_tokens, "chosen_tokens");
+    pr = per_token(pr, logps.rejected_tokens, "rejected_tokens");
+    rr = per_token(rr, logps.rejected_tokens, "rejected_tokens");
+  }
+  const Tensor h = (pc - pr) - (rc - rr);
+  Tensor losses;
+  switch (options.loss_type) {
+    case DPOLossType::sigmoid:
+      losses = -(1 - eps) * log_sigmoid(beta * h);
+      if (eps > 0) losses = losses - eps * log_sigmoid(-beta * h);
+      break;
+    case DPOLossType::ipo:
+      losses = pow(h - 1 / (2 * beta), 2.0);
+      break;
+    case DPOLossType::hinge:
+      losses = relu(1 - beta * h);
+      break;
+  }
+  return {losses, (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()};
+}
+
+Tensor bradley_terry_loss(const Tensor& chosen, const Tensor& rejected, const Tensor& margin,
+                          double center_rewards_coefficient) {
+  const double c = center_rewards_coefficient;
+  if (!(std::isfinite(c) && c >= 0))
+    throw Error(ExitCode::usage,
+                detail::concat("reward loss: center_rewards_coefficient must be finite and >= 0, ",
+                               "got ", c));
+  FORGE_CHECK(chosen.defined(), "reward loss: chosen is undefined");
+  check_pair(chosen, chosen, "reward loss", "chosen");
+  check_pair(rejected, chosen, "reward loss", "rejected");
+  Tensor diff = chosen - rejected;
+  if (margin.defined()) {
+    check_pair(margin, chosen, "reward loss", "margin");
+    diff = diff - margin;
+  }
+  Tensor losses = -log_sigmoid(diff);
+  if (c > 0) losses = losses + c * pow(chosen + rejected, 2.0);
+  return losses;
+}
+
+}  // namespace forge::nn
