@@ -391,12 +391,17 @@ dataset_case("directory", OUT, (2, 3))
 
 
 # --- hostile JSONL / SFT records ----------------------------------------------------------------
-def sft_case(name, content, allowed=(2, 3)):
-    f = write(path("records", name + ".jsonl"), content)
-    out = path("records", name + "-run")
-    case("records", name, ["FORGE", "train", run_yaml, "recipe=finetune", "model.init_from=" + RUN,
-                           "data.train=" + f, "output_dir=" + out, "train.max_steps=1"],
+def jsonl_train_case(category, recipe, name, content, allowed, extra=()):
+    """A one-step run of `recipe` from the base run on the JSONL file `content`."""
+    f = write(path(category, name + ".jsonl"), content)
+    out = path(category, name + "-run")
+    case(category, name, ["FORGE", "train", run_yaml, "recipe=" + recipe, "model.init_from=" + RUN,
+                          "data.train=" + f, "output_dir=" + out, "train.max_steps=1", *extra],
          allowed, [f], timeout=60)
+
+
+def sft_case(name, content, allowed=(2, 3)):
+    jsonl_train_case("records", "finetune", name, content, allowed)
 
 
 good_line = b'{"prompt": "a: ", "completion": "bcd"}\n'
@@ -419,12 +424,7 @@ sft_case("lone-surrogate", good_line * 4 + b'{"prompt": "\\ud800", "completion":
 
 # --- hostile labelled records (classify) and forge predict inputs ----------------------------------
 def classify_case(name, content, allowed=(2, 3)):
-    f = write(path("labelled", name + ".jsonl"), content)
-    out = path("labelled", name + "-run")
-    case("labelled", name, ["FORGE", "train", run_yaml, "recipe=classify", "model.init_from=" + RUN,
-                            "data.train=" + f, "output_dir=" + out, "train.max_steps=1",
-                            "train.eval_every=0"],
-         allowed, [f], timeout=60)
+    jsonl_train_case("labelled", "classify", name, content, allowed, ["train.eval_every=0"])
 
 
 CLASSIFIER = os.path.join(BASE, "classifier")
