@@ -82,9 +82,8 @@ Tensor concat_pool(const Tensor& hidden, const Tensor& mask) {
   const Tensor h = hidden.contiguous();
   const DType dt = h.dtype();
   Tensor h_last = index_select(reshape(h, {B * L, C}), 0, from_vector(last, {B}, DType::i64));
-  Tensor h_max = max(masked_fill(h, from_vector(pad, {B, L, 1}, dt),
-                                 -std::numeric_limits<double>::infinity()),
-                     1);
+  Tensor h_max = max(
+      masked_fill(h, from_vector(pad, {B, L, 1}, dt), -std::numeric_limits<double>::infinity()), 1);
   Tensor h_mean =
       div(sum(mul(h, from_vector(keep, {B, L, 1}, dt)), {1}), from_vector(count, {B, 1}, dt));
   return cat({h_last, h_max, h_mean}, -1);
@@ -92,8 +91,8 @@ Tensor concat_pool(const Tensor& hidden, const Tensor& mask) {
 
 void check_config(const ClassifierHeadConfig& config) {
   if (config.num_labels < 2)
-    throw Error(ExitCode::usage, detail::concat("classifier: need at least 2 labels, got ",
-                                                config.num_labels));
+    throw Error(ExitCode::usage,
+                detail::concat("classifier: need at least 2 labels, got ", config.num_labels));
   if (config.hidden < 1)
     throw Error(ExitCode::usage,
                 detail::concat("classifier: head hidden size must be >= 1, got ", config.hidden));
@@ -109,9 +108,11 @@ GPTClassifier::GPTClassifier(const GPTConfig& config, const ClassifierHeadConfig
   gpt_ = std::make_shared<GPT>(config, gen);
   adopt_children(*this, *gpt_, {"lm_head"});
   auto h = register_module("head", std::make_shared<Module>());
-  fc = h->register_module("fc", std::make_shared<Linear>(3 * config.d_model, head.hidden, true, gen));
+  fc = h->register_module("fc",
+                          std::make_shared<Linear>(3 * config.d_model, head.hidden, true, gen));
   drop = h->register_module("drop", std::make_shared<Dropout>(head.dropout));
-  out = h->register_module("out", std::make_shared<Linear>(head.hidden, head.num_labels, true, gen));
+  out =
+      h->register_module("out", std::make_shared<Linear>(head.hidden, head.num_labels, true, gen));
 }
 
 Tensor GPTClassifier::features(const Tensor& ids, const Tensor& mask) const {
@@ -119,8 +120,8 @@ Tensor GPTClassifier::features(const Tensor& ids, const Tensor& mask) const {
   const int64_t B = ids.size(0), L = ids.size(1), T = gpt_->config().context;
   if (L <= T) return concat_pool(gpt_->forward(ids, GPTOutput::hidden), mask);
   const int64_t windows = (L + T - 1) / T, width = windows * T;
-  Tensor hidden = gpt_->forward(reshape(pad_columns(ids, width), {B * windows, T}),
-                                GPTOutput::hidden);
+  Tensor hidden =
+      gpt_->forward(reshape(pad_columns(ids, width), {B * windows, T}), GPTOutput::hidden);
   return concat_pool(reshape(hidden, {B, width, hidden.size(2)}),
                      pad_columns(mask.to(DType::i64), width));
 }

@@ -135,7 +135,8 @@ Metrics eval_metrics(const ClassifierEval& e) {
 
 MemoryEstimate estimate_classify(const RunConfig& config) {
   const auto& listed = config.get<std::vector<std::string>>("classify.labels");
-  const nn::ClassifierHeadConfig head = head_config(config, std::max<int64_t>(2, int64_t(listed.size())));
+  const nn::ClassifierHeadConfig head =
+      head_config(config, std::max<int64_t>(2, int64_t(listed.size())));
   int64_t params = 0;
   const int64_t C = config.model.d_model;
   if (is_bert(config)) {
@@ -172,10 +173,11 @@ void check_classify(ConfigChecker& checker) {
   const auto& labels = c.get<std::vector<std::string>>("classify.labels");
   std::vector<std::string> sorted = labels;
   std::sort(sorted.begin(), sorted.end());
-  checker.cross({"classify.labels"},
-                labels.size() != 1 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-                "classify.labels: list two or more distinct labels, or none for every label of "
-                "the data");
+  checker.cross(
+      {"classify.labels"},
+      labels.size() != 1 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+      "classify.labels: list two or more distinct labels, or none for every label of "
+      "the data");
 }
 
 std::unique_ptr<nn::SequenceClassifier> load_classifier(const RunConfig& stored,
@@ -195,7 +197,8 @@ int eval_classify(const RunConfig& config, const fs::path& checkpoint) {
   const RunConfig stored = stored_config(checkpoint);
   std::unique_ptr<nn::SequenceClassifier> model = load_classifier(stored, checkpoint);
   // The run's own labels, so that ids mean what they meant in training.
-  ClassifyData data = load_data(with_labels(config, stored.get<std::vector<std::string>>("classify.labels")));
+  const auto& labels = stored.get<std::vector<std::string>>("classify.labels");
+  ClassifyData data = load_data(with_labels(config, labels));
   NoGradGuard no_grad;
   ClassifierEval e = evaluate_classifier(*model, *data.val, config.train.batch_size, 0);
   print_eval(checkpoint.string(), read_checkpoint_info(checkpoint).step, eval_metrics(e));
@@ -249,9 +252,9 @@ int train_classify(const RunConfig& config) {
   // head keeps its init unless the source is a classifier of the same shape. A resume then
   // overwrites all of it with the run's own checkpoint.
   if (!source.empty())
-    init_from_checkpoint(*model, source,
-                         {.allow_missing = {"head.*"},
-                          .allow_unexpected = {"lm_head.*", "mlm.*", "nsp.*"}});
+    init_from_checkpoint(
+        *model, source,
+        {.allow_missing = {"head.*"}, .allow_unexpected = {"lm_head.*", "mlm.*", "nsp.*"}});
   std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(run, model->named_parameters());
 
   const int64_t B = config.train.batch_size;

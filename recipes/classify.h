@@ -1,5 +1,5 @@
-// Recipe classify: a text classifier on a pretrained GPT (ULMFiT's concat-pooling head) or BERT (the
-// [CLS] pooler), trained with cross-entropy on labelled records, with ULMFiT's discriminative
+// Recipe classify: a text classifier on a pretrained GPT (ULMFiT's concat-pooling head) or BERT
+// (the [CLS] pooler), trained with cross-entropy on labelled records, with ULMFiT's discriminative
 // learning rates, slanted triangular schedule and gradual unfreezing as optimizer and schedule keys
 // (docs/recipes/classify.md).
 #pragma once

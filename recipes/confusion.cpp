@@ -76,8 +76,8 @@ std::string Confusion::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   const size_t n = labels_.size();
   for (size_t t = 0; t < n; ++t)
-    rows.push_back(std::vector<int64_t>(counts_.begin() + long(t * n),
-                                        counts_.begin() + long((t + 1) * n)));
+    rows.push_back(
+        std::vector<int64_t>(counts_.begin() + long(t * n), counts_.begin() + long((t + 1) * n)));
   return nlohmann::json{{"labels", labels_}, {"confusion", rows}}.dump() + "\n";
 }
 
@@ -159,8 +159,7 @@ std::string Confusion::to_html() const {
   // Room on the right for the last rotated column label, and for the title.
   const int w = std::max(left + cell * int(n) + 60, 440), h = top + cell * int(n) + 30;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
-    << "\" viewBox=\"0 0 " << w << ' ' << h
-    << "\" role=\"img\" aria-label=\"confusion matrix\">\n"
+    << "\" viewBox=\"0 0 " << w << ' ' << h << "\" role=\"img\" aria-label=\"confusion matrix\">\n"
     << "<text class=\"t\" x=\"4\" y=\"16\">confusion matrix (rows: true, columns: "
        "predicted)</text>\n";
   for (int64_t p = 0; p < n; ++p)

@@ -19,11 +19,15 @@ namespace {
 
 constexpr const char* kFile = "classifier.txt";
 
-std::vector<double> values(const Tensor& t) { return t.to(DType::f64).contiguous().to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to(DType::f64).contiguous().to_vector<double>();
+}
 
 TEST(ConcatPool, HeadMatchesPyTorchGoldens) {
   const testing::Goldens g = testing::load_goldens(kFile);
-  auto golden = [&](const std::string& name) { return testing::golden_values(g, "head." + name, kFile); };
+  auto golden = [&](const std::string& name) {
+    return testing::golden_values(g, "head." + name, kFile);
+  };
   const int64_t B = 3, L = 5, C = 4, H = 6, K = 3;
   Tensor hidden = from_vector(golden("hidden"), {B, L, C}, DType::f64);
   hidden.set_requires_grad(true);
@@ -62,9 +66,9 @@ TEST(ConcatPool, HeadMatchesPyTorchGoldens) {
 TEST(ConcatPool, GradientsMatchFiniteDifferences) {
   const Tensor mask = testing::ids({1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 5});
   const Tensor hidden = testing::randn({2, 5, 3}, 7);
-  EXPECT_EQ(testing::gradcheck([&](const auto& in) { return nn::concat_pool(in[0], mask); },
-                               {hidden}),
-            "");
+  EXPECT_EQ(
+      testing::gradcheck([&](const auto& in) { return nn::concat_pool(in[0], mask); }, {hidden}),
+      "");
 }
 
 TEST(ConcatPool, PaddingTakesNoPart) {
@@ -77,16 +81,20 @@ TEST(ConcatPool, PaddingTakesNoPart) {
   // h_last is the last real token, max and mean only over real ones.
   const std::vector<double> pooled = values(nn::concat_pool(real, mask3));
   const std::vector<double> h = values(real);
-  EXPECT_EQ(pooled[0], h[2 * 4 + 0]);           // row 0: 3 real tokens, last at t = 2
+  EXPECT_EQ(pooled[0], h[2 * 4 + 0]);            // row 0: 3 real tokens, last at t = 2
   EXPECT_EQ(pooled[12 + 0], h[12 + 1 * 4 + 0]);  // row 1: 2 real tokens, last at t = 1
   EXPECT_DOUBLE_EQ(pooled[12 + 8], (h[12 + 0] + h[12 + 4]) / 2);  // row 1's mean, channel 0
 }
 
 TEST(ConcatPool, RefusesEmptyRowsAndPaddingBeforeATextEnds) {
   const Tensor hidden = testing::randn({2, 3, 2}, 1).detach();
-  EXPECT_EQ(testing::exit_code_of([&] { nn::concat_pool(hidden, testing::ids({1, 1, 0, 0, 0, 0}, {2, 3})); }),
+  EXPECT_EQ(testing::exit_code_of([&] {
+              nn::concat_pool(hidden, testing::ids({1, 1, 0, 0, 0, 0}, {2, 3}));
+            }),
             ExitCode::usage);
-  EXPECT_EQ(testing::exit_code_of([&] { nn::concat_pool(hidden, testing::ids({1, 0, 1, 1, 1, 1}, {2, 3})); }),
+  EXPECT_EQ(testing::exit_code_of([&] {
+              nn::concat_pool(hidden, testing::ids({1, 0, 1, 1, 1, 1}, {2, 3}));
+            }),
             ExitCode::usage);
 }
 
@@ -102,7 +110,8 @@ TEST(GPTClassifier, NamesAreTheBackbonesWithoutTheLMHeadPlusTheHead) {
   std::vector<std::string> names, backbone;
   for (const auto& [name, t] : model.named_parameters()) names.push_back(name);
   for (const auto& [name, t] : gpt.named_parameters()) backbone.push_back(name);
-  backbone.insert(backbone.end(), {"head.fc.weight", "head.fc.bias", "head.out.weight", "head.out.bias"});
+  backbone.insert(backbone.end(),
+                  {"head.fc.weight", "head.fc.bias", "head.out.weight", "head.out.bias"});
   EXPECT_EQ(names, backbone);  // the head last: above the blocks for layer-wise rates
   // The backbone draws its init as a GPT of the same seed does.
   EXPECT_EQ(values(model.named_parameters()[0].tensor), values(gpt.named_parameters()[0].tensor));
@@ -122,7 +131,8 @@ TEST(GPTClassifier, PaddingChangesNothing) {
   const Tensor mask = testing::ids({1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 5});
   const Tensor more_ids = testing::ids({3, 1, 4, 1, 5, 7, 7, 9, 2, 6, 8, 8, 8, 8}, {2, 7});
   const Tensor more_mask = testing::ids({1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0}, {2, 7});
-  const std::vector<double> a = values(model.forward(ids, mask)), b = values(model.forward(more_ids, more_mask));
+  const std::vector<double> a = values(model.forward(ids, mask)),
+                            b = values(model.forward(more_ids, more_mask));
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6) << i;
 }
@@ -153,11 +163,12 @@ TEST(GPTClassifier, ALongTextRunsAsWindowsOfTheContextPooledTogether) {
 
 TEST(GPTClassifier, RefusesBadHeadSizes) {
   Generator gen(1);
-  for (nn::ClassifierHeadConfig bad : {nn::ClassifierHeadConfig{.num_labels = 1},
-                                       nn::ClassifierHeadConfig{.hidden = 0},
-                                       nn::ClassifierHeadConfig{.dropout = 1.0}})
-    EXPECT_EQ(testing::exit_code_of([&] { nn::GPTClassifier(testing::tiny_gpt_config(), bad, gen); }),
-              ExitCode::usage);
+  for (nn::ClassifierHeadConfig bad :
+       {nn::ClassifierHeadConfig{.num_labels = 1}, nn::ClassifierHeadConfig{.hidden = 0},
+        nn::ClassifierHeadConfig{.dropout = 1.0}})
+    EXPECT_EQ(
+        testing::exit_code_of([&] { nn::GPTClassifier(testing::tiny_gpt_config(), bad, gen); }),
+        ExitCode::usage);
 }
 
 TEST(BertClassifier, IsTheTanhPoolerOnCLSThenALinearAndIgnoresPadding) {

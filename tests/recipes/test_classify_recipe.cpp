@@ -134,15 +134,17 @@ TEST_F(ClassifyRecipe, AShortRunLearnsTheClassesAndEvalPredictAndReportAgree) {
   EXPECT_NE(out.find("val_macro_f1 " + g6(f1.at(40)) + "\n"), std::string::npos) << out;
   EXPECT_NE(out.find("confusion (rows: true label, columns: predicted)"), std::string::npos) << out;
 
-  testing::write_file(dir_ / "texts.txt", "bark the fetch a bone of leash\n\n"
-                                          "meow and purr the mouse of whisker\n");
+  testing::write_file(dir_ / "texts.txt",
+                      "bark the fetch a bone of leash\n\n"
+                      "meow and purr the mouse of whisker\n");
   auto [pcode, pout] = forge_output("predict --checkpoint " + (dir_ / "run").string() +
                                     " --input " + (dir_ / "texts.txt").string());
   ASSERT_EQ(pcode, 0) << pout;
   EXPECT_EQ(pout.rfind("dog\t", 0), 0u) << pout;  // one line per non-blank line
   EXPECT_NE(pout.find("\ncat\t"), std::string::npos) << pout;
   EXPECT_EQ(std::count(pout.begin(), pout.end(), '\n'), 2) << pout;
-  testing::write_file(dir_ / "texts.jsonl", "{\"text\": \"tweet tweet wings\", \"label\": \"bird\"}\n");
+  testing::write_file(dir_ / "texts.jsonl",
+                      "{\"text\": \"tweet tweet wings\", \"label\": \"bird\"}\n");
   auto [jcode, jout] = forge_output("predict --checkpoint " + (dir_ / "run").string() +
                                     " --input " + (dir_ / "texts.jsonl").string());
   ASSERT_EQ(jcode, 0) << jout;
@@ -191,8 +193,8 @@ TEST_F(ClassifyRecipe, EachBlockStartsOnItsUnfreezingStepAtItsDiscriminativeRate
 
   // The logged rate is STLR's (ULMFiT eq. 3) at each step.
   const std::map<int64_t, double> lr = losses(dir_ / "ulmfit", "train", "lr");
-  optim::ScheduleSpec stlr{.name = "stlr", .base_lr = 1e-2, .max_steps = steps, .cut_frac = 0.3,
-                           .ratio = 32};
+  optim::ScheduleSpec stlr{
+      .name = "stlr", .base_lr = 1e-2, .max_steps = steps, .cut_frac = 0.3, .ratio = 32};
   for (int64_t s = 1; s <= steps; ++s)
     EXPECT_DOUBLE_EQ(lr.at(s), optim::learning_rate(stlr, s - 1)) << "step " << s;
   // cut = floor(9 * 0.3) = 2: the rate rises for 2 updates, peaks, then falls to lr / 32.
@@ -207,8 +209,9 @@ TEST_F(ClassifyRecipe, EachBlockStartsOnItsUnfreezingStepAtItsDiscriminativeRate
   std::map<int64_t, std::map<std::string, std::vector<float>>> at;
   for (int64_t s = 1; s <= steps; ++s)
     at[s] = [&] {
-      CheckpointData d = load_checkpoint(checkpoint_path(dir_ / "ulmfit", s),
-                                         read_checkpoint_info(checkpoint_path(dir_ / "ulmfit", s)).model);
+      CheckpointData d =
+          load_checkpoint(checkpoint_path(dir_ / "ulmfit", s),
+                          read_checkpoint_info(checkpoint_path(dir_ / "ulmfit", s)).model);
       std::map<std::string, std::vector<float>> out;
       for (const NamedTensor& t : d.model) out[t.name] = t.tensor.to_vector<float>();
       return out;
@@ -236,32 +239,37 @@ TEST_F(ClassifyRecipe, EachBlockStartsOnItsUnfreezingStepAtItsDiscriminativeRate
 }
 
 TEST_F(ClassifyRecipe, BadRecordsAndLabelsAreDataErrorsNamingTheFileAndLine) {
-  testing::write_file(dir_ / "bad.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\n"
-                                          "{\"text\": \"b\", \"labl\": \"y\"}\n");
-  auto [code, out] = forge_output("train " + write_config("bad").string() + " data.train=" +
-                                  (dir_ / "bad.jsonl").string());
+  testing::write_file(dir_ / "bad.jsonl",
+                      "{\"text\": \"a\", \"label\": \"x\"}\n"
+                      "{\"text\": \"b\", \"labl\": \"y\"}\n");
+  auto [code, out] = forge_output("train " + write_config("bad").string() +
+                                  " data.train=" + (dir_ / "bad.jsonl").string());
   EXPECT_EQ(code, 3) << out;
   EXPECT_NE(out.find((dir_ / "bad.jsonl").string() + ":2: unknown field \"labl\""),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
 
-  testing::write_file(dir_ / "one.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\n"
-                                          "{\"text\": \"b\", \"label\": \"x\"}\n");
-  std::tie(code, out) = forge_output("train " + write_config("one").string() + " data.train=" +
-                                     (dir_ / "one.jsonl").string());
+  testing::write_file(dir_ / "one.jsonl",
+                      "{\"text\": \"a\", \"label\": \"x\"}\n"
+                      "{\"text\": \"b\", \"label\": \"x\"}\n");
+  std::tie(code, out) = forge_output("train " + write_config("one").string() +
+                                     " data.train=" + (dir_ / "one.jsonl").string());
   EXPECT_EQ(code, 3) << out;
   EXPECT_NE(out.find("the records have 1 label; a classifier needs at least 2"), std::string::npos)
       << out;
 
-  std::tie(code, out) = forge_output("train " + write_config("missing").string() +
-                                     " classify.labels=[cat,horse]");
+  std::tie(code, out) =
+      forge_output("train " + write_config("missing").string() + " classify.labels=[cat,horse]");
   EXPECT_EQ(code, 3) << out;
   EXPECT_NE(out.find("no record has the label 'horse' (the data has: bird, cat, dog)"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
 
-  std::tie(code, out) = forge_output("train " + write_config("same").string() +
-                                     " classify.labels=[cat,cat]");
+  std::tie(code, out) =
+      forge_output("train " + write_config("same").string() + " classify.labels=[cat,cat]");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("classify.labels: list two or more distinct labels"), std::string::npos) << out;
+  EXPECT_NE(out.find("classify.labels: list two or more distinct labels"), std::string::npos)
+      << out;
 }
 
 TEST_F(ClassifyRecipe, ChosenLabelsKeepTheirOrderAndJsonlRecordsTrainToo) {
@@ -288,7 +296,8 @@ TEST_F(ClassifyRecipe, ABertClassifierTrainsFromRandomInit) {
       << "model: {arch: bert, vocab_size: 260, context: 48, d_model: 32, n_layers: 2, n_heads: 2, "
          "dropout: 0.0}\n"
       << "data: {tokenizer: bytes, special_tokens: [\"[PAD]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"], "
-         "train: " << (dir_ / "records").string() << ", val_fraction: 0.2}\n"
+         "train: "
+      << (dir_ / "records").string() << ", val_fraction: 0.2}\n"
       << "optimizer: {name: adamw, lr: 3.0e-3}\n"
       << "train: {batch_size: 8, max_steps: 40, eval_every: 20, log_every: 1}\n"
       << "classify: {max_len: 48, dropout: 0.0}\n";
@@ -306,11 +315,12 @@ TEST_F(ClassifyRecipe, ABertClassifierTrainsFromRandomInit) {
   EXPECT_TRUE(names.count("head.out.weight"));
   EXPECT_FALSE(names.count("nsp.weight"));
   // A BERT reads at most its context.
-  std::tie(code, out) = forge_output("validate " + (dir_ / "bert.yaml").string() +
-                                     " classify.max_len=64");
+  std::tie(code, out) =
+      forge_output("validate " + (dir_ / "bert.yaml").string() + " classify.max_len=64");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("classify.max_len: a BERT reads at most model.context tokens (48)"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 namespace forge {
 namespace {
 
-// truth a: 3 right, 1 called b; truth b: 2 right, 2 called a; truth c: none; c predicted once for a.
+// truth a: 3 right, 1 called b; truth b: 2 right, 2 called a; truth c: none; c predicted once for
+// a.
 Confusion example() {
   Confusion m({"a", "b", "c"});
   m.add(0, 0, 3);
@@ -55,11 +56,11 @@ TEST(Confusion, JsonRoundTripAndRefusals) {
   EXPECT_EQ(back->labels(), m.labels());
   for (int64_t t = 0; t < 3; ++t)
     for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(back->count(t, p), m.count(t, p));
-  for (const char* bad : {"", "[]", "{\"labels\": [\"a\"]}",
-                          "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, 2]]}",
-                          "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, 2], [3]]}",
-                          "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, -2], [3, 4]]}",
-                          "{\"labels\": [1, \"b\"], \"confusion\": [[1, 2], [3, 4]]}"})
+  for (const char* bad :
+       {"", "[]", "{\"labels\": [\"a\"]}", "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, 2]]}",
+        "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, 2], [3]]}",
+        "{\"labels\": [\"a\", \"b\"], \"confusion\": [[1, -2], [3, 4]]}",
+        "{\"labels\": [1, \"b\"], \"confusion\": [[1, 2], [3, 4]]}"})
     EXPECT_FALSE(Confusion::from_json(bad)) << bad;
 }
 
