@@ -129,6 +129,14 @@ Confusion confusion_from_sums(const std::vector<std::string>& labels,
   return m;
 }
 
+// Rows [first, first + count) of `dataset` in order (count clipped at the end): evaluation and
+// prediction walk a dataset this way.
+RecordBatch rows_from(const RecordDataset& dataset, int64_t first, int64_t count) {
+  std::vector<int64_t> rows;
+  for (int64_t r = first; r < std::min(dataset.size(), first + count); ++r) rows.push_back(r);
+  return RecordLoader::make_batch(dataset, std::move(rows));
+}
+
 Metrics eval_metrics(const ClassifierEval& e) {
   return {{"loss", e.loss}, {"acc", e.confusion.accuracy()}, {"macro_f1", e.confusion.macro_f1()}};
 }
@@ -224,13 +232,11 @@ int predict_classify(const RunConfig& stored, const fs::path& checkpoint, const 
   NoGradGuard no_grad;
   const int64_t B = stored.train.batch_size, n = rows.size();
   for (int64_t first = 0; first < n; first += B) {
-    std::vector<int64_t> batch_rows;
-    for (int64_t r = first; r < std::min(n, first + B); ++r) batch_rows.push_back(r);
-    const RecordBatch batch = RecordLoader::make_batch(rows, batch_rows);
+    const RecordBatch batch = rows_from(rows, first, B);
     const Tensor probs = softmax(model->forward(batch.ids, batch.mask), -1);
     const std::vector<float> p = probs.contiguous().to_vector<float>();
     const auto K = int64_t(labels.size());
-    for (int64_t b = 0; b < int64_t(batch_rows.size()); ++b) {
+    for (int64_t b = 0; b < int64_t(batch.indices.size()); ++b) {
       const float* row = p.data() + b * K;
       const int64_t best = std::max_element(row, row + K) - row;
       std::printf("%s\t%.4f\n", labels[size_t(best)].c_str(), double(row[best]));
@@ -313,10 +319,8 @@ ClassifierEval evaluate_classifier(const nn::SequenceClassifier& model,
   double total = 0;
   int64_t seen = 0;
   for (int64_t first = 0; first < n && (first == 0 || !stop_requested()); first += batch_size) {
-    std::vector<int64_t> batch_rows;
-    for (int64_t r = first; r < std::min(n, first + batch_size); ++r) batch_rows.push_back(r);
-    const RecordBatch batch = RecordLoader::make_batch(dataset, batch_rows);
-    MicroBatchLoss r = classify_loss(model, batch);
+    MicroBatchLoss r =
+        classify_loss(model, rows_from(dataset, first, std::min(batch_size, n - first)));
     total += r.loss_sum.item();
     seen += r.num_targets;
     e.confusion.merge(confusion_from_sums(dataset.label_names, r.sums));
