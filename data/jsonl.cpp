@@ -42,6 +42,7 @@ JsonlObject parse_line(std::string_view line, std::string where, const JsonlSche
     throw Error(ExitCode::data, detail::concat(where, ": expected an object with ",
                                                field_list(schema.fields), ", got ", j.type_name()));
   for (const auto& item : j.items()) {
+    if (schema.open) break;
     bool known = false;
     for (const std::string& f : schema.fields) known = known || item.key() == f;
     if (!known)

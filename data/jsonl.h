@@ -26,6 +26,9 @@ struct JsonlSchema {
   std::string a_record;  ///< "an SFT record"
   std::vector<std::string> fields;
   int64_t max_bytes = int64_t{1} << 30;
+  /// Fields outside `fields` are kept instead of refused: for tools that add to records of other
+  /// tools (forge score adds a reward to forge generate's records).
+  bool open = false;
 };
 
 /// The objects of `file`. Throws Error(data) naming "file:line" for a line that is not JSON (with

@@ -3,6 +3,7 @@
 #include "data/preference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 
 #include "core/checksum.h"
@@ -13,12 +14,23 @@
 namespace forge {
 
 std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file) {
-  const JsonlSchema schema{"preference", "a preference record", {"prompt", "chosen", "rejected"},
+  const JsonlSchema schema{"preference",
+                           "a preference record",
+                           {"prompt", "chosen", "rejected", "margin"},
                            kMaxPreferenceFileBytes};
   std::vector<PreferenceRecord> records;
-  for (const JsonlObject& o : read_jsonl_objects(file, schema))
-    records.push_back({jsonl_string(o, "prompt"), jsonl_nonempty_string(o, "chosen"),
-                       jsonl_nonempty_string(o, "rejected")});
+  for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
+    PreferenceRecord r{jsonl_string(o, "prompt"), jsonl_nonempty_string(o, "chosen"),
+                       jsonl_nonempty_string(o, "rejected")};
+    if (o.value.contains("margin")) {
+      const nlohmann::json& m = o.value.at("margin");
+      if (!m.is_number() || !std::isfinite(m.get<double>()))
+        throw Error(ExitCode::data,
+                    o.where + ": field \"margin\" must be a finite number, got " + m.dump());
+      r.margin = m.get<double>();
+    }
+    records.push_back(std::move(r));
+  }
   return records;
 }
 
@@ -74,13 +86,16 @@ PreferenceDataset tokenize_preferences(const std::vector<PreferenceRecord>& reco
     out.chosen.push_back(std::move(chosen));
     out.rejected.push_back(std::move(rejected));
     out.prompt_len.push_back(prompt_len);
+    out.margin.push_back(records[i].margin);
   }
   return out;
 }
 
 uint64_t fingerprint(const PreferenceDataset& dataset) {
   const uint64_t h = fingerprint_rows(dataset.rejected, fingerprint_rows(dataset.chosen));
-  return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+  const uint64_t p =
+      fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+  return fnv1a64(dataset.margin.data(), dataset.margin.size() * sizeof(double), p);
 }
 
 PreferenceSplit split_preferences_by_fraction(const PreferenceDataset& dataset,
@@ -93,6 +108,7 @@ PreferenceSplit split_preferences_by_fraction(const PreferenceDataset& dataset,
       out->chosen.push_back(dataset.chosen[static_cast<size_t>(r)]);
       out->rejected.push_back(dataset.rejected[static_cast<size_t>(r)]);
       out->prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+      if (!dataset.margin.empty()) out->margin.push_back(dataset.margin[static_cast<size_t>(r)]);
     }
     return std::shared_ptr<const PreferenceDataset>(std::move(out));
   };
@@ -118,8 +134,23 @@ PreferenceBatch PreferenceLoader::make_batch(const PreferenceDataset& dataset,
   NextTokenRows scored = next_token_rows(tokens, prompt_len);
   std::vector<double> counts(scored.targets_per_row.begin(), scored.targets_per_row.end());
   const auto n = static_cast<int64_t>(counts.size());
-  return {std::move(scored.ids), std::move(scored.targets), std::move(scored.mask),
-          from_vector(counts, {n}, DType::i64), std::move(rows)};
+  std::vector<std::vector<int32_t>> whole;
+  for (std::span<const int32_t> t : tokens) whole.emplace_back(t.begin(), t.end());
+  const int64_t width = longest_row(whole);
+  std::vector<double> margins;
+  for (int64_t r : rows)
+    margins.push_back(dataset.margin.empty() ? 0.0 : dataset.margin[static_cast<size_t>(r)]);
+  const auto pairs = static_cast<int64_t>(rows.size());
+  PreferenceBatch batch;
+  batch.ids = std::move(scored.ids);
+  batch.targets = std::move(scored.targets);
+  batch.mask = std::move(scored.mask);
+  batch.target_counts = from_vector(counts, {n}, DType::i64);
+  batch.rows = pad_rows(whole, width, 0);
+  batch.row_mask = padding_mask(whole, width);
+  batch.margins = from_vector(margins, {pairs}, DType::f32);
+  batch.indices = std::move(rows);
+  return batch;
 }
 
 PreferenceBatch PreferenceLoader::next() { return make_batch(*dataset_, sampler_.next()); }

@@ -17,18 +17,22 @@
 
 namespace forge {
 
-/// One comparison: `chosen` is the preferred response to `prompt`, `rejected` the other.
+/// One comparison: `chosen` is the preferred response to `prompt`, `rejected` the other. `margin`
+/// (optional in the file, 0 when absent) is how much better chosen is: a reward model's
+/// Bradley-Terry loss asks r_chosen - r_rejected to exceed it (Llama 2's margin, TRL's "margin").
 struct PreferenceRecord {
   std::string prompt, chosen, rejected;
+  double margin = 0;
 };
 
 /// Largest preference file read_preference_jsonl accepts (bigger data belongs in several files).
 constexpr int64_t kMaxPreferenceFileBytes = int64_t{1} << 30;
 
 /// Records of a JSONL file, one object {"prompt": string, "chosen": string, "rejected": string} a
-/// line; blank lines are skipped; the prompt may be empty, the responses may not. Throws
-/// Error(data) with one line naming "file:line" and the field for a line that is not JSON, not an
-/// object, misses a field, has one that is not a string, an empty response or an unknown field; and
+/// line, and optionally "margin": a finite number; blank lines are skipped; the prompt may be
+/// empty, the responses may not. Throws Error(data) with one line naming "file:line" and the field
+/// for a line that is not JSON, not an object, misses a field, has one of the wrong type, an empty
+/// response, a margin that is not a finite number or an unknown field; and
 /// naming the file when it is missing, not a regular file, too large or holds no records.
 std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file);
 
@@ -49,10 +53,12 @@ struct PreferenceTruncation {
 };
 
 /// Tokenized pairs: chosen[i] and rejected[i] are prompt ids followed by that response's ids (both
-/// as truncated); prompt_len[i] is the number of prompt ids at the start of both.
+/// as truncated); prompt_len[i] is the number of prompt ids at the start of both; margin[i] the
+/// record's margin (an empty `margin` means 0 for every pair).
 struct PreferenceDataset {
   std::vector<std::vector<int32_t>> chosen, rejected;
   std::vector<int64_t> prompt_len;
+  std::vector<double> margin;
   int64_t size() const { return static_cast<int64_t>(chosen.size()); }
 };
 
@@ -66,8 +72,8 @@ PreferenceDataset tokenize_preferences(const std::vector<PreferenceRecord>& reco
                                        const std::vector<int32_t>& end_of_text,
                                        const PreferenceTruncation& truncation = {});
 
-/// 64-bit FNV-1a over the chosen rows, the rejected rows (count, lengths, ids) and every
-/// prompt_len.
+/// 64-bit FNV-1a over the chosen rows, the rejected rows (count, lengths, ids), every prompt_len
+/// and every margin.
 uint64_t fingerprint(const PreferenceDataset& dataset);
 
 struct PreferenceSplit {
@@ -83,9 +89,12 @@ PreferenceSplit split_preferences_by_fraction(const PreferenceDataset& dataset,
 /// row B + b its rejected row. ids, targets and mask i64 [2B, L-1] as next_token_rows
 /// (data/batch.h) makes them: targets[r][j] = row[j+1] where prompt_len <= j+1 < the row's length,
 /// else -100, so only response tokens (and their end-of-text) are scored; target_counts i64 [2B] is
-/// each row's number of scored positions (what IPO's per-token average divides by).
+/// each row's number of scored positions (what IPO's per-token average divides by). A reward
+/// model reads whole rows instead: rows i64 [2B, L] (padded with 0) and row_mask i64 [2B, L], 1 on
+/// real tokens; margins f32 [B] are the pairs' margins.
 struct PreferenceBatch {
   Tensor ids, targets, mask, target_counts;
+  Tensor rows, row_mask, margins;
   std::vector<int64_t> indices;
   int64_t pairs() const { return static_cast<int64_t>(indices.size()); }
 };

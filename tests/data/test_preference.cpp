@@ -152,6 +152,7 @@ TEST(PreferenceData, BatchPutsChosenRowsFirstAndScoresOnlyResponses) {
   d.chosen = {{10, 11, 12, 13, 1}, {20, 21, 1}};
   d.rejected = {{10, 11, 14, 1}, {20, 22, 23, 24, 1}};
   d.prompt_len = {2, 1};
+  d.margin = {0.5, 2.0};
   const PreferenceBatch b = PreferenceLoader::make_batch(d, {1, 0});
   constexpr int64_t I = kIgnore;
   ASSERT_EQ(I, -100);
@@ -168,6 +169,13 @@ TEST(PreferenceData, BatchPutsChosenRowsFirstAndScoresOnlyResponses) {
                                               1, 1, 1, 1,  1, 1, 1, 0}));
   EXPECT_EQ(b.target_counts.dtype(), DType::i64);
   EXPECT_EQ(b.target_counts.to_vector<int64_t>(), (I64{2, 3, 4, 2}));
+  // A reward model's view: whole rows, the same order, padded to the longest (5).
+  ASSERT_EQ(b.rows.shape(), (Shape{4, 5}));
+  EXPECT_EQ(b.rows.to_vector<int64_t>(), (I64{20, 21, 1, 0, 0,    10, 11, 12, 13, 1,
+                                              20, 22, 23, 24, 1,  10, 11, 14, 1, 0}));
+  EXPECT_EQ(b.row_mask.to_vector<int64_t>(), (I64{1, 1, 1, 0, 0,  1, 1, 1, 1, 1,
+                                                  1, 1, 1, 1, 1,  1, 1, 1, 1, 0}));
+  EXPECT_EQ(b.margins.to_vector<float>(), (std::vector<float>{2.0f, 0.5f}));
 }
 
 TEST(PreferenceData, NoPromptTokenIsEverATarget) {
