@@ -89,6 +89,20 @@ Tensor concat_pool(const Tensor& hidden, const Tensor& mask) {
   return cat({h_last, h_max, h_mean}, -1);
 }
 
+Tensor last_token(const Tensor& hidden, const Tensor& mask) {
+  FORGE_CHECK(hidden.dim() == 3, "last_token: hidden must be [B, L, C], got ",
+              shape_str(hidden.shape()));
+  FORGE_CHECK(mask.dim() == 2 && mask.size(0) == hidden.size(0) && mask.size(1) == hidden.size(1),
+              "last_token: mask ", shape_str(mask.shape()), " does not match hidden ",
+              shape_str(hidden.shape()));
+  const int64_t B = hidden.size(0), L = hidden.size(1), C = hidden.size(2);
+  const std::vector<int64_t> lengths = prefix_lengths(mask);
+  std::vector<double> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = double(b * L + lengths[size_t(b)] - 1);
+  return index_select(reshape(hidden.contiguous(), {B * L, C}), 0,
+                      from_vector(rows, {B}, DType::i64));
+}
+
 void check_config(const ClassifierHeadConfig& config) {
   if (config.num_labels < 2)
     throw Error(ExitCode::usage,
@@ -132,6 +146,24 @@ Tensor GPTClassifier::head_logits(const Tensor& features) const {
 
 Tensor GPTClassifier::forward(const Tensor& ids, const Tensor& mask) const {
   return head_logits(features(ids, mask));
+}
+
+GPTRewardModel::GPTRewardModel(const GPTConfig& config, Generator& gen) {
+  gpt_ = std::make_shared<GPT>(config, gen);
+  adopt_children(*this, *gpt_, {"lm_head"});
+  auto h = register_module("head", std::make_shared<Module>());
+  score = h->register_module("score", std::make_shared<Linear>(config.d_model, 1, false, gen));
+}
+
+Tensor GPTRewardModel::forward(const Tensor& ids, const Tensor& mask) const {
+  check_inputs(ids, mask, "GPTRewardModel");
+  FORGE_CHECK(ids.size(1) <= gpt_->config().context, "GPTRewardModel: rows of ", ids.size(1),
+              " tokens do not fit the context of ", gpt_->config().context);
+  return score->forward(last_token(gpt_->forward(ids, GPTOutput::hidden), mask));
+}
+
+Tensor GPTRewardModel::rewards(const Tensor& ids, const Tensor& mask) const {
+  return reshape(forward(ids, mask), {ids.size(0)});
 }
 
 BertClassifier::BertClassifier(const BertConfig& config, const ClassifierHeadConfig& head,

@@ -75,6 +75,33 @@ class GPTClassifier : public SequenceClassifier {
   ClassifierHeadConfig head_;
 };
 
+/// The hidden state of each row's last real token: hidden [B, L, C], mask [B, L] as concat_pool
+/// takes it (real tokens first, at least one) -> [B, C]. Same errors as concat_pool.
+Tensor last_token(const Tensor& hidden, const Tensor& mask);
+
+/// A reward model (InstructGPT; TRL's RewardTrainer on AutoModelForSequenceClassification): a GPT
+/// whose last real token's hidden state goes through "head.score", a Linear(C, 1) without bias
+/// (PyTorch's default init), to one scalar per text. Texts fit the context: a reward is read off
+/// one window, and a longer text is an error rather than silently cut.
+class GPTRewardModel : public SequenceClassifier {
+ public:
+  /// Draws the backbone's init from `gen` exactly as GPT(config, gen) does, then the head's.
+  GPTRewardModel(const GPTConfig& config, Generator& gen);
+
+  /// ids, mask [B, L] i64 (L <= context; mask 1 on real tokens, which come first) -> [B, 1].
+  Tensor forward(const Tensor& ids, const Tensor& mask) const override;
+  /// forward as [B].
+  Tensor rewards(const Tensor& ids, const Tensor& mask) const;
+
+  const GPT& backbone() const { return *gpt_; }
+  void set_activation_checkpointing(bool on) override { gpt_->set_activation_checkpointing(on); }
+
+  std::shared_ptr<Linear> score;
+
+ private:
+  std::shared_ptr<GPT> gpt_;
+};
+
 /// BERT's sequence classifier (as Hugging Face's BertForSequenceClassification): the tanh pooler
 /// on [CLS], dropout, Linear(C, num_labels) ("head.out", N(0, init_std) as BERT's other layers).
 /// Texts are at most max_positions tokens, [CLS] first.

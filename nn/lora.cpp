@@ -111,7 +111,7 @@ void LoRALinear::adopt(Tensor w, Tensor b, Tensor a, Tensor bb) {
 // smallest).
 Tensor LoRALinear::forward(const Tensor& x) const {
   Tensor y = linear(x, weight, bias);
-  if (merged_) return y;
+  if (merged_ || !enabled_) return y;
   Tensor h = dropout_ > 0 ? dropout(x, dropout_, is_training()) : x;
   return y + linear(linear(h, lora_A) * scale_, lora_B);
 }
@@ -128,6 +128,12 @@ void LoRALinear::unmerge() {
   NoGradGuard no_grad;
   weight.copy_(weight - matmul(lora_B, lora_A) * scale_);
   merged_ = false;
+}
+
+void LoRALinear::set_adapters_enabled(bool on) {
+  if (!on && merged_)
+    throw Error(ExitCode::usage, "LoRALinear: cannot turn off adapters merged into the weight");
+  enabled_ = on;
 }
 
 std::vector<std::string> inject_lora(Module& model, const LoRAConfig& config, Generator& gen) {
@@ -170,6 +176,19 @@ void merge_lora(Module& model) {
 
 void unmerge_lora(Module& model) {
   for_each_lora(model, "unmerge_lora", [](LoRALinear& l) { l.unmerge(); });
+}
+
+AdaptersDisabled::AdaptersDisabled(Module& model) {
+  for_each_lora(model, "AdaptersDisabled", [&](LoRALinear& l) {
+    if (l.merged())
+      throw Error(ExitCode::usage, "AdaptersDisabled: a LoRA layer is merged into its weight");
+    layers_.push_back(&l);
+  });
+  for (LoRALinear* l : layers_) l->set_adapters_enabled(false);
+}
+
+AdaptersDisabled::~AdaptersDisabled() {
+  for (LoRALinear* l : layers_) l->set_adapters_enabled(true);
 }
 
 NamedTensors select_trainable(const NamedTensors& params, const std::vector<std::string>& include) {

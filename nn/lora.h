@@ -49,6 +49,10 @@ class LoRALinear : public UnaryModule {
   /// W -= s * B A, undoing merge() up to rounding. Error(usage) when not merged.
   void unmerge();
   bool merged() const { return merged_; }
+  /// With adapters off the layer is its base, x W^T + b (a DPO reference without a second copy of
+  /// the weights). Error(usage) when turning them off on a merged layer, whose W holds them.
+  void set_adapters_enabled(bool on);
+  bool adapters_enabled() const { return enabled_; }
 
   int64_t rank() const { return lora_A.size(0); }
   double scale() const { return scale_; }
@@ -66,6 +70,7 @@ class LoRALinear : public UnaryModule {
   double scale_;
   double dropout_;
   bool merged_ = false;
+  bool enabled_ = true;
 };
 
 /// Replaces every Linear whose dotted module path matches a pattern of config.targets ('*' any run
@@ -77,6 +82,19 @@ std::vector<std::string> inject_lora(Module& model, const LoRAConfig& config, Ge
 /// merge() / unmerge() on every LoRALinear of `model`. Error(usage) when it has none.
 void merge_lora(Module& model);
 void unmerge_lora(Module& model);
+
+/// Turns every LoRALinear of `model` into its base for its lifetime, and back on at the end.
+/// Error(usage) when `model` has no LoRALinear or one is merged.
+class AdaptersDisabled {
+ public:
+  explicit AdaptersDisabled(Module& model);
+  ~AdaptersDisabled();
+  AdaptersDisabled(const AdaptersDisabled&) = delete;
+  AdaptersDisabled& operator=(const AdaptersDisabled&) = delete;
+
+ private:
+  std::vector<LoRALinear*> layers_;
+};
 
 /// The parameters whose names match any of `include` (globs), in `params` order; sets
 /// requires_grad on them and clears it (and any gradient) on the rest, so backward skips the

@@ -137,6 +137,55 @@ TEST(GPTClassifier, PaddingChangesNothing) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6) << i;
 }
 
+TEST(LastToken, PicksEachRowsLastRealTokenAndPassesGradients) {
+  const Tensor hidden = testing::randn({2, 4, 3}, 9);
+  const Tensor mask = testing::ids({1, 1, 1, 0, 1, 1, 1, 1}, {2, 4});
+  const std::vector<double> h = values(hidden), last = values(nn::last_token(hidden, mask));
+  ASSERT_EQ(last.size(), 6u);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(last[size_t(c)], h[size_t(2 * 3 + c)]);           // row 0: t = 2
+    EXPECT_EQ(last[size_t(3 + c)], h[size_t(12 + 3 * 3 + c)]);  // row 1: t = 3
+  }
+  EXPECT_EQ(
+      testing::gradcheck([&](const auto& in) { return nn::last_token(in[0], mask); }, {hidden}),
+      "");
+}
+
+TEST(GPTRewardModel, AScalarOnTheLastRealTokenThatPaddingDoesNotChange) {
+  Generator gen(5);
+  nn::GPTRewardModel model(testing::tiny_gpt_config(), gen);
+  Generator g2(5);
+  nn::GPT gpt(testing::tiny_gpt_config(), g2);
+  std::vector<std::string> names, backbone;
+  for (const auto& [name, t] : model.named_parameters()) names.push_back(name);
+  for (const auto& [name, t] : gpt.named_parameters()) backbone.push_back(name);
+  backbone.push_back("head.score.weight");  // no bias, as Hugging Face's score head
+  EXPECT_EQ(names, backbone);
+
+  model.eval();
+  NoGradGuard no_grad;
+  const Tensor ids = testing::ids({3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {2, 5});
+  const Tensor mask = testing::ids({1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 5});
+  const std::vector<double> r = values(model.rewards(ids, mask));
+  ASSERT_EQ(r.size(), 2u);
+  // Row 1 alone, unpadded: the same reward.
+  const std::vector<double> alone =
+      values(model.rewards(testing::ids({9, 2}, {1, 2}), testing::ids({1, 1}, {1, 2})));
+  EXPECT_NEAR(r[1], alone[0], 1e-6);
+  // The reward is the score head on the backbone's final hidden state at the last real token.
+  const std::vector<double> h = values(gpt.forward(ids, nn::GPTOutput::hidden));
+  const std::vector<double> w = values(model.score->weight);
+  const int64_t C = testing::tiny_gpt_config().d_model;
+  double expect = 0;
+  for (int64_t c = 0; c < C; ++c) expect += w[size_t(c)] * h[size_t(4 * C + c)];  // row 0, t = 4
+  EXPECT_NEAR(r[0], expect, 1e-5);
+  // A row longer than the context is refused rather than cut.
+  const int64_t T = testing::tiny_gpt_config().context;
+  const Tensor long_ids = zeros({1, T + 1}, DType::i64);
+  testing::expect_error(ExitCode::internal, "do not fit the context",
+                        [&] { model.rewards(long_ids, full({1, T + 1}, 1, DType::i64)); });
+}
+
 TEST(GPTClassifier, ALongTextRunsAsWindowsOfTheContextPooledTogether) {
   nn::GPTClassifier model = tiny_classifier();
   model.eval();

@@ -295,6 +295,37 @@ TEST(LoRAInject, StartsAtTheBaseBitwiseAndKeepsBaseNames) {
   }
 }
 
+// A LoRA policy's DPO reference: with its adapters off the model is its base, bitwise, whatever
+// the adapters hold; they come back on at the end of the scope.
+TEST(LoRAInject, AdaptersOffIsTheBaseBitwise) {
+  Generator gen(11);
+  GPT m(tiny_gpt(false), gen);
+  const Tensor base = m.forward(some_ids());
+  Generator lg(1);
+  inject_lora(m, lora_config({"*.attn.qkv", "*.mlp.*"}), lg);
+  {
+    NoGradGuard no_grad;
+    for (NamedTensor p : m.named_parameters())
+      if (p.name.ends_with(".lora_B")) p.tensor.copy_(full(p.tensor.shape(), 0.05, p.tensor.dtype()));
+  }
+  const Tensor adapted = m.forward(some_ids());
+  ASSERT_GT(max_abs_diff(adapted, base), 1e-3);
+  {
+    AdaptersDisabled off(m);
+    EXPECT_EQ(max_abs_diff(m.forward(some_ids()), base), 0.0);
+  }
+  EXPECT_EQ(max_abs_diff(m.forward(some_ids()), adapted), 0.0);
+
+  merge_lora(m);
+  EXPECT_NE(error_of([&] { AdaptersDisabled off(m); }).find("merged"), std::string::npos);
+  unmerge_lora(m);  // restores W up to rounding; the failed guard turned nothing off
+  EXPECT_LT(max_abs_diff(m.forward(some_ids()), adapted), 1e-6);
+  Generator pg(2);
+  GPT plain(tiny_gpt(false), pg);
+  EXPECT_NE(error_of([&] { AdaptersDisabled off(plain); }).find("no LoRA layers"),
+            std::string::npos);
+}
+
 TEST(LoRAInject, SameSeedSameAdapters) {
   auto adapters = [](uint64_t seed) {
     Generator gen(0);
