@@ -41,7 +41,8 @@ RecipeSpec bert_pretrain_recipe() {
           .sections = {"bert"},
           .check = check_bert_pretrain,
           .train = train_bert,
-          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint) {
+          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint,
+                     const CommandOptions&) {
             return eval_bert(config, checkpoint.string());
           },
           .estimate = estimate_bert};

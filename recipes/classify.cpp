@@ -201,7 +201,7 @@ std::unique_ptr<nn::SequenceClassifier> load_classifier(const RunConfig& stored,
   return model;
 }
 
-int eval_classify(const RunConfig& config, const fs::path& checkpoint) {
+int eval_classify(const RunConfig& config, const fs::path& checkpoint, const CommandOptions&) {
   const RunConfig stored = stored_config(checkpoint);
   std::unique_ptr<nn::SequenceClassifier> model = load_classifier(stored, checkpoint);
   // The run's own labels, so that ids mean what they meant in training.

@@ -557,7 +557,7 @@ int train_distill(const RunConfig& config) {
   return train_bert_student(config, teacher);
 }
 
-int eval_distill(const RunConfig& config, const fs::path& checkpoint_file) {
+int eval_distill(const RunConfig& config, const fs::path& checkpoint_file, const CommandOptions&) {
   Teacher teacher = load_teacher(config);
   const DistillSettings s = distill_settings(config);
   const int64_t B = config.train.batch_size;

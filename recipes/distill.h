@@ -25,7 +25,8 @@ int train_distill(const RunConfig& config);
 
 /// `forge eval` for a distill run: the student's validation metrics (as its family's pretraining
 /// recipe reports them), the teacher's loss on the same data and their top-1 agreement.
-int eval_distill(const RunConfig& config, const std::filesystem::path& checkpoint_file);
+int eval_distill(const RunConfig& config, const std::filesystem::path& checkpoint_file,
+                 const CommandOptions& options = {});
 
 /// The teacher block each student block starts from under distill.init_from_teacher: none (empty),
 /// every_other (0, 2, 4, ...) or blocks (distill.teacher_blocks). Error(usage) naming the key

@@ -266,7 +266,7 @@ int train_finetune(const RunConfig& config) {
   return run_training(config, {run_model}, *optimizer, recipe);
 }
 
-int eval_finetune(const RunConfig& config, const fs::path& checkpoint_file) {
+int eval_finetune(const RunConfig& config, const fs::path& checkpoint_file, const CommandOptions&) {
   LoadedGPT loaded = load_gpt(checkpoint_file);
   FinetuneData data = load_data(config);
   NoGradGuard no_grad;

@@ -16,7 +16,8 @@ RecipeSpec finetune_recipe();
 ConfigSection finetune_section();
 
 int train_finetune(const RunConfig& config);
-int eval_finetune(const RunConfig& config, const std::filesystem::path& checkpoint_file);
+int eval_finetune(const RunConfig& config, const std::filesystem::path& checkpoint_file,
+                 const CommandOptions& options = {});
 
 /// Summed cross-entropy over the scored targets of an SFT batch (the completion and its
 /// end-of-text; prompt and padding positions are ignored), and their count.

@@ -30,7 +30,8 @@ RecipeSpec gpt_pretrain_recipe() {
           .sections = {},
           .check = check_model_family,
           .train = train_gpt,
-          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint) {
+          .eval = [](const RunConfig& config, const std::filesystem::path& checkpoint,
+                     const CommandOptions&) {
             return eval_gpt(config, checkpoint.string());
           },
           .estimate = estimate_gpt};

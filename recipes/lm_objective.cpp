@@ -1,6 +1,8 @@
 // The language-model objective GPT recipes share; see lm_objective.h.
 #include "recipes/lm_objective.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +141,25 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
   model.train(training);
   return "--- sample (" + std::to_string(options.max_new_tokens) + " tokens) ---\n" + prompt +
          tokenizer.decode({out.begin(), out.end()});
+}
+
+std::string completion_records(const std::vector<std::string>& prompts,
+                               const std::vector<nn::Completion>& completions,
+                               const Tokenizer& tokenizer) {
+  std::string jsonl;
+  for (const nn::Completion& c : completions) {
+    // ordered_json keeps the documented key order.
+    nlohmann::ordered_json record = {
+        {"prompt", prompts[size_t(c.prompt_index)]},
+        {"prompt_index", c.prompt_index},
+        {"sample_index", c.sample_index},
+        {"completion", tokenizer.decode({c.tokens.begin(), c.tokens.end()})},
+        {"tokens", c.tokens},
+        {"logprob", c.logprob},
+        {"finished", c.finished}};
+    jsonl += record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  }
+  return jsonl;
 }
 
 }  // namespace forge

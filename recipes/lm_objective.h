@@ -9,6 +9,7 @@
 
 #include "data/lm_data.h"
 #include "data/tokenizer.h"
+#include "nn/generate.h"
 #include "nn/gpt.h"
 #include "recipes/config.h"
 #include "recipes/metrics.h"
@@ -61,5 +62,12 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
 /// mode after.
 std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
                         const RunConfig& config);
+
+/// forge generate's JSON lines for `completions` of `prompts` (docs/generate.md, "The records"):
+/// prompt, prompt_index, sample_index, completion (decoded; invalid UTF-8 from a byte-level sample
+/// becomes U+FFFD, the exact ids are in "tokens"), tokens, logprob, finished.
+std::string completion_records(const std::vector<std::string>& prompts,
+                               const std::vector<nn::Completion>& completions,
+                               const Tokenizer& tokenizer);
 
 }  // namespace forge

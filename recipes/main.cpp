@@ -34,7 +34,9 @@
 #include "recipes/config.h"
 #include "recipes/gguf_export.h"
 #include "recipes/hf_model.h"
+#include "recipes/lm_objective.h"
 #include "recipes/registry.h"
+#include "recipes/reward_model.h"
 
 namespace forge {
 namespace {
@@ -58,6 +60,8 @@ constexpr const char* kUsage =
     "           [--output FILE.jsonl] [sampling options]   JSONL samples with log-probabilities\n"
     "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
     "                                      JSONL record of FILE\n"
+    "  score --checkpoint RM --input FILE.jsonl [--output FILE.jsonl]   a reward model's reward\n"
+    "                                      added to each record\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
@@ -152,6 +156,13 @@ const std::map<std::string, std::string> kCommandUsage = {
      "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
      "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
+    {"score",
+     "usage: forge score --checkpoint RM-RUN-or-FILE --input FILE.jsonl [--output FILE.jsonl]\n"
+     "                   [--batch-size N]\n"
+     "Adds a reward_model run's rewards to JSONL records and keeps their other fields: \"reward\"\n"
+     "for {\"prompt\", \"completion\"} (forge generate's records), \"reward_chosen\" and\n"
+     "\"reward_rejected\" for {\"prompt\", \"chosen\", \"rejected\"}. Writes --output whole at\n"
+     "the end, else stdout. --batch-size: texts per forward (default 64).\n"},
     {"predict",
      "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
      "Runs a trained model of a recipe that predicts (classify) on FILE: one text per non-blank\n"
@@ -198,20 +209,11 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
 }
 
 double number_option(const ParsedArgs& p, const std::string& name, double fallback) {
-  auto it = p.options.find(name);
-  if (it == p.options.end()) return fallback;
-  char* end = nullptr;
-  double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end)
-    usage_error(detail::concat("--", name, ": expected a number, got '", it->second, "'"));
-  return v;
+  return CommandOptions{p.options}.number(name, fallback);
 }
 
 int64_t integer_option(const ParsedArgs& p, const std::string& name, int64_t fallback) {
-  double v = number_option(p, name, double(fallback));
-  if (v != double(int64_t(v)))
-    usage_error(detail::concat("--", name, ": expected an integer, got '", p.options.at(name), "'"));
-  return int64_t(v);
+  return CommandOptions{p.options}.integer(name, fallback);
 }
 
 RunConfig config_from_args(const std::string& command, const std::vector<std::string>& args) {
@@ -262,7 +264,11 @@ int cmd_validate(const std::vector<std::string>& args) {
 int cmd_eval(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
-  ParsedArgs p = parse_args("eval", rest, {"data"});
+  std::vector<std::string> names = {"data"};
+  for (const RecipeSpec& r : recipe_registry())
+    for (const auto& [name, help] : r.eval_options)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  ParsedArgs p = parse_args("eval", rest, names);
   if (p.positional.size() != 1)
     usage_error("eval: expected one CONFIG, RUN-DIR or MODEL-DIR (see forge eval --help)");
   fs::path target = p.positional[0];
@@ -288,8 +294,42 @@ int cmd_eval(const std::vector<std::string>& args) {
   // evaluates too.
   const RecipeSpec& recipe = find_recipe(config.recipe);
   check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
+  CommandOptions options;
+  for (const auto& [name, value] : p.options) {
+    if (name == "data") continue;
+    bool known = false;
+    for (const auto& option : recipe.eval_options) known = known || option.first == name;
+    if (!known)
+      usage_error(detail::concat("eval: --", name, " is not an option of a ", config.recipe,
+                                 " run (see forge eval --help)"));
+    options.values[name] = value;
+  }
   if (file.empty()) file = resolve_checkpoint(config.output_dir);
-  return recipe.eval(config, file);
+  return recipe.eval(config, file, options);
+}
+
+// --output FILE's directory is checked before the work, so a typo does not cost the whole run.
+void check_output_directory(const std::string& command, const fs::path& file) {
+  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  if (!fs::is_directory(dir))
+    usage_error(command + ": --output " + quoted_path(file.string()) + ": no directory " +
+                quoted_path(dir.string()));
+}
+
+int cmd_score(const std::vector<std::string>& args) {
+  ParsedArgs p = parse_args("score", args, {"checkpoint", "input", "output", "batch-size"});
+  if (!p.positional.empty()) usage_error("score: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("score: --checkpoint is required");
+  if (!p.options.count("input")) usage_error("score: --input is required");
+  const int64_t batch = integer_option(p, "batch-size", 64);
+  if (batch < 1) usage_error("score: --batch-size must be at least 1");
+  fs::path output;
+  if (p.options.count("output")) {
+    output = p.options.at("output");
+    check_output_directory("score", output);
+  }
+  return score_records(resolve_checkpoint(p.options.at("checkpoint")), p.options.at("input"),
+                       output, batch);
 }
 
 int cmd_predict(const std::vector<std::string>& args) {
@@ -306,13 +346,6 @@ int cmd_predict(const std::vector<std::string>& args) {
   return recipe.predict(stored, file, p.options.at("input"));
 }
 
-// --output FILE's directory is checked before sampling, so a typo does not cost the whole run.
-void check_output_directory(const fs::path& file) {
-  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  if (!fs::is_directory(dir))
-    usage_error("generate: --output " + quoted_path(file.string()) + ": no directory " +
-                quoted_path(dir.string()));
-}
 
 // forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
 // stdout or, written atomically at the end, in --output.
@@ -320,7 +353,7 @@ int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
                      nn::BatchOptions options) {
   const std::vector<std::string> prompts =
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
-  if (p.options.count("output")) check_output_directory(p.options.at("output"));
+  if (p.options.count("output")) check_output_directory("generate", p.options.at("output"));
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
@@ -348,20 +381,9 @@ int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
   const std::vector<nn::Completion> completions =
       nn::generate_batch(*loaded.model, ids, sampling, options);
   const double elapsed = seconds();
-  std::string jsonl;
+  const std::string jsonl = completion_records(prompts, completions, *tokenizer);
   int64_t tokens = 0, finished = 0;
   for (const nn::Completion& c : completions) {
-    // ordered_json keeps the documented key order; invalid UTF-8 from a byte-level sample becomes
-    // U+FFFD in "completion" (the exact ids are in "tokens").
-    nlohmann::ordered_json record = {
-        {"prompt", prompts[size_t(c.prompt_index)]},
-        {"prompt_index", c.prompt_index},
-        {"sample_index", c.sample_index},
-        {"completion", tokenizer->decode({c.tokens.begin(), c.tokens.end()})},
-        {"tokens", c.tokens},
-        {"logprob", c.logprob},
-        {"finished", c.finished}};
-    jsonl += record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
     tokens += int64_t(c.tokens.size());
     finished += c.finished;
   }
@@ -588,6 +610,7 @@ int run(int argc, char** argv) {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
       {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"export", cmd_export},
       {"tokenize", cmd_tokenize},  {"predict", cmd_predict},
+      {"score", cmd_score},
       {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
   };
   auto it = commands.find(command);
@@ -595,6 +618,13 @@ int run(int argc, char** argv) {
     usage_error("unknown command '" + command + "' (see forge --help)");
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::fputs(kCommandUsage.at(command).c_str(), stdout);
+    if (command == "eval")
+      for (const RecipeSpec& r : recipe_registry()) {
+        if (r.eval_options.empty()) continue;
+        std::printf("\nOptions for a %s run:\n", r.name.c_str());
+        for (const auto& [name, help] : r.eval_options)
+          std::printf("  --%-16s %s\n", name.c_str(), help.c_str());
+      }
     return 0;
   }
   return it->second(args);

@@ -3,15 +3,20 @@
 #include "recipes/registry.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "recipes/bert_objective.h"
 #include "recipes/bert_pretrain.h"
 #include "recipes/classify.h"
 #include "recipes/distill.h"
+#include "recipes/dpo.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
 #include "recipes/lora_config.h"
+#include "recipes/preference_config.h"
+#include "recipes/reward_model.h"
 
 namespace forge {
 
@@ -22,6 +27,8 @@ const std::vector<RecipeSpec>& recipe_registry() {
       finetune_recipe(),
       distill_recipe(),
       classify_recipe(),
+      reward_model_recipe(),
+      dpo_recipe(),
   };
   return recipes;
 }
@@ -33,8 +40,35 @@ const std::vector<ConfigSection>& config_sections() {
       finetune_section(),
       distill_section(),
       classify_section(),
+      preference_section(),
+      reward_model_section(),
+      dpo_section(),
   };
   return sections;
+}
+
+std::string CommandOptions::text(const std::string& name, const std::string& fallback) const {
+  auto it = values.find(name);
+  return it == values.end() ? fallback : it->second;
+}
+
+double CommandOptions::number(const std::string& name, double fallback) const {
+  auto it = values.find(name);
+  if (it == values.end()) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end)
+    throw Error(ExitCode::usage,
+                detail::concat("--", name, ": expected a number, got '", it->second, "'"));
+  return v;
+}
+
+int64_t CommandOptions::integer(const std::string& name, int64_t fallback) const {
+  const double v = number(name, double(fallback));
+  if (!(std::fabs(v) < 9.0e15) || v != double(int64_t(v)))
+    throw Error(ExitCode::usage,
+                detail::concat("--", name, ": expected an integer, got '", values.at(name), "'"));
+  return int64_t(v);
 }
 
 const RecipeSpec& find_recipe(const std::string& name) {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,16 @@ struct MemoryEstimate {
   double state_bytes = 0, activation_bytes = 0, logits_bytes = 0;
 };
 
+/// The --name value options of a command line, for recipe hooks that read some (dpo's eval takes
+/// --prompts, --num-samples, ...). Typed reads throw Error(usage) naming "--name" and the value.
+struct CommandOptions {
+  std::map<std::string, std::string> values;
+  bool has(const std::string& name) const { return values.count(name) > 0; }
+  std::string text(const std::string& name, const std::string& fallback) const;
+  double number(const std::string& name, double fallback) const;
+  int64_t integer(const std::string& name, int64_t fallback) const;
+};
+
 struct RecipeSpec {
   std::string name;                   // "gpt_pretrain"
   std::string doc;                    // one line, for --help / docs
@@ -47,7 +59,10 @@ struct RecipeSpec {
   std::vector<std::string> sections;  // recipe sections it reads, e.g. {"bert"} or {"lora", "finetune"}
   std::function<void(ConfigChecker&)> check;   // optional cross-key checks
   std::function<int(const RunConfig&)> train;  // forge train
-  std::function<int(const RunConfig&, const std::filesystem::path& checkpoint)> eval;  // forge eval
+  // forge eval; `options` are the command's options of eval_options
+  std::function<int(const RunConfig&, const std::filesystem::path& checkpoint,
+                    const CommandOptions& options)>
+      eval;
   std::function<MemoryEstimate(const RunConfig&)> estimate;                    // forge validate
   // forge predict (optional): one prediction per line or record of `input`, for a checkpoint of
   // this recipe whose stored config is `config`.
@@ -55,6 +70,9 @@ struct RecipeSpec {
                     const std::filesystem::path& input)>
       predict = {};
   bool data_directories = false;  // data.train / data.val may name a directory of record files
+  // Options forge eval accepts for a run of this recipe besides the common ones (names without
+  // "--"), with their help; forge eval refuses the others.
+  std::vector<std::pair<std::string, std::string>> eval_options = {};
 };
 
 /// Every recipe, in one explicit list in registry.cpp (no static-init self-registration: static

@@ -219,8 +219,8 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
             line("x.yaml:4:15", "model.norm: must be one of layernorm, rmsnorm; got 'rms_norm' "
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
-            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill, classify; "
-                               "got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
+            line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill, classify, "
+                               "reward_model, dpo; got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
 }
 
 TEST(ConfigErrors, MissingRequiredKeyPointsAtItsSection) {
@@ -510,19 +510,22 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
           << recipe.name << " reads an unknown section " << section;
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill", "classify"}));
+            (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill",
+                                      "classify", "reward_model", "dpo"}));
   EXPECT_EQ(find_config_key("recipe")->choices, names);
   EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
   try {
-    find_recipe("dpo");
+    find_recipe("ppo");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::usage);
     EXPECT_EQ(std::string(e.what()),
-              "unknown recipe 'dpo' (known recipes: gpt_pretrain, bert_pretrain, finetune, "
-              "distill, classify)");
+              "unknown recipe 'ppo' (known recipes: gpt_pretrain, bert_pretrain, finetune, "
+              "distill, classify, reward_model, dpo)");
   }
   EXPECT_EQ(recipes_reading("bert"), (std::vector<std::string>{"bert_pretrain", "distill"}));
+  EXPECT_EQ(recipes_reading("preference"), (std::vector<std::string>{"reward_model", "dpo"}));
+  EXPECT_EQ(recipes_reading("lora"), (std::vector<std::string>{"finetune", "dpo"}));
   // Section keys are schema keys, after the common ones, under their section's name.
   for (const ConfigSection& section : config_sections())
     for (const ConfigKey& key : section.keys) {

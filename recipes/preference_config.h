@@ -1,0 +1,33 @@
+// What the preference recipes (reward_model, dpo) share: the `preference:` section, which says how
+// {"prompt", "chosen", "rejected"} records become rows (TRL's lengths and truncation, the
+// end-of-text a response ends with), and the data both read from data.train / data.val.
+#pragma once
+
+#include <memory>
+
+#include "data/preference.h"
+#include "data/tokenizer.h"
+#include "recipes/config.h"
+#include "recipes/registry.h"
+
+namespace forge {
+
+ConfigSection preference_section();
+
+/// preference.max_length and max_prompt_length with their defaults resolved (model.context, and a
+/// quarter of max_length as TRL's 128 of 512).
+PreferenceTruncation preference_truncation(const RunConfig& config);
+
+/// Rules for a preference recipe's check: the lengths fit the model, the data are JSONL files.
+void check_preference(ConfigChecker& checker);
+
+struct PreferenceData {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const PreferenceDataset> train, val;
+};
+
+/// data.train's pairs and the validation pairs: data.val's, or data.val_fraction of data.train's
+/// drawn by data.split_seed.
+PreferenceData load_preference_data(const RunConfig& config);
+
+}  // namespace forge
