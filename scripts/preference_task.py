@@ -44,6 +44,10 @@ class DataError(Exception):
     """Bad input data: main prints one line and exits 3."""
 
 
+class UsageError(Exception):
+    """Options that do not fit the data: main prints one line and exits 2."""
+
+
 # --------------------------------------------------------------------------------------------
 # The corpus split and the lexicon
 
@@ -343,20 +347,30 @@ def cmd_score(args):
 
 
 def cmd_pairs(args):
-    """For each prompt: chosen = its best-scoring sample, rejected = its worst (the lowest sample
-    index among equals); a prompt whose samples all score the same gives no pair."""
+    """For each prompt: its samples ranked by score, highest first (equal scores by sample index);
+    pair i is (the i-th from the top as chosen, the i-th from the bottom as rejected), for i below
+    --per-prompt, kept when its scores differ by at least --min-margin. With the default 1 pair a
+    prompt that is its best sample against its worst, and a prompt whose samples all score the same
+    (a tie) gives none."""
     lex = Lexicon(args.lexicon)
     prompts = read_samples(args.samples)
+    k = len(prompts[0][1])
+    if args.per_prompt > k // 2:
+        raise UsageError(f"{args.samples}: --per-prompt {args.per_prompt} needs at least "
+                        f"{2 * args.per_prompt} samples a prompt, the file has {k}")
     scores, lines = summary(args.samples, lex, prompts)
     pairs, ties, short, margins = [], 0, 0, []
     for prompt, completions in prompts:
         s = [lex.score(prompt, c) for c in completions]
-        hi, lo = s.index(max(s)), s.index(min(s))
-        if s[hi] == s[lo]:
+        ranked = sorted(range(k), key=lambda i: (-s[i], i))
+        if s[ranked[0]] == s[ranked[-1]]:
             ties += 1
-        elif s[hi] - s[lo] < args.min_margin:
-            short += 1
-        else:
+            continue
+        for i in range(args.per_prompt):
+            hi, lo = ranked[i], ranked[k - 1 - i]
+            if s[hi] - s[lo] < args.min_margin:    # pairs further in are no wider
+                short += i == 0
+                break
             pairs.append({"prompt": prompt, "chosen": completions[hi],
                           "rejected": completions[lo]})
             margins.append(s[hi] - s[lo])
@@ -367,7 +381,8 @@ def cmd_pairs(args):
     tmp.replace(args.output)
     lines.append(f"  pairs: {len(pairs)} written to {args.output}; {ties} prompts dropped as ties "
                  f"(all samples score the same)"
-                 + (f", {short} with a margin below {args.min_margin}" if short else ""))
+                 + (f", {short} whose best and worst differ by less than {args.min_margin}"
+                    if short else ""))
     if margins:
         lines.append(f"  pair margin (chosen - rejected): mean {sum(margins) / len(margins):.2f}, "
                      f"histogram {histogram(margins)}")
@@ -475,6 +490,9 @@ def main():
                        "sample against its worst, ties dropped")
     p.add_argument("samples", help="a forge generate --output file")
     p.add_argument("--output", required=True, type=pathlib.Path, help="the pairs JSONL")
+    p.add_argument("--per-prompt", type=int, default=1,
+                   help="pairs a prompt at most, each sample in one pair (default %(default)s: "
+                        "best against worst)")
     p.add_argument("--min-margin", type=int, default=1,
                    help="drop pairs whose scores differ by less (default %(default)s)")
     p.set_defaults(run=cmd_pairs)
@@ -490,7 +508,8 @@ def main():
     args = parser.parse_args()
     if getattr(args, "min_margin", 1) < 1:
         parser.error(f"--min-margin must be at least 1, got {args.min_margin}")
-    for name in ("max_prompt_bytes", "max_words", "train_count", "val_count", "window"):
+    for name in ("max_prompt_bytes", "max_words", "train_count", "val_count", "window",
+                 "per_prompt"):
         if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not 0 <= getattr(args, "val_fraction", 0) < 1:
@@ -500,6 +519,9 @@ def main():
     except DataError as e:
         print(f"preference_task.py: data error: {e}", file=sys.stderr)
         sys.exit(3)
+    except UsageError as e:
+        print(f"preference_task.py: usage error: {e}", file=sys.stderr)
+        sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
 
