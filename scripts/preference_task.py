@@ -390,16 +390,20 @@ def cmd_pairs(args):
 
 
 def distinct2(completions):
-    """Distinct-2 (Li et al. 2016) over all completions: distinct bigrams / bigrams, of bytes and
-    of whitespace-separated words (bigrams do not cross completions)."""
-    byte_bigrams, word_bigrams = [], []
+    """(bytes, words) distinct-2. Words: Li et al. (2016)'s corpus-level ratio, distinct bigrams of
+    whitespace-separated words over all bigrams of all completions (bigrams do not cross
+    completions). Bytes: the mean over completions of each one's distinct byte bigrams / byte
+    bigrams, which falls when a sample repeats itself (over a whole file byte bigrams saturate:
+    the base policy's 4000 validation samples hold nearly every bigram Shakespeare uses, 0.005)."""
+    word_bigrams, byte_ratios = [], []
     for c in completions:
         b = c.encode("utf-8")
-        byte_bigrams.extend(zip(b, b[1:]))
+        if len(b) > 1:
+            byte_ratios.append(len(set(zip(b, b[1:]))) / (len(b) - 1))
         w = c.split()
         word_bigrams.extend(zip(w, w[1:]))
-    ratio = lambda xs: len(set(xs)) / len(xs) if xs else math.nan
-    return ratio(byte_bigrams), ratio(word_bigrams)
+    words = len(set(word_bigrams)) / len(word_bigrams) if word_bigrams else math.nan
+    return (sum(byte_ratios) / len(byte_ratios) if byte_ratios else math.nan), words
 
 
 def cmd_winrate(args):
