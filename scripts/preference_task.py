@@ -132,13 +132,10 @@ def turn_openings(text, max_bytes, max_words):
     """The opening of each speaker turn of text: the speaker line "NAME:\\n" and the first words
     (at most max_words, whole words split at spaces) of the speech's first line that keep it within
     max_bytes. A turn is a speaker line after a blank line (or at the text's start) followed by a
-    non-blank line. Returns (prompt, byte offset) in text order."""
+    non-blank line. Returns the prompts in text order."""
     lines = text.split("\n")
     out = []
-    offset = 0
     for i, line in enumerate(lines):
-        start = offset
-        offset += len(line.encode("utf-8")) + 1
         if i + 1 >= len(lines) or not SPEAKER.fullmatch(line) or not lines[i + 1].strip():
             continue
         if i > 0 and lines[i - 1] != "":
@@ -154,7 +151,7 @@ def turn_openings(text, max_bytes, max_words):
             if len(longer.encode("utf-8")) > max_bytes:
                 break
             prompt, taken = longer, taken + 1
-        out.append((prompt, start))
+        out.append(prompt)
     return out
 
 
@@ -171,7 +168,7 @@ def cmd_prompts(args):
     for name, text, count in (("train", train, args.train_count), ("val", val, args.val_count)):
         openings = turn_openings(text, args.max_prompt_bytes, args.max_words)
         unique, seen = [], set()
-        for prompt, _ in openings:
+        for prompt in openings:
             if prompt not in seen:
                 seen.add(prompt)
                 unique.append(prompt)
@@ -319,7 +316,7 @@ def summary(name, lex, prompts):
             any_hit += bool(p or n)
             replaced += "\ufffd" in c
     total = len(scores)
-    return scores, [
+    return [
         f"{name}: {len(prompts)} prompts x {total // len(prompts)} samples",
         f"  mean score {sum(scores) / total:+.3f} (positive hits {pos / total:.3f}, negative "
         f"{neg / total:.3f} a sample); {any_hit / total:.1%} of samples hit a lexicon word"
@@ -329,21 +326,25 @@ def summary(name, lex, prompts):
 
 
 def cmd_score(args):
+    """The TSV of every sample's score to --output or stdout, then the summary (to stderr when the
+    TSV is on stdout, so that it can be piped)."""
     lex = Lexicon(args.lexicon)
     prompts = read_samples(args.samples)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    if not args.summary:
-        print("prompt_index\tsample_index\tscore\tpositive\tnegative", file=out)
-        for p, (prompt, completions) in enumerate(prompts):
-            for s, c in enumerate(completions):
-                pos, neg = lex.hits(prompt, c)
-                print(f"{p}\t{s}\t{len(pos) - len(neg)}\t{','.join(pos)}\t{','.join(neg)}",
-                      file=out)
-    _, lines = summary(args.samples, lex, prompts)
-    print("\n".join(lines), file=sys.stderr if (out is sys.stdout and not args.summary) else
-          sys.stdout)
-    if out is not sys.stdout:
+    lines = summary(args.samples, lex, prompts)
+    if args.summary:
+        print("\n".join(lines))
+        return
+    out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
+    print("prompt_index\tsample_index\tscore\tpositive\tnegative", file=out)
+    for p, (prompt, completions) in enumerate(prompts):
+        for s, c in enumerate(completions):
+            pos, neg = lex.hits(prompt, c)
+            print(f"{p}\t{s}\t{len(pos) - len(neg)}\t{','.join(pos)}\t{','.join(neg)}", file=out)
+    if out is sys.stdout:
+        print("\n".join(lines), file=sys.stderr)
+    else:
         out.close()
+        print("\n".join(lines))
 
 
 def cmd_pairs(args):
@@ -358,7 +359,7 @@ def cmd_pairs(args):
     if args.per_prompt > k // 2:
         raise UsageError(f"{args.samples}: --per-prompt {args.per_prompt} needs at least "
                         f"{2 * args.per_prompt} samples a prompt, the file has {k}")
-    scores, lines = summary(args.samples, lex, prompts)
+    lines = summary(args.samples, lex, prompts)
     pairs, ties, short, margins = [], 0, 0, []
     for prompt, completions in prompts:
         s = [lex.score(prompt, c) for c in completions]
