@@ -177,14 +177,16 @@ def adamw(params, o, foreach):
         lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=foreach)
 
 
-def train_and_report(args, config, params, optimizer, step_loss, tokens_per_step):
+def train_and_report(args, config, params, optimizer, step_loss, per_step, unit="tok"):
     """Runs warmup + steps optimizer steps, each `step_loss(step)` (forward and backward of all its
     micro-batches, returning the step's loss as a 0-d tensor), clipping and the schedule as Forge's
-    trainer does, and prints the result line."""
+    trainer does, and prints the result line, its rates in `unit`s (per_step of them a step: tokens,
+    or pairs for scripts/bench_dpo.py), with the first step's loss and the last one's."""
     o, s, tc = config["optimizer"], config["schedule"], config["train"]
     clip = tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0 else float("inf")
     total = args.warmup + args.steps
     times = [time.perf_counter()]
+    first_loss = None
     for step in range(total):
         loss = step_loss(step)
         torch.nn.utils.clip_grad_norm_(params, clip)
@@ -193,13 +195,14 @@ def train_and_report(args, config, params, optimizer, step_loss, tokens_per_step
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss_value = loss.item()  # the sync a training loop does to log its loss
+        first_loss = loss_value if first_loss is None else first_loss
         times.append(time.perf_counter())
     step_s = [b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"params={sum(p.numel() for p in params)} "
-          f"tok_s={tokens_per_step / statistics.median(step_s):.1f} "
-          f"tok_s_total={tokens_per_step * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
-          f"steps={args.steps} loss={loss_value:.4f}")
+          f"{unit}_s={per_step / statistics.median(step_s):.1f} "
+          f"{unit}_s_total={per_step * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
+          f"steps={args.steps} loss={loss_value:.4f} first_loss={first_loss:.4f}")
 
 
 

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The training suites of scripts/bench (gpt, bert, lora, distill): trains a config for a few steps
-# with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating the
-# two, and prints per config
+# The training suites of scripts/bench (gpt, bert, lora, distill, dpo): trains a config for a few
+# steps with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating
+# the two, and prints per config
 #   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
-# timed steps is printed to stderr too); peak = the process's peak resident set size.
+# timed steps is printed to stderr too); peak = the process's peak resident set size. dpo counts
+# preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y) and adds the
+# median step of each side (forge_step_ms=, torch_step_ms=).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 # A suite: its default configs, what makes a config "large" (fewer steps: parameters x tokens per
 # step above this), and suite_overrides, which adds to `base` the overrides that keep Forge's run
 # to the timed steps (run in the temporary directory $tmp, from the repository root), and
-# config_overrides, which sets `extra` to one config's own overrides (default: none).
+# config_overrides, which sets `extra` to one config's own overrides (default: none); `unit` is
+# what a step's rate counts: tok (the default), batch_size x grad_accum x context tokens, or pairs,
+# batch_size x grad_accum preference pairs.
 suite="${1:-}"
 config_overrides() { extra=(); }
+unit=tok
 case "$suite" in
   gpt)
     family=GPT
@@ -89,8 +94,41 @@ case "$suite" in
       extra=("distill.teacher=$tmp/$2.teacher" "${family_overrides[@]}")
     }
     ;;
+  dpo)
+    # DPO (recipe dpo) of a GPT policy from a base that the config in configs/ whose output_dir is
+    # the DPO config's model.init_from trains for one step in $tmp (its weights do not matter for
+    # speed); the reference is a frozen copy of that base. The pairs are synthetic, written into
+    # $tmp by scripts/bench_dpo.py --write-pairs: slices of the Shakespeare text whose chosen rows
+    # all have the same length, so every batch has the same shape on both sides whatever pairs the
+    # two loaders draw. The recipe evaluates at step 0 and at the end: a small data.val, no
+    # dpo.eval_text and a one-token sample keep those short.
+    family=DPO
+    unit=pairs
+    default_configs=(configs/dpo_shakespeare_positive.yaml)
+    large_at=1e11 large_note="(none of the defaults)"
+    suite_overrides() {
+      /usr/bin/python3 "$FORGE_ROOT/scripts/bench_dpo.py" --write-pairs \
+        data/samples/tinyshakespeare.txt "$tmp/pairs" ||
+        { log "bench_dpo.py --write-pairs failed"; exit 1; }
+      head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      base+=("data.train=$tmp/pairs/train.jsonl" "data.val=$tmp/pairs/val.jsonl"
+             'dpo.eval_text=""' "train.sample_tokens=1")
+    }
+    config_overrides() {  # config name
+      local init_from base_config
+      init_from="$(sed -n '/^model:/,/^[a-z]/s/^  init_from: *\([^ #]*\).*/\1/p' "$1")"
+      base_config="$(grep -lE "^output_dir: $init_from *(#.*)?\$" configs/*.yaml | head -1)"
+      [ -n "$base_config" ] ||
+        { log "$1: no config in configs/ has output_dir: $init_from, its model.init_from"; exit 1; }
+      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$base_config" output_dir="$tmp/$2.base" \
+        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
+        train.resume=never train.sample_tokens=1 "data.val=$tmp/val.txt" >"$tmp/$2.base.log" 2>&1 ||
+        { log "forge train of the base failed:"; tail -20 "$tmp/$2.base.log" >&2; exit 1; }
+      extra=("model.init_from=$tmp/$2.base")
+    }
+    ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt, bert, lora or distill)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, distill or dpo)" >&2
     exit 2
     ;;
 esac
@@ -166,8 +204,8 @@ field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p"; }  # key=value from a one-line
 
 # "median-rate total-rate" over steps (warmup, warmup + steps] of a metrics.jsonl with a train
 # line every step, from the differences of its elapsed_s.
-forge_tok_s() {  # metrics tokens-per-step
-  awk -v w="$n_warmup" -v n="$n_steps" -v tps="$2" -v who="bench_$suite" '
+forge_rate() {  # metrics units-per-step
+  awk -v w="$n_warmup" -v n="$n_steps" -v per_step="$2" -v who="bench_$suite" '
     /"split": "train"/ {
       step = $0; sub(/.*"step": /, "", step); sub(/,.*/, "", step)
       t = $0; sub(/.*"elapsed_s": /, "", t); sub(/[,}].*/, "", t)
@@ -182,7 +220,7 @@ forge_tok_s() {  # metrics tokens-per-step
         dt[j + 1] = d
       }
       median = n % 2 ? dt[(n + 1) / 2] : (dt[n / 2] + dt[n / 2 + 1]) / 2
-      printf "%.1f %.1f\n", tps / median, n * tps / (at[n] - at[0])
+      printf "%.1f %.1f\n", per_step / median, n * per_step / (at[n] - at[0])
     }' "$1"
 }
 
@@ -197,6 +235,8 @@ for config in "${configs[@]}"; do
   accum="$(sed -n '/^train:/,/^[a-z]/s/^  grad_accum: //p' "$tmp/$name.probe.yaml")"
   context="$(sed -n '/^model:/,/^[a-z]/s/^  context: //p' "$tmp/$name.probe.yaml")"
   tokens_per_step=$((batch * accum * context))
+  per_step="$tokens_per_step"
+  [ "$unit" = pairs ] && per_step=$((batch * accum))
   if awk -v n="$((forge_params * tokens_per_step))" -v at="$large_at" 'BEGIN { exit !(n > at) }'; then
     n_steps="${steps:-10}" n_warmup="${warmup:-2}"
   else
@@ -228,12 +268,12 @@ for config in "${configs[@]}"; do
   for ((round = 0; round < rounds; round++)); do
     dir="$tmp/$name.forge$round"
     run_forge "$config" "$dir" "${overrides[@]}"
-    read -r f f_total < <(forge_tok_s "$dir/metrics.jsonl" "$tokens_per_step")
+    read -r f f_total < <(forge_rate "$dir/metrics.jsonl" "$per_step")
     mb="$(awk '{ printf "%.1f", $1 / 1024 }' "$dir.rss")"
     run_torch "$tmp/$name.yaml" "$tmp/$name.torch$round"
-    t="$(field "$tmp/$name.torch$round" tok_s)"
-    log "$name round $((round + 1)): forge $f tok/s (overall $f_total) ${mb} MB," \
-        "torch $t tok/s (overall $(field "$tmp/$name.torch$round" tok_s_total))" \
+    t="$(field "$tmp/$name.torch$round" "${unit}_s")"
+    log "$name round $((round + 1)): forge $f $unit/s (overall $f_total) ${mb} MB," \
+        "torch $t $unit/s (overall $(field "$tmp/$name.torch$round" "${unit}_s_total"))" \
         "$(field "$tmp/$name.torch$round" peak_mb) MB (load $(cut -d' ' -f1 /proc/loadavg))"
     awk -v a="$f" -v b="$best_forge" 'BEGIN { exit !(a > b) }' && best_forge="$f"
     awk -v a="$t" -v b="$best_torch" 'BEGIN { exit !(a > b) }' && best_torch="$t"
@@ -242,9 +282,15 @@ for config in "${configs[@]}"; do
   # The parameters Forge actually trained, from its checkpoint (tied weights stored once).
   stored="$("$FORGE_BUILD/forge" inspect "$tmp/$name.forge0" | sed -n 's/^parameters: \([0-9]*\).*/\1/p')"
   log "$name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
-      "$n_steps timed steps after $n_warmup, $tokens_per_step tokens each"
+      "$n_steps timed steps after $n_warmup, $per_step $unit each"
   awk -v c="$name" -v f="$best_forge" -v t="$best_torch" -v fm="$forge_mb" -v tm="$torch_mb" \
-    'BEGIN { printf "config=%s forge_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f forge_peak_mb=%s torch_peak_mb=%s\n",
-             c, f, t, f / t, fm, tm }'
+      -v u="$unit" -v per_step="$per_step" '
+    BEGIN {
+      if (u == "tok") rates = sprintf("forge_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f", f, t, f / t)
+      else rates = sprintf("forge_%s_s=%.1f torch_%s_s=%.1f ratio=%.2f forge_step_ms=%.1f" \
+                           " torch_step_ms=%.1f", u, f, u, t, f / t, 1000 * per_step / f,
+                           1000 * per_step / t)
+      printf "config=%s %s forge_peak_mb=%s torch_peak_mb=%s\n", c, rates, fm, tm
+    }'
 done
 log "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
