@@ -94,14 +94,9 @@ ReferenceTable precompute(const Reference& reference, const PreferenceDataset& d
                           int64_t batch_size) {
   ReferenceTable table;
   for (int64_t first = 0; first < dataset.size(); first += batch_size) {
-    std::vector<int64_t> rows;
-    for (int64_t i = first; i < std::min(dataset.size(), first + batch_size); ++i)
-      rows.push_back(i);
-    const auto B = int64_t(rows.size());
-    const std::vector<float> lp =
-        reference.logprobs(PreferenceLoader::make_batch(dataset, std::move(rows)))
-            .contiguous()
-            .to_vector<float>();
+    const PreferenceBatch batch = preference_batch_at(dataset, first, batch_size);
+    const int64_t B = batch.pairs();
+    const std::vector<float> lp = reference.logprobs(batch).contiguous().to_vector<float>();
     table.chosen.insert(table.chosen.end(), lp.begin(), lp.begin() + B);
     table.rejected.insert(table.rejected.end(), lp.begin() + B, lp.end());
   }
@@ -147,13 +142,6 @@ Metrics dpo_metrics(const std::map<std::string, double>& sums) {
           {"logps_rejected", mean("logps_rejected")}};
 }
 
-// The pairs [first, first + count) of `dataset`, for evaluation.
-PreferenceBatch pairs_at(const PreferenceDataset& dataset, int64_t first, int64_t count) {
-  std::vector<int64_t> rows;
-  for (int64_t i = first; i < std::min(dataset.size(), first + count); ++i) rows.push_back(i);
-  return PreferenceLoader::make_batch(dataset, std::move(rows));
-}
-
 // Reference log-probabilities of a batch [2B]: from the table when there is one.
 Tensor reference_logps(const Reference& reference, const ReferenceTable* table,
                        const PreferenceBatch& batch) {
@@ -172,7 +160,7 @@ Metrics evaluate_pairs(const nn::GPT& policy, const Reference& reference,
   double total = 0;
   std::map<std::string, double> sums;
   for (int64_t first = 0; first < n && (first == 0 || !stop_requested()); first += batch_size) {
-    const PreferenceBatch batch = pairs_at(dataset, first, std::min(batch_size, n - first));
+    const PreferenceBatch batch = preference_batch_at(dataset, first, std::min(batch_size, n - first));
     MicroBatchLoss r =
         dpo_batch_loss(policy, batch, reference_logps(reference, table, batch), options);
     total += r.loss_sum.item();
@@ -274,15 +262,10 @@ int train_dpo(const RunConfig& config) {
   const nn::DPOOptions options = dpo_options(config);
   PreferenceLoader loader(data.train, B, uint64_t(config.seed));
   std::unique_ptr<LMWindows> text = eval_text_windows(config);
-  double mean_tokens = 0;
-  for (int64_t i = 0; i < data.train->size(); ++i)
-    mean_tokens += double(data.train->chosen[size_t(i)].size() +
-                          data.train->rejected[size_t(i)].size());
-  mean_tokens /= double(std::max<int64_t>(1, data.train->size()));
-
   Recipe recipe;
   recipe.eval_at_start = true;
-  recipe.tokens_per_step = int64_t(mean_tokens * double(B * config.train.grad_accum));
+  recipe.tokens_per_step =
+      int64_t(mean_pair_tokens(*data.train) * double(B * config.train.grad_accum));
   recipe.micro_batch = [&](int64_t, int64_t) {
     const PreferenceBatch batch = loader.next();
     return dpo_batch_loss(

@@ -3,6 +3,7 @@
 // the left) when a pair does not fit; docs/recipes/preference.md has the rule.
 #include "recipes/preference_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "data/sft.h"
@@ -73,6 +74,20 @@ PreferenceData load_preference_data(const RunConfig& config) {
     data.val = std::make_shared<const PreferenceDataset>(read(config.data.val));
   }
   return data;
+}
+
+double mean_pair_tokens(const PreferenceDataset& dataset) {
+  double total = 0;
+  for (int64_t i = 0; i < dataset.size(); ++i)
+    total += double(dataset.chosen[size_t(i)].size() + dataset.rejected[size_t(i)].size());
+  return total / double(std::max<int64_t>(1, dataset.size()));
+}
+
+PreferenceBatch preference_batch_at(const PreferenceDataset& dataset, int64_t first,
+                                    int64_t count) {
+  std::vector<int64_t> rows;
+  for (int64_t i = first; i < std::min(dataset.size(), first + count); ++i) rows.push_back(i);
+  return PreferenceLoader::make_batch(dataset, std::move(rows));
 }
 
 }  // namespace forge

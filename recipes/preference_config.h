@@ -30,4 +30,10 @@ struct PreferenceData {
 /// drawn by data.split_seed.
 PreferenceData load_preference_data(const RunConfig& config);
 
+/// Tokens in a pair (both rows), on average: what a step of B pairs counts for tokens/s.
+double mean_pair_tokens(const PreferenceDataset& dataset);
+
+/// Pairs [first, first + count) of `dataset` in order (count clipped at the end), for evaluation.
+PreferenceBatch preference_batch_at(const PreferenceDataset& dataset, int64_t first, int64_t count);
+
 }  // namespace forge

@@ -69,15 +69,10 @@ int train_reward_model(const RunConfig& config) {
   const int64_t B = config.train.batch_size;
   const double center = center_coefficient(config);
   PreferenceLoader loader(data.train, B, uint64_t(config.seed));
-  double mean_tokens = 0;
-  for (int64_t i = 0; i < data.train->size(); ++i)
-    mean_tokens += double(data.train->chosen[size_t(i)].size() +
-                          data.train->rejected[size_t(i)].size());
-  mean_tokens /= double(std::max<int64_t>(1, data.train->size()));
-
   Recipe recipe;
   recipe.eval_at_start = true;
-  recipe.tokens_per_step = int64_t(mean_tokens * double(B * config.train.grad_accum));
+  recipe.tokens_per_step =
+      int64_t(mean_pair_tokens(*data.train) * double(B * config.train.grad_accum));
   recipe.micro_batch = [&](int64_t, int64_t) { return reward_loss(model, loader.next(), center); };
   recipe.train_metrics = reward_metrics;
   recipe.evaluate = [&](bool full) {
@@ -124,14 +119,12 @@ MicroBatchLoss reward_loss(const nn::GPTRewardModel& model, const PreferenceBatc
 Metrics evaluate_reward_model(const nn::GPTRewardModel& model, const PreferenceDataset& dataset,
                               int64_t batch_size, int64_t pairs, double center_rewards_coefficient) {
   const int64_t n = pairs > 0 ? std::min(pairs, dataset.size()) : dataset.size();
-  std::vector<int64_t> all;
   double total = 0;
   std::map<std::string, double> sums;
   for (int64_t first = 0; first < n && (first == 0 || !stop_requested()); first += batch_size) {
-    std::vector<int64_t> rows;
-    for (int64_t i = first; i < std::min(n, first + batch_size); ++i) rows.push_back(i);
-    MicroBatchLoss r = reward_loss(model, PreferenceLoader::make_batch(dataset, std::move(rows)),
-                                   center_rewards_coefficient);
+    MicroBatchLoss r = reward_loss(
+        model, preference_batch_at(dataset, first, std::min(batch_size, n - first)),
+        center_rewards_coefficient);
     total += r.loss_sum.item();
     for (const auto& [key, value] : r.sums) sums[key] += value;
   }
