@@ -352,11 +352,13 @@ def cmd_pairs(args):
     pair i is (the i-th from the top as chosen, the i-th from the bottom as rejected), for i below
     --per-prompt, kept when its scores differ by at least --min-margin. With the default 1 pair a
     prompt that is its best sample against its worst, and a prompt whose samples all score the same
-    (a tie) gives none."""
+    (a tie) gives none. --all-pairs instead keeps every two samples whose scores differ by at least
+    --min-margin, higher as chosen (InstructGPT's K-choose-2 comparisons a prompt), in sample
+    order."""
     lex = Lexicon(args.lexicon)
     prompts = read_samples(args.samples)
     k = len(prompts[0][1])
-    if args.per_prompt > k // 2:
+    if not args.all_pairs and args.per_prompt > k // 2:
         raise UsageError(f"{args.samples}: --per-prompt {args.per_prompt} needs at least "
                         f"{2 * args.per_prompt} samples a prompt, the file has {k}")
     lines = summary(args.samples, lex, prompts)
@@ -366,6 +368,16 @@ def cmd_pairs(args):
         ranked = sorted(range(k), key=lambda i: (-s[i], i))
         if s[ranked[0]] == s[ranked[-1]]:
             ties += 1
+            continue
+        if args.all_pairs:
+            for i in range(k):
+                for j in range(i + 1, k):
+                    if abs(s[i] - s[j]) < args.min_margin:
+                        continue
+                    hi, lo = (i, j) if s[i] > s[j] else (j, i)
+                    pairs.append({"prompt": prompt, "chosen": completions[hi],
+                                  "rejected": completions[lo]})
+                    margins.append(s[hi] - s[lo])
             continue
         for i in range(args.per_prompt):
             hi, lo = ranked[i], ranked[k - 1 - i]
@@ -498,6 +510,9 @@ def main():
     p.add_argument("--per-prompt", type=int, default=1,
                    help="pairs a prompt at most, each sample in one pair (default %(default)s: "
                         "best against worst)")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="every two samples of a prompt that score differently (InstructGPT's "
+                        "K-choose-2 comparisons) instead of --per-prompt")
     p.add_argument("--min-margin", type=int, default=1,
                    help="drop pairs whose scores differ by less (default %(default)s)")
     p.set_defaults(run=cmd_pairs)
