@@ -13,14 +13,64 @@
 
 namespace forge {
 
+namespace {
+
+// A ranked record's pairs: every two completions whose scores differ, the higher as chosen, in
+// (i, j) order (InstructGPT's K-choose-2 comparisons of one prompt).
+void expand_ranking(const JsonlObject& o, const std::string& prompt,
+                    std::vector<PreferenceRecord>& records) {
+  const nlohmann::json& completions = o.value.at("completions");
+  const auto scores = o.value.find("scores");
+  if (!completions.is_array() || completions.size() < 2)
+    throw Error(ExitCode::data,
+                o.where + ": field \"completions\" must be a list of at least 2 strings");
+  if (scores == o.value.end())
+    throw Error(ExitCode::data, o.where + ": missing field \"scores\" (one a completion)");
+  if (!scores->is_array() || scores->size() != completions.size())
+    throw Error(ExitCode::data,
+                detail::concat(o.where, ": field \"scores\" must be a list of ",
+                               completions.size(), " numbers, one a completion"));
+  std::vector<double> score;
+  for (size_t i = 0; i < completions.size(); ++i) {
+    const nlohmann::json& c = completions[i];
+    const nlohmann::json& v = (*scores)[i];
+    if (!c.is_string() || c.get<std::string>().empty())
+      throw Error(ExitCode::data, detail::concat(o.where, ": field \"completions\"[", i,
+                                                 "] must be a non-empty string"));
+    if (!v.is_number() || !std::isfinite(v.get<double>()))
+      throw Error(ExitCode::data, detail::concat(o.where, ": field \"scores\"[", i,
+                                                 "] must be a finite number, got ", v.dump()));
+    score.push_back(v.get<double>());
+  }
+  for (size_t i = 0; i < score.size(); ++i)
+    for (size_t j = i + 1; j < score.size(); ++j) {
+      if (score[i] == score[j]) continue;
+      const size_t hi = score[i] > score[j] ? i : j, lo = hi == i ? j : i;
+      records.push_back({prompt, completions[hi].get<std::string>(),
+                         completions[lo].get<std::string>()});
+    }
+}
+
+}  // namespace
+
 std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file) {
   const JsonlSchema schema{"preference",
                            "a preference record",
-                           {"prompt", "chosen", "rejected", "margin"},
+                           {"prompt", "chosen", "rejected", "margin", "completions", "scores"},
                            kMaxPreferenceFileBytes};
   std::vector<PreferenceRecord> records;
   for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
-    PreferenceRecord r{jsonl_string(o, "prompt"), jsonl_nonempty_string(o, "chosen"),
+    const std::string prompt = jsonl_string(o, "prompt");
+    if (o.value.contains("completions")) {
+      for (const char* pair_field : {"chosen", "rejected", "margin"})
+        if (o.value.contains(pair_field))
+          throw Error(ExitCode::data,
+                      detail::concat(o.where, ": field \"", pair_field,
+                                     "\" does not go with \"completions\" (a ranked record)"));
+      expand_ranking(o, prompt, records);
+      continue;
+    }
+    PreferenceRecord r{prompt, jsonl_nonempty_string(o, "chosen"),
                        jsonl_nonempty_string(o, "rejected")};
     if (o.value.contains("margin")) {
       const nlohmann::json& m = o.value.at("margin");

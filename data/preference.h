@@ -29,11 +29,14 @@ struct PreferenceRecord {
 constexpr int64_t kMaxPreferenceFileBytes = int64_t{1} << 30;
 
 /// Records of a JSONL file, one object {"prompt": string, "chosen": string, "rejected": string} a
-/// line, and optionally "margin": a finite number; blank lines are skipped; the prompt may be
-/// empty, the responses may not. Throws Error(data) with one line naming "file:line" and the field
-/// for a line that is not JSON, not an object, misses a field, has one of the wrong type, an empty
-/// response, a margin that is not a finite number or an unknown field; and
-/// naming the file when it is missing, not a regular file, too large or holds no records.
+/// line, and optionally "margin": a finite number; or a ranked record {"prompt", "completions":
+/// [K strings], "scores": [K numbers]}, which stands for every two completions whose scores differ
+/// (the higher chosen; pairs in (i, j) order, as InstructGPT compares K responses of a prompt).
+/// Blank lines are skipped; the prompt may be empty, the responses may not. Throws Error(data)
+/// with one line naming "file:line" and the field for a line that is not JSON, not an object,
+/// misses a field, has one of the wrong type, an empty response, a margin that is not a finite
+/// number, a ranked record whose lists do not match or an unknown field; and naming the file when
+/// it is missing, not a regular file, too large or holds no records.
 std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file);
 
 /// Lengths in tokens, as TRL's DPOTrainer (DPODataCollatorWithPadding / tokenize_row, up to TRL

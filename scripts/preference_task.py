@@ -369,6 +369,11 @@ def cmd_pairs(args):
         if s[ranked[0]] == s[ranked[-1]]:
             ties += 1
             continue
+        if args.rankings:
+            pairs.append({"prompt": prompt, "completions": completions, "scores": s})
+            margins.extend(abs(s[i] - s[j]) for i in range(k) for j in range(i + 1, k)
+                           if abs(s[i] - s[j]) >= args.min_margin)
+            continue
         if args.all_pairs:
             for i in range(k):
                 for j in range(i + 1, k):
@@ -392,7 +397,9 @@ def cmd_pairs(args):
         for pair in pairs:
             f.write(json.dumps(pair, ensure_ascii=False) + "\n")
     tmp.replace(args.output)
-    lines.append(f"  pairs: {len(pairs)} written to {args.output}; {ties} prompts dropped as ties "
+    written = (f"ranked records: {len(pairs)} ({len(margins)} pairs)" if args.rankings
+               else f"pairs: {len(pairs)}")
+    lines.append(f"  {written} written to {args.output}; {ties} prompts dropped as ties "
                  f"(all samples score the same)"
                  + (f", {short} whose best and worst differ by less than {args.min_margin}"
                     if short else ""))
@@ -513,6 +520,9 @@ def main():
     p.add_argument("--all-pairs", action="store_true",
                    help="every two samples of a prompt that score differently (InstructGPT's "
                         "K-choose-2 comparisons) instead of --per-prompt")
+    p.add_argument("--rankings", action="store_true",
+                   help="one ranked record {prompt, completions, scores} a prompt that is not a "
+                        "tie, which Forge reads as the --all-pairs pairs (a quarter of the size)")
     p.add_argument("--min-margin", type=int, default=1,
                    help="drop pairs whose scores differ by less (default %(default)s)")
     p.set_defaults(run=cmd_pairs)

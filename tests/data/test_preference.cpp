@@ -84,9 +84,42 @@ TEST(PreferenceData, EachJsonlErrorNamesFileLineAndField) {
        "field \"rejected\" is empty"},
       {good + "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\", \"score\": 1}\n", ":2:",
        "unknown field \"score\""},
+      {good + "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\", \"margin\": \"1\"}\n",
+       ":2:", "field \"margin\" must be a finite number, got \"1\""},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\", \"b\"]}\n", ":1:",
+       "missing field \"scores\""},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\"], \"scores\": [1]}\n", ":1:",
+       "field \"completions\" must be a list of at least 2 strings"},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\", \"b\"], \"scores\": [1]}\n", ":1:",
+       "field \"scores\" must be a list of 2 numbers"},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\", \"\"], \"scores\": [1, 2]}\n", ":1:",
+       "field \"completions\"[1] must be a non-empty string"},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\", \"b\"], \"scores\": [1, true]}\n", ":1:",
+       "field \"scores\"[1] must be a finite number, got true"},
+      {"{\"prompt\": \"p\", \"completions\": [\"a\", \"b\"], \"scores\": [1, 2], \"chosen\": \"a\"}\n",
+       ":1:", "field \"chosen\" does not go with \"completions\""},
   };
   testing::expect_jsonl_errors(cases, "preference",
                                [](const fs::path& file) { read_preference_jsonl(file); });
+}
+
+// A ranked record stands for every two of its completions that score differently, the higher
+// chosen, in (i, j) order; a margin rides on a pair record only.
+TEST(PreferenceData, RankedRecordsExpandIntoTheirPairsAndMarginsAreRead) {
+  testing::TempDir dir;
+  const fs::path file = dir.path() / "ranked.jsonl";
+  testing::write_file(file,
+                      "{\"prompt\": \"p\", \"completions\": [\"a\", \"b\", \"c\", \"d\"], "
+                      "\"scores\": [0, 2, 0, -1.5]}\n"
+                      "{\"prompt\": \"q\", \"chosen\": \"x\", \"rejected\": \"y\", \"margin\": 2.5}\n"
+                      "{\"prompt\": \"r\", \"completions\": [\"e\", \"f\"], \"scores\": [1, 1]}\n");
+  const std::vector<PreferenceRecord> r = read_preference_jsonl(file);
+  std::vector<std::string> got;
+  for (const PreferenceRecord& x : r)
+    got.push_back(x.prompt + ":" + x.chosen + ">" + x.rejected + "@" + std::to_string(x.margin));
+  EXPECT_EQ(got, (std::vector<std::string>{"p:b>a@0.000000", "p:a>d@0.000000", "p:b>c@0.000000",
+                                           "p:b>d@0.000000", "p:c>d@0.000000",
+                                           "q:x>y@2.500000"}));
 }
 
 TEST(PreferenceData, TokenizeKeepsThePromptAndAppendsEndOfTextToEachResponse) {
