@@ -463,6 +463,35 @@ predict_case("directory", OUT)
 predict_case("dev-zero", "/dev/zero")
 
 
+# --- hostile preference pairs (reward_model, dpo) ------------------------------------------------
+def preference_case(name, content, allowed=(2, 3)):
+    for recipe in ("reward_model", "dpo"):
+        jsonl_train_case("preference", recipe, recipe + "-" + name, content, allowed,
+                         ["train.eval_every=0", "data.val_fraction=0.2"])
+
+
+good_pair = b'{"prompt": "a: ", "chosen": "bcd", "rejected": "efg"}\n'
+preference_case("invalid-json", good_pair * 5 + b'{"prompt": "a\n')
+preference_case("missing-rejected", good_pair * 5 + b'{"prompt": "a", "chosen": "b"}\n')
+preference_case("empty-chosen", good_pair * 5 + b'{"prompt": "a", "chosen": "", "rejected": "b"}\n')
+preference_case("string-margin", good_pair * 5 +
+                b'{"prompt": "a", "chosen": "b", "rejected": "c", "margin": "1"}\n')
+preference_case("huge-margin", good_pair * 5 +
+                b'{"prompt": "a", "chosen": "b", "rejected": "c", "margin": 1e999999}\n')
+preference_case("ranked-short-scores", good_pair * 5 +
+                b'{"prompt": "a", "completions": ["b", "c", "d"], "scores": [1, 2]}\n')
+preference_case("ranked-nan-score", good_pair * 5 +
+                b'{"prompt": "a", "completions": ["b", "c"], "scores": [1, NaN]}\n')
+preference_case("ranked-huge-list", good_pair * 5 + b'{"prompt": "a", "completions": [' +
+                b'"b",' * 200000 + b'"c"], "scores": [1]}\n')
+preference_case("ranked-all-ties", b'{"prompt": "a", "completions": ["b", "c"], "scores": [1, 1]}\n')
+preference_case("not-utf8", good_pair * 5 + b'{"prompt": "\xff", "chosen": "b", "rejected": "c"}\n')
+preference_case("deep-nesting", good_pair * 5 + b"[" * 200000 + b"]" * 200000 + b"\n")
+preference_case("empty", b"")
+preference_case("long-responses", good_pair * 5 + b'{"prompt": "' + b"p" * 5000 + b'", "chosen": "' +
+                b"c" * 5000 + b'", "rejected": "r"}\n', (0,))
+
+
 # --- hostile tokenizer files --------------------------------------------------------------------
 byte_encoder = {}
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
