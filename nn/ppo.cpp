@@ -37,8 +37,8 @@ std::vector<double> mask_values(const Tensor& mask, const Tensor& like, const ch
               shape_str(like.shape()), ", got ", shape_str(mask.shape()));
   std::vector<double> m = mask.detach().to_vector<double>();
   const auto bad = std::find_if(m.begin(), m.end(), [](double v) { return v != 0 && v != 1; });
-  FORGE_CHECK(bad == m.end(), who, ": mask[", bad - m.begin(), "] is ",
-              bad == m.end() ? 0.0 : *bad, "; a mask holds 0 or 1");
+  FORGE_CHECK(bad == m.end(), who, ": mask[", bad - m.begin(), "] is ", *bad,
+              "; a mask holds 0 or 1");
   return m;
 }
 

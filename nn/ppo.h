@@ -58,8 +58,9 @@ struct PPOPolicyLoss {
 };
 
 /// TRL's policy loss: ratio = exp(logp_new - logp_old),
-/// loss = mean over response tokens of max(-A ratio, -A clip(ratio, 1 - clip_range, 1 + clip_range)).
-/// logp_old and advantages are constants. Throws Error(usage) for clip_range not finite and >= 0.
+/// loss = mean over response tokens of max(-A ratio, -A clip(ratio, 1 - eps, 1 + eps)),
+/// eps = clip_range; logp_old and advantages are constants. Throws Error(usage) for clip_range
+/// not finite and >= 0.
 PPOPolicyLoss ppo_policy_loss(const Tensor& logp_new, const Tensor& logp_old,
                               const Tensor& advantages, const Tensor& mask,
                               double clip_range = 0.2);
@@ -85,7 +86,8 @@ Tensor entropy_from_logits(const Tensor& logits, const Tensor& mask);
 
 struct KLControllerOptions {
   double init_kl_coef = 0.2;  ///< TRL's default; finite and >= 0
-  bool adaptive = true;       ///< false: the coefficient stays init_kl_coef (TRL's FixedKLController)
+  /// false: the coefficient stays init_kl_coef (TRL's FixedKLController)
+  bool adaptive = true;
   double target = 6.0;        ///< the KL (nats per sequence) to steer to; finite and > 0
   double horizon = 10000.0;   ///< in samples; finite and > 0
 };

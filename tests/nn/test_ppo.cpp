@@ -32,7 +32,9 @@ Tensor golden_tensor(const std::string& name, const Shape& shape, DType dt = DTy
 }
 
 // A [B, T] golden.
-Tensor bt(const std::string& name, DType dt = DType::f64) { return golden_tensor(name, {B, T}, dt); }
+Tensor bt(const std::string& name, DType dt = DType::f64) {
+  return golden_tensor(name, {B, T}, dt);
+}
 
 void expect_golden(const Tensor& got, const std::string& name, double rtol) {
   ASSERT_TRUE(got.defined()) << name;
@@ -290,7 +292,8 @@ TEST(PpoKLController, FixedNeverMoves) {
 TEST(PpoErrors, BadOptionsAndInputsAreOneLineErrors) {
   const Tensor mask = golden_mask(), x = bt("logp"), scores = golden_tensor("scores", {B});
   const double nan = std::nan("");
-  testing::expect_error(ExitCode::usage, "per_token_rewards: kl_coef must be finite and >= 0, got -0.1",
+  testing::expect_error(ExitCode::usage,
+                        "per_token_rewards: kl_coef must be finite and >= 0, got -0.1",
                         [&] { per_token_rewards(x, x, scores, mask, -0.1); });
   testing::expect_error(ExitCode::usage, "gae: gamma must be in [0, 1], got 1.5",
                         [&] { gae(x, x, mask, 1.5, 0.95); });
@@ -298,7 +301,8 @@ TEST(PpoErrors, BadOptionsAndInputsAreOneLineErrors) {
                         [&] { gae(x, x, mask, 1.0, -0.5); });
   testing::expect_error(ExitCode::usage, "gae: gamma must be in [0, 1], got nan",
                         [&] { gae(x, x, mask, nan, 0.95); });
-  testing::expect_error(ExitCode::usage, "ppo_policy_loss: clip_range must be finite and >= 0, got -0.2",
+  testing::expect_error(ExitCode::usage,
+                        "ppo_policy_loss: clip_range must be finite and >= 0, got -0.2",
                         [&] { ppo_policy_loss(x, x, x, mask, -0.2); });
   testing::expect_error(ExitCode::usage,
                         "ppo_value_loss: clip_range_value must be finite and >= 0, got -1",
@@ -324,7 +328,8 @@ TEST(PpoErrors, BadOptionsAndInputsAreOneLineErrors) {
                         [&] { gae(x, short_x, mask, 1.0, 0.95); });
   testing::expect_error(ExitCode::internal, "ppo_policy_loss: advantages is f32",
                         [&] { ppo_policy_loss(x, x, x.to(DType::f32), mask); });
-  testing::expect_error(ExitCode::internal, "ppo_value_loss: mask must be [B, T] = [4, 7], got [4, 6]",
+  testing::expect_error(ExitCode::internal,
+                        "ppo_value_loss: mask must be [B, T] = [4, 7], got [4, 6]",
                         [&] { ppo_value_loss(x, x, x, slice(mask, 1, 0, 6)); });
   testing::expect_error(ExitCode::internal, "per_token_rewards: scores must be [B] = [4]",
                         [&] { per_token_rewards(x, x, slice(scores, 0, 0, 3), mask, 0.1); });
@@ -341,7 +346,8 @@ TEST(PpoErrors, BadOptionsAndInputsAreOneLineErrors) {
                         [&] { ppo_policy_loss(x, x, x, none); });
   testing::expect_error(ExitCode::internal, "per_token_rewards: row 1 has no response token",
                         [&] { per_token_rewards(x, x, scores, testing::ids(one, {B, T}), 0.1); });
-  testing::expect_error(ExitCode::internal, "entropy_from_logits: logits must be [B, T, V], got [4, 7]",
+  testing::expect_error(ExitCode::internal,
+                        "entropy_from_logits: logits must be [B, T, V], got [4, 7]",
                         [&] { entropy_from_logits(x, mask); });
   testing::expect_error(ExitCode::internal, "entropy_from_logits: mask must be [B, T] = [4, 7]",
                         [&] { entropy_from_logits(zeros({B, T, V}), transpose(mask, 0, 1)); });
