@@ -1,8 +1,9 @@
-// The numerical pieces of PPO for language models (Ziegler et al. 2019, Ouyang et al. 2022), as TRL's PPOTrainer writes
-// them: per-token rewards with a KL penalty, GAE, masked whitening, the clipped policy and value
-// losses, the entropy of the policy and the adaptive KL controller. Per-token tensors are [B, T]
-// over a rollout's response positions with a response mask [B, T] of 0/1; the losses are
-// composites of differentiable ops, the rollout quantities (rewards, advantages) plain numbers.
+// The numerical pieces of PPO for language models (Ziegler et al. 2019, Ouyang et al. 2022), as
+// TRL's PPOTrainer writes them: per-token rewards with a KL penalty, GAE, masked whitening, the
+// clipped policy and value losses, the entropy of the policy and the adaptive KL controller.
+// Per-token tensors are [B, T] over a rollout's response positions with a response mask [B, T] of
+// 0/1; the losses are composites of differentiable ops, the rollout quantities (rewards,
+// advantages) plain numbers.
 #pragma once
 
 #include <cstdint>
