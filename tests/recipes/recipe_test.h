@@ -39,6 +39,20 @@ class RecipeTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  // A tiny byte-level GPT trained 20 steps on corpus.txt into <dir>/base (config <dir>/base.yaml):
+  // the pretrained model that fine-tuning recipes start from.
+  void train_tiny_base(int64_t context) {
+    std::ofstream(dir_ / "base.yaml")
+        << "recipe: gpt_pretrain\nseed: 7\noutput_dir: " << (dir_ / "base").string() << "\n"
+        << "model: {arch: gpt, vocab_size: 256, context: " << context
+        << ", d_model: 32, n_layers: 2, n_heads: 2, dropout: 0.0}\n"
+        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
+        << ", val_fraction: 0.1}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 4, max_steps: 20, log_every: 10, sample_tokens: 1}\n";
+    ASSERT_EQ(forge("train " + (dir_ / "base.yaml").string()), 0);
+  }
+
   // Runs the forge binary; returns its exit code (128 + signal when killed).
   static int forge(const std::string& args, const std::string& env = "") {
     std::string cmd = env + " " + FORGE_BINARY + " " + args + " >/dev/null 2>&1";

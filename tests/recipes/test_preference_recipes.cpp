@@ -27,15 +27,8 @@ class PreferenceRecipes : public testing::RecipeTest {
  protected:
   void SetUp() override {
     RecipeTest::SetUp();
-    std::ofstream(dir_ / "base.yaml")
-        << "recipe: gpt_pretrain\nseed: 7\noutput_dir: " << (dir_ / "base").string() << "\n"
-        << "model: {arch: gpt, vocab_size: 256, context: 40, d_model: 32, n_layers: 2, "
-           "n_heads: 2, dropout: 0.0}\n"
-        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
-        << ", val_fraction: 0.1}\n"
-        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
-        << "train: {batch_size: 4, max_steps: 20, log_every: 10, sample_tokens: 1}\n";
-    ASSERT_EQ(forge("train " + (dir_ / "base.yaml").string()), 0);
+    train_tiny_base(40);
+    if (HasFatalFailure()) return;
     write_pairs(dir_ / "train.jsonl", 48, 1);
     write_pairs(dir_ / "val.jsonl", 16, 2);
   }
