@@ -8,6 +8,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
 
@@ -81,6 +82,10 @@ std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path&
     }
     records.push_back(std::move(r));
   }
+  if (records.empty())
+    throw Error(ExitCode::data, quoted_path(file.string()) +
+                                    ": no pairs: the completions of every ranked record score the "
+                                    "same");
   return records;
 }
 

@@ -36,7 +36,8 @@ constexpr int64_t kMaxPreferenceFileBytes = int64_t{1} << 30;
 /// with one line naming "file:line" and the field for a line that is not JSON, not an object,
 /// misses a field, has one of the wrong type, an empty response, a margin that is not a finite
 /// number, a ranked record whose lists do not match or an unknown field; and naming the file when
-/// it is missing, not a regular file, too large or holds no records.
+/// it is missing, not a regular file, too large, or holds no records or no pairs (every ranked
+/// record a tie).
 std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file);
 
 /// Lengths in tokens, as TRL's DPOTrainer (DPODataCollatorWithPadding / tokenize_row, up to TRL

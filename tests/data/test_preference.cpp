@@ -120,6 +120,11 @@ TEST(PreferenceData, RankedRecordsExpandIntoTheirPairsAndMarginsAreRead) {
   EXPECT_EQ(got, (std::vector<std::string>{"p:b>a@0.000000", "p:a>d@0.000000", "p:b>c@0.000000",
                                            "p:b>d@0.000000", "p:c>d@0.000000",
                                            "q:x>y@2.500000"}));
+  // A file whose every ranking ties holds no pair.
+  const fs::path ties = dir.path() / "ties.jsonl";
+  testing::write_file(ties, "{\"prompt\": \"r\", \"completions\": [\"e\", \"f\"], \"scores\": [1, 1]}\n");
+  testing::expect_error(ExitCode::data, "ties.jsonl: no pairs",
+                        [&] { read_preference_jsonl(ties); });
 }
 
 TEST(PreferenceData, TokenizeKeepsThePromptAndAppendsEndOfTextToEachResponse) {
