@@ -59,16 +59,15 @@ class Reference {
 
   Tensor logprobs(const PreferenceBatch& batch) const {
     NoGradGuard no_grad;
-    if (copy_) return row_logprobs(*copy_, batch);
-    return adapters_off([&] { return row_logprobs(policy_, batch); });
+    return with_model([&](const nn::GPT& m) { return row_logprobs(m, batch); });
   }
-  const nn::GPT& model_for_sampling() const { return copy_ ? *copy_ : policy_; }
-  bool is_policy() const { return !copy_; }
   nn::GPT* copy() const { return copy_.get(); }
 
-  /// Runs `f` with the policy as the reference (adapters off, eval mode), then restores it.
+  /// f(the reference model): the copy, or the policy with its adapters off and in eval mode for
+  /// the call (its mode is restored after).
   template <class F>
-  std::invoke_result_t<F> adapters_off(F f) const {
+  std::invoke_result_t<F, const nn::GPT&> with_model(F f) const {
+    if (copy_) return f(*copy_);
     const bool training = policy_.is_training();
     policy_.eval();
     struct Restore {
@@ -77,7 +76,7 @@ class Reference {
       ~Restore() { m.train(on); }
     } restore{policy_, training};
     nn::AdaptersDisabled off(policy_);
-    return f();
+    return f(policy_);
   }
 
  private:
@@ -360,11 +359,7 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
                 "eval: --output " + quoted_path(output.string()) + ": not a directory");
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  std::vector<std::vector<int64_t>> ids;
-  for (const std::string& prompt : prompts) {
-    std::vector<int32_t> encoded = tokenizer->encode(prompt);
-    ids.emplace_back(encoded.begin(), encoded.end());
-  }
+  const std::vector<std::vector<int64_t>> ids = encode_prompts(prompts, *tokenizer);
   nn::SamplingOptions sampling;
   sampling.max_new_tokens = o.integer("max-new-tokens", 96);
   sampling.temperature = o.number("temperature", 1.0);
@@ -383,15 +378,10 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   policy.eval();
   const auto start = std::chrono::steady_clock::now();
   const std::vector<nn::Completion> mine = nn::generate_batch(policy, ids, sampling, batch);
-  const std::vector<nn::Completion> theirs =
-      reference.is_policy()
-          ? reference.adapters_off([&] { return nn::generate_batch(policy, ids, sampling, batch); })
-          : nn::generate_batch(reference.model_for_sampling(), ids, sampling, batch);
-  const std::vector<double> ref_logps =
-      reference.is_policy()
-          ? reference.adapters_off(
-                [&] { return completion_logprobs(policy, ids, mine, batch.batch_size); })
-          : completion_logprobs(reference.model_for_sampling(), ids, mine, batch.batch_size);
+  const std::vector<nn::Completion> theirs = reference.with_model(
+      [&](const nn::GPT& m) { return nn::generate_batch(m, ids, sampling, batch); });
+  const std::vector<double> ref_logps = reference.with_model(
+      [&](const nn::GPT& m) { return completion_logprobs(m, ids, mine, batch.batch_size); });
   double kl = 0, tokens = 0;
   for (size_t i = 0; i < mine.size(); ++i) {
     kl += mine[i].logprob - ref_logps[i];

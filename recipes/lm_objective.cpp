@@ -143,6 +143,16 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
          tokenizer.decode({out.begin(), out.end()});
 }
 
+std::vector<std::vector<int64_t>> encode_prompts(const std::vector<std::string>& prompts,
+                                                 const Tokenizer& tokenizer) {
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& prompt : prompts) {
+    const std::vector<int32_t> encoded = tokenizer.encode(prompt);
+    ids.emplace_back(encoded.begin(), encoded.end());
+  }
+  return ids;
+}
+
 std::string completion_records(const std::vector<std::string>& prompts,
                                const std::vector<nn::Completion>& completions,
                                const Tokenizer& tokenizer) {

@@ -63,6 +63,10 @@ Metrics lm_eval(const nn::GPT& model, const LMWindows& val, int64_t batch_size, 
 std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
                         const RunConfig& config);
 
+/// Each prompt's ids, as nn::generate_batch takes them.
+std::vector<std::vector<int64_t>> encode_prompts(const std::vector<std::string>& prompts,
+                                                 const Tokenizer& tokenizer);
+
 /// forge generate's JSON lines for `completions` of `prompts` (docs/generate.md, "The records"):
 /// prompt, prompt_index, sample_index, completion (decoded; invalid UTF-8 from a byte-level sample
 /// becomes U+FFFD, the exact ids are in "tokens"), tokens, logprob, finished.

@@ -357,11 +357,7 @@ int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
-  std::vector<std::vector<int64_t>> ids;
-  for (const std::string& prompt : prompts) {
-    std::vector<int32_t> encoded = tokenizer->encode(prompt);
-    ids.emplace_back(encoded.begin(), encoded.end());
-  }
+  const std::vector<std::vector<int64_t>> ids = encode_prompts(prompts, *tokenizer);
   if (auto stop = p.options.find("stop"); stop != p.options.end()) {
     std::vector<int32_t> eot = end_of_text_ids(*tokenizer, stop->second);
     options.end_of_text.assign(eot.begin(), eot.end());
