@@ -23,10 +23,7 @@ namespace forge {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// 0..n-1 shuffled by Fisher-Yates; swap i draws from Philox block i of `stream`. The modulo's
-// bias is below n / 2^64, far under anything a dataset size can show.
+// The modulo's bias is below n / 2^64, far under anything a dataset size can show.
 std::vector<int64_t> philox_permutation(int64_t n, uint64_t seed, uint64_t stream) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
@@ -38,6 +35,8 @@ std::vector<int64_t> philox_permutation(int64_t n, uint64_t seed, uint64_t strea
   }
   return order;
 }
+
+namespace {
 
 // Files named by `paths`, each directory replaced by its regular *.txt files in name order.
 std::vector<fs::path> expand_directories(const std::vector<fs::path>& paths) {

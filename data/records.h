@@ -95,6 +95,10 @@ RecordSplit split_records_by_fraction(const RecordDataset& dataset, double val_f
 std::pair<std::vector<int64_t>, std::vector<int64_t>> split_rows_stratified(
     const std::vector<std::string>& labels, double val_fraction, uint64_t seed);
 
+/// 0..n-1 shuffled by Fisher-Yates, swap i drawing from Philox block i of (seed, stream): every
+/// seeded order of rows in Forge.
+std::vector<int64_t> philox_permutation(int64_t n, uint64_t seed, uint64_t stream);
+
 /// The row split behind split_records_by_fraction (and the SFT split) for `n` rows, with the
 /// permutation drawn from (seed, rng_stream(purpose)): {train rows, val rows}, each ascending.
 /// Same rules and errors.

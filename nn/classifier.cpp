@@ -166,6 +166,12 @@ Tensor GPTRewardModel::rewards(const Tensor& ids, const Tensor& mask) const {
   return reshape(forward(ids, mask), {ids.size(0)});
 }
 
+Tensor GPTRewardModel::values(const Tensor& ids) const {
+  FORGE_CHECK(ids.defined() && ids.dim() == 2, "GPTRewardModel::values: ids must be [B, L]");
+  return reshape(score->forward(gpt_->forward(ids, GPTOutput::hidden)),
+                 {ids.size(0), ids.size(1)});
+}
+
 BertClassifier::BertClassifier(const BertConfig& config, const ClassifierHeadConfig& head,
                                Generator& gen)
     : head_(head) {

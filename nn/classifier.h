@@ -92,6 +92,9 @@ class GPTRewardModel : public SequenceClassifier {
   Tensor forward(const Tensor& ids, const Tensor& mask) const override;
   /// forward as [B].
   Tensor rewards(const Tensor& ids, const Tensor& mask) const;
+  /// The head at every position: ids [B, L] -> [B, L], position t scoring tokens 0..t (a PPO
+  /// value model; right padding leaves the real positions alone, as attention is causal).
+  Tensor values(const Tensor& ids) const;
 
   const GPT& backbone() const { return *gpt_; }
   void set_activation_checkpointing(bool on) override { gpt_->set_activation_checkpointing(on); }

@@ -11,21 +11,25 @@
 
 namespace forge::nn {
 
-Tensor sequence_logprobs(const Tensor& logits, const Tensor& targets) {
-  // [N, T, V], [N, T] -> [N]
+Tensor token_logprobs(const Tensor& logits, const Tensor& targets) {
+  // [N, T, V], [N, T] -> [N, T]
   FORGE_CHECK(logits.defined() && logits.dim() == 3,
-              "sequence_logprobs: logits must be [N, T, V], got ",
+              "token_logprobs: logits must be [N, T, V], got ",
               logits.defined() ? shape_str(logits.shape()) : "undefined");
   FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
-              "sequence_logprobs: targets must be i64");
+              "token_logprobs: targets must be i64");
   const int64_t N = logits.size(0), T = logits.size(1), V = logits.size(2);
-  FORGE_CHECK(targets.shape() == (Shape{N, T}), "sequence_logprobs: targets ",
+  FORGE_CHECK(targets.shape() == (Shape{N, T}), "token_logprobs: targets ",
               shape_str(targets.shape()), " must be [N, T] = ", shape_str({N, T}));
   CrossEntropyOptions per_position;
   per_position.reduction = Reduction::none;  // ignored positions give 0
   const Tensor nll =
       cross_entropy(reshape(logits, {N * T, V}), reshape(targets, {N * T}), per_position);
-  return neg(sum(reshape(nll, {N, T}), {1}));
+  return neg(reshape(nll, {N, T}));
+}
+
+Tensor sequence_logprobs(const Tensor& logits, const Tensor& targets) {
+  return sum(token_logprobs(logits, targets), {1});
 }
 
 namespace {

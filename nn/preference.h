@@ -15,6 +15,10 @@ namespace forge::nn {
 /// Throws Error(data) for a target outside [0, V) that is not -100.
 Tensor sequence_logprobs(const Tensor& logits, const Tensor& targets);
 
+/// The same per position: [N, T], out[n][t] = log_softmax(logits[n][t])[targets[n][t]], 0 where
+/// the target is -100 (PPO's per-token log-probabilities).
+Tensor token_logprobs(const Tensor& logits, const Tensor& targets);
+
 enum class DPOLossType {
   sigmoid,  ///< DPO (Rafailov et al. 2023), with conservative label smoothing
   ipo,      ///< IPO (Azar et al. 2023) on per-token averaged log-probabilities, as TRL does it

@@ -151,6 +151,23 @@ TEST(LastToken, PicksEachRowsLastRealTokenAndPassesGradients) {
       "");
 }
 
+TEST(GPTRewardModel, ValuesAreTheHeadAtEveryPositionAndTheRewardAtTheLast) {
+  Generator gen(6);
+  nn::GPTRewardModel model(testing::tiny_gpt_config(), gen);
+  model.eval();
+  NoGradGuard no_grad;
+  const Tensor ids = testing::ids({3, 1, 4, 1, 5, 9, 2, 6, 0, 0}, {2, 5});
+  const Tensor mask = testing::ids({1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, {2, 5});
+  ASSERT_EQ(model.values(ids).shape(), (Shape{2, 5}));
+  const std::vector<double> v = values(model.values(ids));
+  const std::vector<double> r = values(model.rewards(ids, mask));
+  EXPECT_NEAR(v[4], r[0], 1e-6);  // row 0's last position is its last real token
+  EXPECT_NEAR(v[7], r[1], 1e-6);  // row 1's is position 2
+  // Causal attention: position t of a row does not see what follows, padding included.
+  const std::vector<double> prefix = values(model.values(testing::ids({9, 2, 6}, {1, 3})));
+  for (size_t t = 0; t < 3; ++t) EXPECT_NEAR(v[5 + t], prefix[t], 1e-6) << t;
+}
+
 TEST(GPTRewardModel, AScalarOnTheLastRealTokenThatPaddingDoesNotChange) {
   Generator gen(5);
   nn::GPTRewardModel model(testing::tiny_gpt_config(), gen);

@@ -90,6 +90,25 @@ TEST(PreferenceLoss, SequenceLogprobsGradcheck) {
       {testing::randn({4, 2, 5}, 2)});
 }
 
+TEST(PreferenceLoss, TokenLogprobsAreTheSequenceSumsTerms) {
+  const Tensor logits = golden_tensor("seq.logits", {3, 6, 11}, DType::f64);
+  const Tensor targets = golden_tensor("seq.targets", {3, 6}, DType::i64);
+  const Tensor per_token = token_logprobs(logits, targets);
+  ASSERT_EQ(per_token.shape(), (Shape{3, 6}));
+  expect_golden(sum(per_token, {1}), "seq.out", 1e-12);
+  const std::vector<double> lp = per_token.to_vector<double>();
+  const std::vector<int64_t> t = targets.to_vector<int64_t>();
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == -100)
+      EXPECT_EQ(lp[i], 0.0) << i;  // ignored: exactly 0
+    else
+      EXPECT_LT(lp[i], 0.0) << i;
+  }
+  const Tensor ignored = testing::ids({2, -100, 4, 0, -100, -100, 1, 3}, {2, 4});
+  EXPECT_GRADCHECK([ignored](const In& v) { return token_logprobs(v[0], ignored); },
+                   {testing::randn({2, 4, 5}, 3)});
+}
+
 // The inputs of goldens "dpo.*", with the policy's log-probabilities requiring grad.
 DPOLogProbs golden_logps() {
   return {golden_tensor("dpo.pc", {8}).set_requires_grad(true),
