@@ -12,6 +12,7 @@
 #include "recipes/classify.h"
 #include "recipes/distill.h"
 #include "recipes/dpo.h"
+#include "recipes/ppo.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
 #include "recipes/lora_config.h"
@@ -29,6 +30,7 @@ const std::vector<RecipeSpec>& recipe_registry() {
       classify_recipe(),
       reward_model_recipe(),
       dpo_recipe(),
+      ppo_recipe(),
   };
   return recipes;
 }
@@ -43,6 +45,7 @@ const std::vector<ConfigSection>& config_sections() {
       preference_section(),
       reward_model_section(),
       dpo_section(),
+      ppo_section(),
   };
   return sections;
 }

@@ -29,38 +29,8 @@ class PreferenceRecipes : public testing::RecipeTest {
     RecipeTest::SetUp();
     train_tiny_base(40);
     if (HasFatalFailure()) return;
-    write_pairs(dir_ / "train.jsonl", 48, 1);
-    write_pairs(dir_ / "val.jsonl", 16, 2);
-  }
-
-  // n pairs: a prompt of 8 to 15 corpus bytes, and two responses that share a few filler words and
-  // end in a good word (chosen) or a bad one (rejected), drawn from a fixed LCG.
-  static void write_pairs(const fs::path& file, int n, uint64_t seed) {
-    const std::vector<std::string> filler = {"the", "a", "and", "of", "my", "to", "in", "it"};
-    const std::vector<std::string> good = {"love", "joy", "sweet", "fair"};
-    const std::vector<std::string> bad = {"death", "woe", "hate", "foul"};
-    uint64_t state = seed;
-    auto next = [&](uint64_t k) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      return (state >> 33) % k;
-    };
-    std::ifstream in("data/samples/tinyshakespeare.txt", std::ios::binary);
-    std::string corpus(20000, '\0');
-    in.read(corpus.data(), std::streamsize(corpus.size()));
-    std::ofstream out(file);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t at = next(19000);
-      const uint64_t len = 8 + next(8);
-      std::string shared;
-      for (uint64_t w = 0, words = 1 + next(3); w < words; ++w) shared += filler[next(8)] + " ";
-      const std::string g = good[next(4)];
-      const std::string b = bad[next(4)];
-      out << nlohmann::json({{"prompt", corpus.substr(at, len)},
-                             {"chosen", shared + g},
-                             {"rejected", shared + b}})
-                 .dump()
-          << "\n";
-    }
+    write_word_pairs(dir_ / "train.jsonl", 48, 1);
+    write_word_pairs(dir_ / "val.jsonl", 16, 2);
   }
 
   fs::path write_config(const std::string& name, const std::string& recipe,

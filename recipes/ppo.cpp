@@ -1,0 +1,792 @@
+// ppo, top to bottom: the ppo: section; the prompts; the value function (a model initialised from
+// the reward model, or a head on the policy); one step = a rollout (generate_batch with the step's
+// seed), its scoring (policy, reference, values, reward model: no gradient), rewards with the KL
+// penalty, GAE and whitening (nn/ppo.h), then ppo_epochs passes of shuffled minibatch updates
+// through StepContext; the adaptive KL controller; evaluation on held-out prompts; `forge eval`.
+// docs/recipes/ppo.md describes the loop and every key.
+#include "recipes/ppo.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "data/batch.h"
+#include "data/jsonl.h"
+#include "data/records.h"
+#include "data/sft.h"
+#include "nn/classifier.h"
+#include "nn/generate.h"
+#include "nn/ppo.h"
+#include "nn/preference.h"
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "recipes/lm_objective.h"
+#include "recipes/lora_config.h"
+#include "recipes/policy.h"
+#include "recipes/reward_model.h"
+#include "recipes/trainer.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct PPOSettings {
+  int64_t rollout_batch, ppo_epochs, generation_batch_size;
+  nn::SamplingOptions sampling;  // without the seed, which is the step's
+  std::string stop_text;
+  double missing_eos_penalty;
+  nn::KLControllerOptions kl;
+  double gamma, lam, clip_range, clip_range_value, vf_coef, entropy_coef;
+  bool whiten_rewards, shared_value;
+};
+
+PPOSettings ppo_settings(const RunConfig& c) {
+  PPOSettings s;
+  s.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
+  s.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
+  s.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");
+  s.sampling.max_new_tokens = c.get<int64_t>("ppo.max_new_tokens");
+  s.sampling.temperature = c.get<double>("ppo.temperature");
+  s.sampling.top_k = c.get<int64_t>("ppo.top_k");
+  s.sampling.top_p = c.get<double>("ppo.top_p");
+  s.stop_text = c.get<std::string>("ppo.stop_text");
+  s.missing_eos_penalty = c.get<double>("ppo.missing_eos_penalty");
+  s.kl.init_kl_coef = c.get<double>("ppo.kl_coef");
+  s.kl.adaptive = c.get<bool>("ppo.adaptive_kl");
+  s.kl.target = c.get<double>("ppo.target_kl");
+  s.kl.horizon = c.get<double>("ppo.kl_horizon");
+  s.gamma = c.get<double>("ppo.gamma");
+  s.lam = c.get<double>("ppo.lam");
+  s.clip_range = c.get<double>("ppo.clip_range");
+  s.clip_range_value = c.get<double>("ppo.clip_range_value");
+  s.vf_coef = c.get<double>("ppo.vf_coef");
+  s.entropy_coef = c.get<double>("ppo.entropy_coef");
+  s.whiten_rewards = c.get<bool>("ppo.whiten_rewards");
+  s.shared_value = c.get<std::string>("ppo.value") == "shared";
+  return s;
+}
+
+// ---- prompts
+// -------------------------------------------------------------------------------------
+
+struct Prompts {
+  std::vector<std::string> text;
+  std::vector<std::vector<int64_t>> ids;
+};
+
+// Prompts of `file` (JSONL {"prompt"} records or one a line), each checked to leave room for the
+// completion in the context: Error(data) naming the file and the record otherwise.
+Prompts read_prompts(const fs::path& file, const Tokenizer& tokenizer, int64_t max_new_tokens,
+                     int64_t context) {
+  Prompts p;
+  p.text = read_texts(file, {"prompt", "a prompt record", {"prompt"}}, "prompt");
+  p.ids = encode_prompts(p.text, tokenizer);
+  for (size_t i = 0; i < p.ids.size(); ++i)
+    if (int64_t(p.ids[i].size()) + max_new_tokens > context)
+      throw Error(ExitCode::data,
+                  detail::concat(file.string(), ": prompt ", i + 1, " is ", p.ids[i].size(),
+                                 " tokens; with ppo.max_new_tokens ", max_new_tokens,
+                                 " it does not fit model.context ", context));
+  return p;
+}
+
+Prompts subset(const Prompts& p, const std::vector<int64_t>& rows) {
+  Prompts out;
+  for (int64_t r : rows) {
+    out.text.push_back(p.text[size_t(r)]);
+    out.ids.push_back(p.ids[size_t(r)]);
+  }
+  return out;
+}
+
+struct PromptSplits {
+  Prompts train, val;
+};
+
+// data.train's prompts, and data.val's or data.val_fraction of data.train's.
+PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer) {
+  const int64_t new_tokens = config.get<int64_t>("ppo.max_new_tokens");
+  const int64_t context = config.model.context;
+  PromptSplits s;
+  s.train = read_prompts(config.data.train, tokenizer, new_tokens, context);
+  if (!config.data.val.empty()) {
+    s.val = read_prompts(config.data.val, tokenizer, new_tokens, context);
+    return s;
+  }
+  const auto [train, val] =
+      split_rows_by_fraction(int64_t(s.train.text.size()), config.data.val_fraction,
+                             uint64_t(config.data.split_seed), "ppo_prompts");
+  s.val = subset(s.train, val);
+  s.train = subset(s.train, train);
+  return s;
+}
+
+// The prompts of step `step`: rows step * P .. step * P + P - 1 of the endless sequence of epochs,
+// each a seeded shuffle of the training prompts, so a step's prompts are a function of (seed,
+// step).
+std::vector<int64_t> step_prompts(int64_t n, uint64_t seed, int64_t step, int64_t count) {
+  std::vector<int64_t> rows, order;
+  int64_t epoch = -1;
+  for (int64_t k = step * count; k < (step + 1) * count; ++k) {
+    if (k / n != epoch) {
+      epoch = k / n;
+      order = philox_permutation(n, seed, rng_stream("ppo_prompts", uint64_t(epoch)));
+    }
+    rows.push_back(order[size_t(k % n)]);
+  }
+  return rows;
+}
+
+// The seed of a step's (or an evaluation's) sampling: one Philox draw under the run's seed.
+uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_t step) {
+  const std::array<uint32_t, 4> w =
+      philox(uint64_t(config.seed), rng_stream(purpose, uint64_t(step)), 0);
+  return uint64_t(w[0]) << 32 | w[1];
+}
+
+// ---- the value function
+// --------------------------------------------------------------------------
+
+// V(s_t) for every position: a separate model, the reward model's backbone with a fresh head
+// (InstructGPT), or a head on the policy's final hidden state (ppo.value: shared). The fresh head
+// is zero, so the values start at 0 and the first updates fit the head before they move the rest.
+struct Critic {
+  std::unique_ptr<nn::GPTRewardModel> model;
+  std::unique_ptr<nn::Linear> head;
+
+  nn::Module& module() const { return model ? static_cast<nn::Module&>(*model) : *head; }
+  /// values [B, L] of `ids`; `policy_hidden` [B, L, C] is the policy's, for the shared head.
+  Tensor values(const Tensor& ids, const Tensor& policy_hidden) const {
+    if (model) return model->values(ids);
+    return reshape(head->forward(policy_hidden), {ids.size(0), ids.size(1)});
+  }
+};
+
+Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const fs::path& reward_model) {
+  Critic c;
+  NoGradGuard no_grad;
+  if (s.shared_value) {
+    Generator unused(0, rng_stream("value_head"));
+    c.head = std::make_unique<nn::Linear>(policy.config().d_model, 1, false, unused);
+    c.head->weight.zero_();
+  } else {
+    c.model = std::move(load_reward_model(reward_model).model);
+    c.model->score->weight.zero_();
+  }
+  return c;
+}
+
+// ---- rollouts
+// ------------------------------------------------------------------------------------
+
+// One rollout: per row the prompt + completion tokens and, per response token j (the position
+// prompt_len - 1 + j of next_token_rows' layout predicts it), the quantities PPO needs.
+struct Rollout {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int64_t> prompt_len;
+  std::vector<std::vector<float>> logp, ref_logp, values, advantages, returns;
+  std::vector<double> scores;  // the reward model's, with the missing-EOS penalty
+  std::vector<bool> finished;
+  int64_t size() const { return int64_t(tokens.size()); }
+  int64_t response_tokens(int64_t r) const {
+    return int64_t(tokens[size_t(r)].size()) - prompt_len[size_t(r)];
+  }
+};
+
+// Rows `rows` of a rollout as next_token_rows lays them out, [n, W].
+NextTokenRows rollout_rows(const Rollout& ro, const std::vector<int64_t>& rows) {
+  std::vector<std::span<const int32_t>> spans;
+  std::vector<int64_t> prompt_len;
+  for (int64_t r : rows) {
+    spans.emplace_back(ro.tokens[size_t(r)]);
+    prompt_len.push_back(ro.prompt_len[size_t(r)]);
+  }
+  return next_token_rows(spans, prompt_len);
+}
+
+// Per-response-token vectors of rows `rows` placed at their columns of a [n, width] f32 tensor, 0
+// elsewhere; and back.
+Tensor to_columns(const Rollout& ro, const std::vector<std::vector<float>>& per_token,
+                  const std::vector<int64_t>& rows, int64_t width) {
+  std::vector<float> out(size_t(int64_t(rows.size()) * width), 0.0f);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t r = size_t(rows[i]);
+    const int64_t first = ro.prompt_len[r] - 1;
+    std::copy(per_token[r].begin(), per_token[r].end(),
+              out.begin() + long(int64_t(i) * width + first));
+  }
+  return from_vector(out, {int64_t(rows.size()), width});
+}
+
+void from_columns(const Rollout& ro, const Tensor& t, const std::vector<int64_t>& rows,
+                  std::vector<std::vector<float>>& per_token) {
+  const std::vector<float> v = t.contiguous().to_vector<float>();
+  const int64_t width = t.size(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t r = size_t(rows[i]);
+    const auto first = v.begin() + long(int64_t(i) * width + ro.prompt_len[r] - 1);
+    per_token[r].assign(first, first + long(ro.response_tokens(int64_t(r))));
+  }
+}
+
+// 1 where a target is a response token, else 0: f32 [n, W].
+Tensor response_mask(const NextTokenRows& rows) {
+  std::vector<float> mask;
+  for (int64_t t : rows.targets.contiguous().to_vector<int64_t>())
+    mask.push_back(t == LMWindows::kIgnoreTarget ? 0.0f : 1.0f);
+  return from_vector(mask, rows.targets.shape());
+}
+
+std::vector<int64_t> iota_rows(int64_t first, int64_t count) {
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  std::iota(rows.begin(), rows.end(), first);
+  return rows;
+}
+
+// The models a PPO step reads.
+struct PPOModels {
+  nn::GPT& policy;
+  const ReferencePolicy& reference;
+  const LoadedRewardModel& reward;
+  const Critic& critic;
+  const Tokenizer& tokenizer;
+};
+
+// The policy's per-token log-probabilities of `targets` at the sampling temperature (the
+// distribution the tokens were drawn from, as TRL scales its logits), and its hidden states.
+struct PolicyForward {
+  Tensor hidden, logits, logp;
+};
+PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, double temperature) {
+  PolicyForward f;
+  f.hidden = model.forward(rows.ids, nn::GPTOutput::hidden);
+  f.logits = model.head(f.hidden);
+  if (temperature != 1.0) f.logits = mul(f.logits, 1.0 / temperature);
+  f.logp = nn::token_logprobs(f.logits, rows.targets);
+  return f;
+}
+
+// Rollout statistics for the train line.
+struct RolloutStats {
+  double entropy_sum = 0, tokens = 0;
+};
+
+// Samples the prompts, then scores every row without gradient in batches of `batch_size`: the
+// policy's and the reference's log-probabilities, the values, the reward model's score.
+Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts& prompts,
+                        uint64_t seed, int64_t batch_size, RolloutStats& stats, double& t_generate,
+                        double& t_score) {
+  NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  nn::SamplingOptions sampling = s.sampling;
+  sampling.seed = seed;
+  sampling.stop = stop_requested;
+  nn::BatchOptions batch;
+  batch.batch_size = s.generation_batch_size;
+  batch.end_of_text = {};
+  for (int32_t id : end_of_text_ids(m.tokenizer, s.stop_text)) batch.end_of_text.push_back(id);
+  const bool training = m.policy.is_training();
+  m.policy.eval();
+  const std::vector<nn::Completion> completions =
+      nn::generate_batch(m.policy, prompts.ids, sampling, batch);
+  t_generate = seconds_since(t0);
+  Rollout ro;
+  if (stop_requested()) {
+    m.policy.train(training);
+    return ro;
+  }
+
+  const auto t1 = Clock::now();
+  std::vector<std::string> texts;
+  for (const nn::Completion& c : completions) {
+    const std::vector<int64_t>& p = prompts.ids[size_t(c.prompt_index)];
+    ro.tokens.emplace_back(p.begin(), p.end());
+    ro.tokens.back().insert(ro.tokens.back().end(), c.tokens.begin(), c.tokens.end());
+    ro.prompt_len.push_back(int64_t(p.size()));
+    ro.finished.push_back(c.finished);
+    texts.push_back(prompts.text[size_t(c.prompt_index)] +
+                    m.tokenizer.decode({c.tokens.begin(), c.tokens.end()}));
+  }
+  const size_t n = ro.tokens.size();
+  for (auto* v : {&ro.logp, &ro.ref_logp, &ro.values, &ro.advantages, &ro.returns}) v->resize(n);
+  for (int64_t first = 0; first < int64_t(n); first += batch_size) {
+    const std::vector<int64_t> rows = iota_rows(first, std::min(batch_size, int64_t(n) - first));
+    const NextTokenRows batch_rows = rollout_rows(ro, rows);
+    const Tensor mask = response_mask(batch_rows);
+    const PolicyForward f = policy_forward(m.policy, batch_rows, s.sampling.temperature);
+    from_columns(ro, f.logp, rows, ro.logp);
+    const double tokens = sum(mask).item();
+    stats.entropy_sum += nn::entropy_from_logits(f.logits, mask).item() * tokens;
+    stats.tokens += tokens;
+    from_columns(ro, m.reference.with_model([&](const nn::GPT& ref) {
+      return policy_forward(ref, batch_rows, s.sampling.temperature).logp;
+    }),
+                 rows, ro.ref_logp);
+    from_columns(ro, m.critic.values(batch_rows.ids, f.hidden), rows, ro.values);
+  }
+  m.policy.train(training);
+  ro.scores = score_texts(m.reward, texts, batch_size, [&](size_t i) {
+    return detail::concat("the completion of rollout row ", i);
+  });
+  for (size_t i = 0; i < n; ++i)
+    if (!ro.finished[i] && !s.stop_text.empty()) ro.scores[i] -= s.missing_eos_penalty;
+  t_score = seconds_since(t1);
+  return ro;
+}
+
+// What the rewards, GAE and whitening give a rollout, besides the advantages and returns they store
+// in it.
+struct Returns {
+  double kl_sum = 0, kl_tokens = 0, score_sum = 0, reward_sum = 0, reward_sq = 0, score_sq = 0;
+  double explained_variance = 0;
+};
+
+// The population variance of every response token's value of `x`, or of x - y.
+double variance(const std::vector<std::vector<float>>& x,
+                const std::vector<std::vector<float>>* y = nullptr) {
+  double s = 0, sq = 0, n = 0;
+  for (size_t r = 0; r < x.size(); ++r)
+    for (size_t j = 0; j < x[r].size(); ++j) {
+      const double v = double(x[r][j]) - (y ? double((*y)[r][j]) : 0.0);
+      s += v;
+      sq += v * v;
+      n += 1;
+    }
+  return n > 0 ? std::max(0.0, sq / n - (s / n) * (s / n)) : 0.0;
+}
+
+Returns compute_advantages(Rollout& ro, const PPOSettings& s, double kl_coef) {
+  NoGradGuard no_grad;
+  const std::vector<int64_t> rows = iota_rows(0, ro.size());
+  const NextTokenRows all = rollout_rows(ro, rows);
+  const int64_t width = all.targets.size(1);
+  const Tensor mask = response_mask(all);
+  const Tensor logp = to_columns(ro, ro.logp, rows, width);
+  const Tensor ref = to_columns(ro, ro.ref_logp, rows, width);
+  const Tensor values = to_columns(ro, ro.values, rows, width);
+  std::vector<double> scores = ro.scores;
+  const nn::PPORewards r =
+      nn::per_token_rewards(logp, ref, from_vector(scores, {ro.size()}, DType::f32), mask, kl_coef);
+  const Tensor rewards = s.whiten_rewards ? nn::whiten(r.rewards, mask, false) : r.rewards;
+  const nn::PPOAdvantages a = nn::gae(rewards, values, mask, s.gamma, s.lam);
+  from_columns(ro, nn::whiten(a.advantages, mask), rows, ro.advantages);
+  from_columns(ro, a.returns, rows, ro.returns);
+
+  Returns out;
+  const std::vector<float> kl_rows = sum(r.kl, {1}).contiguous().to_vector<float>();
+  for (int64_t i = 0; i < ro.size(); ++i) {
+    const double kl = double(kl_rows[size_t(i)]), score = ro.scores[size_t(i)];
+    const double reward = score - kl_coef * kl;
+    out.kl_sum += kl;
+    out.score_sum += score;
+    out.score_sq += score * score;
+    out.reward_sum += reward;
+    out.reward_sq += reward * reward;
+  }
+  const double n = sum(mask).item();
+  out.kl_tokens = n;
+  const double var_returns = variance(ro.returns);
+  out.explained_variance =
+      var_returns > 0 ? 1.0 - variance(ro.returns, &ro.values) / var_returns : 0.0;
+  return out;
+}
+
+// The PPO loss of rollout rows `rows` summed over their response tokens (with graph), and the
+// statistics as token-weighted sums.
+MicroBatchLoss ppo_micro_loss(const PPOModels& m, const PPOSettings& s, const Rollout& ro,
+                              const std::vector<int64_t>& rows) {
+  const NextTokenRows batch = rollout_rows(ro, rows);
+  const int64_t width = batch.targets.size(1);
+  const Tensor mask = response_mask(batch);
+  const PolicyForward f = policy_forward(m.policy, batch, s.sampling.temperature);
+  const nn::PPOPolicyLoss pg =
+      nn::ppo_policy_loss(f.logp, to_columns(ro, ro.logp, rows, width),
+                          to_columns(ro, ro.advantages, rows, width), mask, s.clip_range);
+  const nn::PPOValueLoss vf = nn::ppo_value_loss(
+      m.critic.values(batch.ids, f.hidden), to_columns(ro, ro.values, rows, width),
+      to_columns(ro, ro.returns, rows, width), mask, s.clip_range_value);
+  Tensor loss = pg.loss + mul(vf.loss, s.vf_coef);
+  if (s.entropy_coef > 0)
+    loss = loss - mul(nn::entropy_from_logits(f.logits, mask), s.entropy_coef);
+  int64_t tokens = 0;
+  for (int64_t r : rows) tokens += ro.response_tokens(r);
+  const double n = double(tokens);
+  MicroBatchLoss out{mul(loss, n), tokens};
+  out.sums = {{"policy_loss", pg.loss.item() * n}, {"value_loss", vf.loss.item() * n},
+              {"clip_frac", pg.clip_frac * n},     {"approx_kl", pg.approx_kl * n},
+              {"ratio", pg.ratio_mean * n},        {"value_clip_frac", vf.clip_frac * n}};
+  return out;
+}
+
+// ---- evaluation
+// ----------------------------------------------------------------------------------
+
+// Held-out prompts sampled once each, by the policy and by the reference with the same draws (the
+// reference's scores are computed once per prompt count: it never changes).
+class Evaluator {
+ public:
+  Evaluator(const RunConfig& config, const PPOSettings& s, const Prompts& prompts,
+            std::unique_ptr<LMWindows> text)
+      : config_(config), s_(s), prompts_(prompts), text_(std::move(text)) {}
+
+  Metrics evaluate(const PPOModels& m, int64_t prompts, double kl_coef) {
+    NoGradGuard no_grad;
+    const int64_t n = prompts > 0 ? std::min<int64_t>(prompts, int64_t(prompts_.ids.size()))
+                                  : int64_t(prompts_.ids.size());
+    const Prompts p = subset(prompts_, iota_rows(0, n));
+    nn::SamplingOptions sampling = s_.sampling;
+    sampling.seed = sampling_seed(config_, "ppo_eval", 0);
+    sampling.stop = stop_requested;
+    nn::BatchOptions batch;
+    batch.batch_size = s_.generation_batch_size;
+    for (int32_t id : end_of_text_ids(m.tokenizer, s_.stop_text)) batch.end_of_text.push_back(id);
+    const std::vector<nn::Completion> mine = nn::generate_batch(m.policy, p.ids, sampling, batch);
+    if (stop_requested()) return {};
+    const int64_t B = config_.train.batch_size;
+    if (!reference_scores_.count(n)) {
+      const std::vector<nn::Completion> theirs = m.reference.with_model(
+          [&](const nn::GPT& ref) { return nn::generate_batch(ref, p.ids, sampling, batch); });
+      if (stop_requested()) return {};
+      reference_scores_[n] = completion_rewards(m.reward, p.text, theirs, m.tokenizer, B);
+    }
+    const std::vector<double>& theirs = reference_scores_[n];
+    const std::vector<double> scores = completion_rewards(m.reward, p.text, mine, m.tokenizer, B);
+    const std::vector<double> ref_logp = m.reference.with_model(
+        [&](const nn::GPT& ref) { return completion_logprobs(ref, p.ids, mine, B); });
+    double kl = 0, tokens = 0, score = 0, ref_score = 0, wins = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      kl += mine[i].logprob - ref_logp[i];
+      tokens += double(mine[i].tokens.size());
+      score += scores[i];
+      ref_score += theirs[i];
+      wins += scores[i] > theirs[i] ? 1.0 : scores[i] == theirs[i] ? 0.5 : 0.0;
+    }
+    const double count = double(mine.size());
+    // The loss is what PPO maximises, negated: the score less the KL penalty, per sample.
+    Metrics out = {{"loss", -(score - kl_coef * kl) / count},
+                   {"score", score / count},
+                   {"reference_score", ref_score / count},
+                   {"reward_win_rate", wins / count},
+                   {"kl", kl / count},
+                   {"kl_per_token", kl / std::max(1.0, tokens)},
+                   {"response_length", tokens / count}};
+    if (text_ && !stop_requested())
+      out.push_back(
+          {"text_loss", lm_eval(m.policy, *text_, B, config_.train.eval_batches, prompts == 0)
+                            .front()
+                            .value.as_double()});
+    return out;
+  }
+
+ private:
+  const RunConfig& config_;
+  const PPOSettings& s_;
+  const Prompts& prompts_;
+  std::unique_ptr<LMWindows> text_;
+  std::map<int64_t, std::vector<double>> reference_scores_;
+};
+
+// Held-out prompts an evaluation samples: all for the final one, else eval_batches x batch_size.
+int64_t eval_prompts(const RunConfig& config, bool full) {
+  return full ? 0 : config.train.eval_batches * config.train.batch_size;
+}
+
+// ---- training
+// ------------------------------------------------------------------------------------
+
+const char* const kKLCoefCounter = "ppo.kl_coef_bits";
+
+int train_ppo(const RunConfig& config) {
+  const PPOSettings s = ppo_settings(config);
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+  const PromptSplits prompts = load_prompts(config, *tokenizer);
+  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
+  const LoadedRewardModel reward = load_reward_model(rm_file);
+
+  const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
+  Policy policy = build_policy(config, resuming, true);
+  nn::GPT& model = *policy.model;
+  const Critic critic = build_critic(s, model, rm_file);
+  NamedTensors trained = policy_trained_parameters(config, policy);
+  for (const NamedTensor& t : critic.module().named_parameters())
+    trained.push_back({"value." + t.name, t.tensor});
+  // One optimizer over the policy and the value function, as TRL's PPOTrainer: one backward of
+  // pg_loss + vf_coef * vf_loss and one clipping of their joint gradient norm.
+  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, trained);
+
+  std::vector<RunModel> models = policy_run_models(policy);
+  models.push_back({"value", &critic.module()});
+  models.push_back({"reward", reward.model.get(), false, false, rm_file});
+
+  const PPOModels m{model, *policy.reference, reward, critic, *tokenizer};
+  nn::KLController kl(s.kl);
+  Evaluator evaluator(config, s, prompts.val,
+                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+  const int64_t B = config.train.batch_size;
+  const int64_t minibatch = B * config.train.grad_accum;
+
+  Recipe recipe;
+  recipe.eval_at_start = true;
+  recipe.tokens_per_step = s.rollout_batch * s.sampling.max_new_tokens;
+  recipe.custom_step = [&](StepContext& context) -> StepOutcome {
+    const int64_t step = context.step();
+    RolloutStats rs;
+    double t_generate = 0, t_score = 0;
+    const Prompts batch_prompts =
+        subset(prompts.train, step_prompts(int64_t(prompts.train.ids.size()), uint64_t(config.seed),
+                                           step, s.rollout_batch));
+    Rollout ro = collect_rollout(m, s, batch_prompts, sampling_seed(config, "ppo_rollout", step), B,
+                                 rs, t_generate, t_score);
+    if (stop_requested()) return {};
+    const double kl_coef = kl.value();
+    const Returns ret = compute_advantages(ro, s, kl_coef);
+
+    const auto t_update = Clock::now();
+    std::map<std::string, double> sums;
+    double loss_sum = 0, tokens_sum = 0;
+    for (int64_t epoch = 0; epoch < s.ppo_epochs; ++epoch) {
+      const std::vector<int64_t> order =
+          philox_permutation(ro.size(), uint64_t(config.seed),
+                             rng_stream("ppo_minibatch_" + std::to_string(epoch), uint64_t(step)));
+      for (int64_t first = 0; first < ro.size(); first += minibatch) {
+        const UpdateResult r =
+            context.accumulate_and_update(config.train.grad_accum, [&](int64_t micro) {
+              const auto begin = order.begin() + long(first + micro * B);
+              return ppo_micro_loss(m, s, ro, std::vector<int64_t>(begin, begin + long(B)));
+            });
+        loss_sum += r.accumulated.loss * double(r.accumulated.num_targets);
+        tokens_sum += double(r.accumulated.num_targets);
+        for (const auto& [key, value] : r.accumulated.sums) sums[key] += value;
+      }
+    }
+    for (auto& [key, value] : sums) value /= std::max(1.0, tokens_sum);
+    const double P = double(ro.size());
+    const double score_mean = ret.score_sum / P, reward_mean = ret.reward_sum / P;
+    sums["score"] = score_mean;
+    sums["score_std"] = std::sqrt(std::max(0.0, ret.score_sq / P - score_mean * score_mean));
+    sums["reward"] = reward_mean;
+    sums["reward_std"] = std::sqrt(std::max(0.0, ret.reward_sq / P - reward_mean * reward_mean));
+    sums["kl"] = ret.kl_sum / P;
+    sums["kl_per_token"] = ret.kl_sum / std::max(1.0, ret.kl_tokens);
+    sums["kl_coef"] = kl_coef;
+    sums["entropy"] = rs.entropy_sum / std::max(1.0, rs.tokens);
+    sums["explained_variance"] = ret.explained_variance;
+    sums["response_length"] = ret.kl_tokens / P;
+    sums["time_rollout_s"] = t_generate;
+    sums["time_score_s"] = t_score;
+    sums["time_update_s"] = seconds_since(t_update);
+    kl.update(ret.kl_sum / P, ro.size());
+    return {loss_sum / std::max(1.0, tokens_sum), std::move(sums)};
+  };
+  recipe.train_metrics = [](const std::map<std::string, double>& sums) {
+    Metrics out;
+    for (const char* key : {"score", "score_std", "reward", "reward_std", "kl", "kl_per_token",
+                            "kl_coef", "entropy", "policy_loss", "value_loss", "clip_frac",
+                            "approx_kl", "ratio", "value_clip_frac", "explained_variance",
+                            "response_length", "time_rollout_s", "time_score_s", "time_update_s"})
+      if (sums.count(key)) out.push_back({key, sums.at(key)});
+    return out;
+  };
+  recipe.evaluate = [&](bool full) {
+    return evaluator.evaluate(m, eval_prompts(config, full), s.kl.init_kl_coef);
+  };
+  recipe.data_state = [&] {
+    return DataState{{kKLCoefCounter, std::bit_cast<int64_t>(kl.value())}};
+  };
+  recipe.restore_data_state = [&](const DataState& state) {
+    const auto it = state.find(kKLCoefCounter);
+    if (it == state.end())
+      throw Error(ExitCode::checkpoint,
+                  detail::concat("the checkpoint has no counter '", kKLCoefCounter,
+                                 "' (the KL controller's coefficient): not a ppo checkpoint"));
+    kl.restore(std::bit_cast<double>(it->second));
+  };
+  recipe.sample = [&] {
+    const std::string prompt = prompts.val.text.empty() ? std::string("\n") : prompts.val.text[0];
+    return sample_text(model, *tokenizer, prompt, config);
+  };
+  return run_training(config, models, *optimizer, recipe);
+}
+
+// ---- forge eval
+// ----------------------------------------------------------------------------------
+
+int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
+  const PPOSettings s = ppo_settings(config);
+  LoadedGPT loaded = load_gpt(checkpoint);
+  std::unique_ptr<nn::GPT> copy;
+  if (lora_settings(config).rank == 0)
+    copy = load_frozen_base(config, resolve_checkpoint(config.model.init_from));
+  const ReferencePolicy reference(*loaded.model, std::move(copy));
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+  const PromptSplits prompts = load_prompts(config, *tokenizer);
+  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
+  const LoadedRewardModel reward = load_reward_model(rm_file);
+  const Critic no_critic;
+  const PPOModels m{*loaded.model, reference, reward, no_critic, *tokenizer};
+  Evaluator evaluator(config, s, prompts.val,
+                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+  Metrics metrics = evaluator.evaluate(m, 0, s.kl.init_kl_coef);
+  if (options.has("prompts"))
+    for (Metric& metric : evaluate_policy(config, *loaded.model, reference, options))
+      metrics.push_back(std::move(metric));
+  print_eval(checkpoint.string(), loaded.step, metrics);
+  return 0;
+}
+
+MemoryEstimate estimate_ppo(const RunConfig& config) {
+  nn::GPTConfig g = gpt_config(config.model);
+  nn::check_config(g);
+  const int64_t params = nn::gpt_num_parameters(g);
+  const nn::LoRAConfig lora = lora_settings(config);
+  const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
+  const bool shared = config.get<std::string>("ppo.value") == "shared";
+  // Policy, reference (a copy unless LoRA), reward model and value model, roughly the policy's size
+  // each: the reward model's real size is only known from its checkpoint.
+  const int64_t value = shared ? g.d_model : params;
+  const int64_t total = params * (lora.rank > 0 ? 1 : 2) + adapters + params + value;
+  const int64_t trainable = (lora.rank > 0 ? adapters : params) + value;
+  RunConfig rows = config;
+  rows.train.batch_size =
+      std::max(config.train.batch_size, config.get<int64_t>("ppo.generation_batch_size"));
+  return estimate_memory(rows, total, trainable,
+                         double(rows.train.batch_size * config.model.context));
+}
+
+void check_ppo(ConfigChecker& checker) {
+  check_model_family(checker);
+  check_lora(checker);
+  const RunConfig& c = checker.config();
+  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
+                "model.init_from: recipe ppo starts from a trained policy "
+                "(also its reference); "
+                "name its run directory or checkpoint");
+  checker.cross({"ppo.reward_model"}, !c.get<std::string>("ppo.reward_model").empty(),
+                "ppo.reward_model: name the reward_model run (or checkpoint) "
+                "that scores the "
+                "rollouts");
+  const int64_t minibatch = c.train.batch_size * c.train.grad_accum;
+  const int64_t rollout = c.get<int64_t>("ppo.rollout_batch");
+  checker.cross({"ppo.rollout_batch", "train.batch_size", "train.grad_accum"},
+                rollout % minibatch == 0,
+                detail::concat("ppo.rollout_batch: ", rollout,
+                               " rows must split into minibatches of train.batch_size x "
+                               "train.grad_accum = ",
+                               minibatch, " rows"));
+  checker.cross({"model.dropout"}, c.model.dropout == 0.0,
+                "model.dropout: ppo needs 0: with dropout the policy's "
+                "log-probabilities in the "
+                "updates differ from the rollout's even before any update (TRL "
+                "turns it off too)");
+  checker.cross({"ppo.max_new_tokens", "model.context"},
+                c.get<int64_t>("ppo.max_new_tokens") < c.model.context,
+                "ppo.max_new_tokens: completions must leave room for a prompt "
+                "in model.context");
+  checker.cross(
+      {"ppo.missing_eos_penalty", "ppo.stop_text"},
+      c.get<double>("ppo.missing_eos_penalty") == 0 || !c.get<std::string>("ppo.stop_text").empty(),
+      "ppo.missing_eos_penalty: a completion can only miss "
+      "ppo.stop_text when it is set");
+}
+
+}  // namespace
+
+ConfigSection ppo_section() {
+  return {
+      "ppo",
+      "PPO from a reward model: rollouts, the KL penalty, GAE and the clipped "
+      "updates",
+      {section_key("ppo.reward_model", checkpoint_key(),
+                   "the reward_model run (or checkpoint) that scores each "
+                   "completion after its "
+                   "prompt; frozen"),
+       section_key("ppo.value", choice_key("separate", {"separate", "shared"}),
+                   "separate: a value model initialised from the reward model "
+                   "with a fresh head "
+                   "(InstructGPT); shared: a value head on the policy's last "
+                   "hidden state"),
+       section_key("ppo.rollout_batch", integer_key(64, "[2, 65536]"),
+                   "prompts sampled per step (one completion each); a multiple of "
+                   "train.batch_size x train.grad_accum, the rows of one update"),
+       section_key("ppo.ppo_epochs", integer_key(4, "[1, 1024]"),
+                   "passes over each rollout, each in shuffled minibatches "
+                   "(one update each)"),
+       section_key("ppo.generation_batch_size", integer_key(64, "[1, 65536]"),
+                   "rows sampled together; the rollout does not depend on it"),
+       section_key("ppo.max_new_tokens", integer_key(96, "[1, 65536]"),
+                   "tokens each completion may generate"),
+       section_key("ppo.temperature", number_key(1.0, "> 0"),
+                   "sampling temperature; the policy's log-probabilities use "
+                   "the same (as TRL)"),
+       section_key("ppo.top_k", integer_key(0, ">= 0"), "sample among the k most likely; 0 = all"),
+       section_key("ppo.top_p", number_key(1.0, "(0, 1]"), "nucleus sampling; 1 = off"),
+       section_key("ppo.stop_text", string_key(""),
+                   "a completion ends once it has generated this text (its "
+                   "tokens are kept); "
+                   "empty = completions run to max_new_tokens"),
+       section_key("ppo.missing_eos_penalty", number_key(0.0, ">= 0"),
+                   "subtracted from the score of a completion that did not "
+                   "reach stop_text "
+                   "(TRL's)"),
+       section_key("ppo.kl_coef", number_key(0.05, ">= 0"),
+                   "the per-token KL penalty -kl_coef (log pi - log ref); the adaptive "
+                   "controller's start"),
+       section_key("ppo.adaptive_kl", boolean_key(false),
+                   "adapt kl_coef towards target_kl (Ziegler et al. 2019)"),
+       section_key("ppo.target_kl", number_key(6.0, "> 0"),
+                   "the KL to the reference (nats per completion) the adaptive "
+                   "controller steers to"),
+       section_key("ppo.kl_horizon", number_key(10000.0, "> 0"),
+                   "the adaptive controller's horizon, in completions"),
+       section_key("ppo.gamma", number_key(1.0, "[0, 1]"), "GAE's discount"),
+       section_key("ppo.lam", number_key(0.95, "[0, 1]"), "GAE's lambda"),
+       section_key("ppo.clip_range", number_key(0.2, "> 0"), "the policy ratio's clip epsilon"),
+       section_key("ppo.clip_range_value", number_key(0.2, "> 0"),
+                   "how far a value may move from the rollout's before its "
+                   "loss is clipped"),
+       section_key("ppo.vf_coef", number_key(0.1, ">= 0"),
+                   "weight of the value loss in pg_loss + vf_coef * vf_loss"),
+       section_key("ppo.entropy_coef", number_key(0.0, ">= 0"),
+                   "weight of the entropy bonus (0 = none, as TRL)"),
+       section_key("ppo.whiten_rewards", boolean_key(false),
+                   "whiten the per-token rewards before GAE (TRL's whiten_rewards)"),
+       section_key("ppo.eval_text", optional_path_key(),
+                   "a text file whose held-out end each evaluation scores with "
+                   "the policy as "
+                   "text_loss; empty = none"),
+       section_key("ppo.eval_text_fraction", number_key(0.1, "(0, 1)"),
+                   "the last fraction of ppo.eval_text scored")}};
+}
+
+RecipeSpec ppo_recipe() {
+  return {.name = "ppo",
+          .doc =
+              "PPO of a pretrained GPT (full or LoRA) against a reward "
+              "model, with a KL "
+              "penalty to a frozen reference (RLHF)",
+          .families = {"gpt"},
+          .sections = {"ppo", "lora"},
+          .check = check_ppo,
+          .train = train_ppo,
+          .eval = eval_ppo,
+          .estimate = estimate_ppo,
+          .eval_options = policy_eval_options()};
+}
+
+}  // namespace forge

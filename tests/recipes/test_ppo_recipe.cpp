@@ -1,0 +1,224 @@
+// Recipe ppo through the forge binary, from a tiny base GPT and a tiny reward model that prefers
+// completions with "good" words (both trained in SetUp): a fixed-seed run with asserted metrics;
+// the first rollout's KL is exactly 0 (the policy is its reference); the reference and the reward
+// model never change (forge eval, which reloads both, reproduces the run's last val line); the
+// rollout does not depend on the generation batch; a minibatch split into micro-batches gives the
+// same updates; kill-and-resume is exact with the adaptive KL controller; a LoRA policy with a
+// shared value head saves adapters and the head only; bad input exits with its code and one line.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "recipes/checkpoint.h"
+#include "recipes/components.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PPORecipe : public testing::RecipeTest {
+ protected:
+  void SetUp() override {
+    RecipeTest::SetUp();
+    train_tiny_base(40);
+    if (HasFatalFailure()) return;
+    write_word_pairs(dir_ / "pairs.jsonl", 48, 1);
+    std::ofstream(dir_ / "rm.yaml")
+        << "recipe: reward_model\nseed: 3\noutput_dir: " << (dir_ / "rm").string() << "\n"
+        << "model: {init_from: " << (dir_ / "base").string() << "}\n"
+        << "data: {train: " << (dir_ / "pairs.jsonl").string() << ", val_fraction: 0.25}\n"
+        << "preference: {max_prompt_length: 16}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+        << "train: {batch_size: 8, max_steps: 12, log_every: 6}\n";
+    ASSERT_EQ(forge("train " + (dir_ / "rm.yaml").string()), 0);
+    write_prompts(dir_ / "prompts.jsonl", 40, 1);
+    write_prompts(dir_ / "val_prompts.jsonl", 8, 2);
+  }
+
+  // n prompts of 6 to 13 corpus bytes, from a fixed LCG.
+  void write_prompts(const fs::path& file, int n, uint64_t seed) {
+    const std::string corpus = testing::read_file(dir_ / "corpus.txt");
+    uint64_t state = seed;
+    auto next = [&](uint64_t k) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return (state >> 33) % k;
+    };
+    std::ofstream out(file);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t at = next(30000);
+      out << nlohmann::json({{"prompt", corpus.substr(at, 6 + next(8))}}).dump() << "\n";
+    }
+  }
+
+  fs::path write_config(const std::string& name, const std::string& ppo = "",
+                        const std::string& train =
+                            "{batch_size: 4, max_steps: 6, eval_every: 3, eval_batches: 1, "
+                            "save_every: 3, log_every: 1}",
+                        const std::string& extra = "") {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: ppo\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {init_from: " << (dir_ / "base").string() << ", dropout: 0.0}\n"
+        << "data: {train: " << (dir_ / "prompts.jsonl").string()
+        << ", val: " << (dir_ / "val_prompts.jsonl").string() << "}\n"
+        << "ppo: {reward_model: " << (dir_ / "rm").string()
+        << ", rollout_batch: 8, ppo_epochs: 2, max_new_tokens: 12, "
+           "generation_batch_size: 8"
+        << ppo << "}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+        << "train: " << train << "\n"
+        << extra;
+    return dir_ / (name + ".yaml");
+  }
+
+  const std::vector<std::string> keys_ = {"loss",      "score",      "kl",        "kl_coef",
+                                          "approx_kl", "value_loss", "grad_norm", "entropy"};
+};
+
+TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
+  ASSERT_EQ(forge("train " + write_config("ppo").string()), 0);
+  const fs::path run = dir_ / "ppo";
+  // Step 0: the policy is its reference, so their samples are the same draws: equal scores, a win
+  // rate of one half, no KL; and the first rollout's KL is exactly 0.
+  EXPECT_EQ(losses(run, "val", "score").at(0), losses(run, "val", "reference_score").at(0));
+  EXPECT_EQ(losses(run, "val", "reward_win_rate").at(0), 0.5);
+  EXPECT_NEAR(losses(run, "val", "kl").at(0), 0.0,
+              1e-5);  // sampling's and a forward's sums
+  EXPECT_EQ(losses(run, "train", "kl").at(1), 0.0);
+  // The first pass starts from the rollout's own policy: ratio 1 before its first update.
+  EXPECT_NEAR(losses(run, "train", "ratio").at(1), 1.0, 0.05);
+  // From this fixed seed.
+  EXPECT_NEAR(losses(run, "train", "score").at(1), 0.781176, 1e-4);
+  EXPECT_NEAR(losses(run, "train", "score").at(6), 2.035626, 1e-4);
+  EXPECT_NEAR(losses(run, "val", "score").at(0), 2.512025, 1e-4);
+  EXPECT_NEAR(losses(run, "val", "score").at(3), 1.773050, 1e-4);
+  EXPECT_NEAR(losses(run, "val", "score").at(6), 1.737335, 1e-4);
+  EXPECT_GT(losses(run, "val", "kl").at(6), 0.0);
+
+  // Checkpoints hold the policy and the value model; reference and reward model are referenced.
+  const CheckpointInfo info = read_checkpoint_info(resolve_checkpoint(run));
+  int value_tensors = 0;
+  for (const TensorSpec& t : info.model) {
+    EXPECT_EQ(t.name.rfind("reference.", 0), std::string::npos) << t.name;
+    EXPECT_EQ(t.name.rfind("reward.", 0), std::string::npos) << t.name;
+    value_tensors += t.name.rfind("value.", 0) == 0;
+  }
+  EXPECT_GT(value_tensors, 0);
+  ASSERT_TRUE(info.references.count("reference"));
+  ASSERT_TRUE(info.references.count("reward"));
+  EXPECT_EQ(info.references.at("reward").path, resolve_checkpoint(dir_ / "rm").string());
+
+  // forge eval reloads the reference and the reward model from their files: its numbers are the
+  // run's last evaluation, so neither moved in memory while the policy trained.
+  auto [code, out] = forge_output("eval " + run.string());
+  ASSERT_EQ(code, 0) << out;
+  for (const char* key : {"loss", "score", "reference_score", "kl", "reward_win_rate"})
+    EXPECT_NE(out.find(std::string("val_") + key + " " + g6(losses(run, "val", key).at(6)) + "\n"),
+              std::string::npos)
+        << key << "\n"
+        << out;
+}
+
+TEST_F(PPORecipe, TheRolloutDoesNotDependOnTheGenerationBatch) {
+  const std::string train = "{batch_size: 4, max_steps: 2, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("eight", "", train).string()), 0);
+  ASSERT_EQ(
+      forge("train " + write_config("three", "", train).string() + " ppo.generation_batch_size=3"),
+      0);
+  EXPECT_EQ(train_lines(dir_ / "eight", keys_), train_lines(dir_ / "three", keys_));
+}
+
+TEST_F(PPORecipe, MicroBatchesOfAMinibatchGiveTheSameUpdates) {
+  const std::string whole = "{batch_size: 4, max_steps: 3, log_every: 1}";
+  const std::string split = "{batch_size: 2, grad_accum: 2, max_steps: 3, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("whole", "", whole).string()), 0);
+  ASSERT_EQ(forge("train " + write_config("split", "", split).string()), 0);
+  // Exact token normalisation: the same gradients, up to the summation order.
+  for (const char* key : {"loss", "score", "kl", "value_loss", "grad_norm"}) {
+    const std::map<int64_t, double> a = losses(dir_ / "whole", "train", key),
+                                    b = losses(dir_ / "split", "train", key);
+    ASSERT_EQ(a.size(), 3u);
+    for (const auto& [step, v] : a) EXPECT_NEAR(b.at(step), v, 1e-4 * (1 + std::abs(v))) << key;
+  }
+  const auto wa = saved_tensors(dir_ / "whole"), wb = saved_tensors(dir_ / "split");
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, v] : wa)
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(wb.at(name)[i], v[i], 1e-4) << name;
+}
+
+TEST_F(PPORecipe, KilledAndRestartedIsExactWithTheAdaptiveKLController) {
+  const std::string adaptive = ", adaptive_kl: true, target_kl: 0.5, kl_horizon: 20";
+  const std::string train = "{batch_size: 4, max_steps: 5, save_every: 2, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("straight", adaptive, train).string()), 0);
+  const fs::path killed = write_config("killed", adaptive, train);
+  EXPECT_EQ(forge("train " + killed.string(), "FORGE_TEST_SIGKILL_AFTER_STEP=3"), 128 + SIGKILL);
+  EXPECT_EQ(read_checkpoint_info(*latest_checkpoint(dir_ / "killed")).step, 2);
+  ASSERT_EQ(forge("train " + killed.string()), 0);
+  const std::vector<std::string> a = train_lines(dir_ / "straight", keys_),
+                                 b = train_lines(dir_ / "killed", keys_);
+  ASSERT_EQ(a.size(), 5u);
+  EXPECT_EQ(a, b);
+  // The controller moved, so the resumed run had to restore it.
+  const std::map<int64_t, double> coef = losses(dir_ / "straight", "train", "kl_coef");
+  EXPECT_EQ(coef.at(1), 0.05);
+  EXPECT_NE(coef.at(5), 0.05);
+  EXPECT_EQ(saved_tensors(dir_ / "killed"),
+            saved_tensors(dir_ / "straight"));  // bitwise
+}
+
+TEST_F(PPORecipe, LoRAPolicyWithASharedValueHeadSavesAdaptersAndTheHead) {
+  const std::string lora = "lora: {rank: 4, alpha: 8, targets: [\"*.attn.qkv\", \"*.mlp.*\"]}\n";
+  const std::string train = "{batch_size: 4, max_steps: 3, save_every: 3, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("lora", ", value: shared", train, lora).string()), 0);
+  EXPECT_EQ(losses(dir_ / "lora", "train", "kl").at(1), 0.0);
+  for (const TensorSpec& t : read_checkpoint_info(resolve_checkpoint(dir_ / "lora")).model)
+    EXPECT_TRUE(t.name.find("lora_") != std::string::npos || t.name == "value.weight") << t.name;
+  auto [code, out] = forge_output("eval " + (dir_ / "lora").string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("val_reward_win_rate "), std::string::npos) << out;
+}
+
+TEST_F(PPORecipe, BadInputsExitWithTheirCodesAndOneLine) {
+  auto expect = [&](const fs::path& config, int code, const std::string& what) {
+    auto [got, out] = forge_output("train " + config.string());
+    EXPECT_EQ(got, code) << out;
+    EXPECT_NE(out.find(what), std::string::npos) << out;
+  };
+  auto [odd, odd_out] =
+      forge_output("train " + write_config("odd").string() + " ppo.rollout_batch=6");
+  EXPECT_EQ(odd, 2) << odd_out;
+  EXPECT_NE(odd_out.find("ppo.rollout_batch: 6 rows must split"), std::string::npos) << odd_out;
+  {
+    std::ofstream(dir_ / "no_rm.yaml")
+        << "recipe: ppo\noutput_dir: " << (dir_ / "no_rm").string() << "\n"
+        << "model: {init_from: " << (dir_ / "base").string() << ", dropout: 0.0}\n"
+        << "data: {train: " << (dir_ / "prompts.jsonl").string() << "}\n";
+    expect(dir_ / "no_rm.yaml", 2, "ppo.reward_model: name the reward_model run");
+  }
+  // A config written by write_config with one string replaced.
+  auto edited = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string yaml = testing::read_file(write_config(name));
+    yaml.replace(yaml.find(from), from.size(), to);
+    testing::write_file(dir_ / (name + ".yaml"), yaml);
+    return dir_ / (name + ".yaml");
+  };
+  expect(edited("drop", "dropout: 0.0", "dropout: 0.1"), 2, "model.dropout: ppo needs 0");
+  // A prompt that leaves no room for the completion: the file and the prompt's number.
+  testing::write_file(dir_ / "long.jsonl",
+                      "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" + std::string(30, 'a') + "\"}\n");
+  expect(edited("long", (dir_ / "prompts.jsonl").string(), (dir_ / "long.jsonl").string()), 3,
+         "long.jsonl: prompt 2 is 30 tokens");
+  // A reward model that is not one.
+  expect(edited("not_rm", "reward_model: " + (dir_ / "rm").string(),
+                "reward_model: " + (dir_ / "base").string()),
+         4, "a gpt_pretrain checkpoint, not a reward_model one");
+}
+
+}  // namespace
+}  // namespace forge
