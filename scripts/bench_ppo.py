@@ -106,7 +106,16 @@ class Rollout:
         return self.ids[r, :w], self.targets[r, :w], self.mask[r, :w]
 
 
-def score(models, ro, B):
+def policy_logprobs(model, ids, targets, temperature):
+    """policy_forward: the logits at the sampling temperature (the distribution the tokens were
+    drawn from) and the log-probabilities of the targets under them, [n, w]."""
+    logits = model.logits(model.hidden(ids))
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits, token_logprobs(logits, targets)
+
+
+def score(models, ro, B, temperature):
     """collect_rollout's scoring, without gradient, B rows at a time: the policy's and the
     reference's log-probabilities of the response tokens, the values at the positions that predict
     them (logp, ref_logp, values [P, W]), the reward model's score of each whole row (scores [P],
@@ -120,11 +129,10 @@ def score(models, ro, B):
         r = torch.arange(first, min(first + B, len(ro.lengths)))
         ids, targets, mask = ro.batch(r)
         w = ids.size(1)
-        logits = policy.logits(policy.hidden(ids))
-        logp[r, :w] = token_logprobs(logits, targets)
+        logits, logp[r, :w] = policy_logprobs(policy, ids, targets, temperature)
         log_p = logits.log_softmax(-1)  # nn::entropy_from_logits, times the tokens
         entropy_sum += (-(log_p.exp() * log_p).sum(-1).view(mask.shape) * mask).sum().item()
-        ref_logp[r, :w] = token_logprobs(reference.logits(reference.hidden(ids)), targets)
+        ref_logp[r, :w] = policy_logprobs(reference, ids, targets, temperature)[1]
         values[r, :w] = value_model.values(ids)
     for first in range(0, len(ro.lengths), B):
         r = torch.arange(first, min(first + B, len(ro.lengths)))
@@ -193,7 +201,7 @@ def ppo_step(models, prompts, optimizer, params, config, h):
         with torch.no_grad():
             chosen = next_prompts()
             ro = Rollout(sample(policy, chosen, h), [len(p) for p in chosen])
-            logp, ref_logp, values, scores, _ = score(models, ro, B)
+            logp, ref_logp, values, scores, _ = score(models, ro, B, h["temperature"])
             adv, returns = advantages_and_returns(logp, ref_logp, values, scores, ro, h)
         rollout = {"logp": logp, "values": values, "adv": adv, "returns": returns}
         loss_sum, tokens = 0.0, 0
@@ -205,7 +213,7 @@ def ppo_step(models, prompts, optimizer, params, config, h):
                     r = shuffled[micro:micro + B]
                     ids, targets, mask = ro.batch(r)
                     old = {k: v[r, :ids.size(1)] for k, v in rollout.items()}
-                    logp_new = token_logprobs(policy.logits(policy.hidden(ids)), targets)
+                    logp_new = policy_logprobs(policy, ids, targets, h["temperature"])[1]
                     loss = ppo_loss(logp_new, value_model.values(ids), old, mask, h)
                     (loss / n).backward()
                     loss_sum += loss.item()

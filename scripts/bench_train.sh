@@ -11,14 +11,17 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
-# A suite: its default configs, what makes a config "large" (fewer steps: parameters x tokens per
-# step above this), and suite_overrides, which adds to `base` the overrides that keep Forge's run
-# to the timed steps (run in the temporary directory $tmp, from the repository root), and
-# config_overrides, which sets `extra` to one config's own overrides (default: none); `unit` is
-# what a step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
+# A suite: its default configs; what makes a config "large" (fewer steps: parameters x tokens per
+# step above this); suite_overrides, which adds to `base` the overrides that keep Forge's run to
+# the timed steps (run in the temporary directory $tmp, from the repository root);
+# config_overrides, which sets `extra` to one config's own overrides (default: none);
+# model_counts, which may replace forge_params and forge_trainable, the counts of forge validate
+# that the PyTorch model's must equal, by exact ones (default: keeps them); and `unit`, what a
+# step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
 # batch_size x grad_accum preference pairs, or rows, ppo.rollout_batch rollout rows.
 suite="${1:-}"
 config_overrides() { extra=(); }
+model_counts() { :; }
 # The preference suites' data: the synthetic pairs of scripts/bench_dpo.py --write-pairs in
 # $tmp/pairs, and $tmp/val.txt, the validation text of their base's one-step run.
 write_pairs() {
@@ -140,6 +143,14 @@ case "$suite" in
         "data.train=$tmp/pairs/train.jsonl" "data.val=$tmp/pairs/val.jsonl"
       extra=("model.init_from=$tmp/$2.base" "ppo.reward_model=$tmp/$2.reward")
     }
+    # forge validate counts the reward and value models at the policy's size (estimate_ppo in
+    # recipes/ppo.cpp: a reward model's size is only known from its checkpoint). Exact: the policy
+    # and its reference at the base's size, the reward and value models at the reward model's.
+    model_counts() {  # name
+      local policy reward
+      policy="$(stored_params "$tmp/$1.base")" reward="$(stored_params "$tmp/$1.reward")"
+      forge_params=$((2 * policy + 2 * reward)) forge_trainable=$((policy + reward))
+    }
     ;;
   *)
     echo "bench_train: unknown suite '$suite' (gpt, bert, lora, distill, dpo or ppo)" >&2
@@ -214,6 +225,7 @@ run_torch() {  # resolved-config out-file
     /usr/bin/python3 "$torch_script" "$1" --steps "$n_steps" --warmup "$n_warmup" --threads 2 \
     >"$2" || { log "scripts/bench_$suite.py failed"; exit 1; }
 }
+stored_params() { "$FORGE_BUILD/forge" inspect "$1" | sed -n 's/^parameters: \([0-9]*\).*/\1/p'; }
 field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p"; }  # key=value from a one-line file
 config_key() {  # config section key: the value of section.key in a config, comments left out
   sed -n "/^$2:/,/^[a-z]/s/^  $3: *\([^ #]*\).*/\1/p" "$1"
@@ -264,6 +276,8 @@ for config in "${configs[@]}"; do
   "$FORGE_BUILD/forge" validate "$config" "${base[@]}" "${extra[@]}" >"$tmp/$name.probe.yaml" ||
     { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
+  forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
+  model_counts "$name"
   batch="$(config_key "$tmp/$name.probe.yaml" train batch_size)"
   accum="$(config_key "$tmp/$name.probe.yaml" train grad_accum)"
   context="$(config_key "$tmp/$name.probe.yaml" model context)"
@@ -293,7 +307,6 @@ for config in "${configs[@]}"; do
   # trainable=N: those must agree too.
   torch_trainable="$(printf '%s\n' "$torch_counts" | tr ' ' '\n' | sed -n 's/^trainable=//p')"
   if [ -n "$torch_trainable" ]; then
-    forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
     if [ "$forge_trainable" != "$torch_trainable" ]; then
       log "$name: Forge trains $forge_trainable parameters, PyTorch $torch_trainable"
       exit 1
@@ -316,7 +329,7 @@ for config in "${configs[@]}"; do
     [ -z "$forge_mb" ] && forge_mb="$mb" torch_mb="$(field "$tmp/$name.torch$round" peak_mb)"
   done
   # The parameters Forge actually trained, from its checkpoint (tied weights stored once).
-  stored="$("$FORGE_BUILD/forge" inspect "$tmp/$name.forge0" | sed -n 's/^parameters: \([0-9]*\).*/\1/p')"
+  stored="$(stored_params "$tmp/$name.forge0")"
   log "$name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
       "$n_steps timed steps after $n_warmup, $per_step $unit each"
   awk -v c="$name" -v f="$best_forge" -v t="$best_torch" -v fm="$forge_mb" -v tm="$torch_mb" \
