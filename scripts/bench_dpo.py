@@ -110,7 +110,13 @@ def make_batch(pairs, rows):
     rows[b], row B + b its rejected row; targets the next byte from the first response byte on,
     -100 on the prompt and the padding."""
     seqs = [pairs[r][0] for r in rows] + [pairs[r][1] for r in rows]
-    prompt_len = [pairs[r][2] for r in rows] * 2
+    return next_token_rows(seqs, [pairs[r][2] for r in rows] * 2)
+
+
+def next_token_rows(seqs, prompt_len):
+    """next_token_rows (data/batch.h) of token lists `seqs` whose first prompt_len[i] tokens are the
+    prompt: ids and targets i64 [N, L-1], L the longest row, right padding; targets[i][j] =
+    seqs[i][j + 1] where that is a response token, else -100."""
     width = max(len(s) for s in seqs) - 1
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     targets = torch.full((len(seqs), width), -100, dtype=torch.long)
@@ -122,11 +128,15 @@ def make_batch(pairs, rows):
     return ids, targets
 
 
+def token_logprobs(logits, targets):
+    """nn::token_logprobs: logits [N*T, V] (GPT.logits) and targets [N, T] -> [N, T], the
+    log-probability of each target, 0 where it is -100."""
+    return -F.cross_entropy(logits, targets.reshape(-1), reduction="none").view(targets.shape)
+
+
 def sequence_logprobs(model, ids, targets):
     """Each row's summed log-probability of its targets (nn::sequence_logprobs), [2B]."""
-    logits = model.logits(model.hidden(ids))
-    token_logps = -F.cross_entropy(logits, targets.view(-1), reduction="none")  # 0 where -100
-    return token_logps.view(targets.shape).sum(1)
+    return token_logprobs(model.logits(model.hidden(ids)), targets).sum(1)
 
 
 def dpo_step_loss(policy, reference, pairs, d, B, accum, seed):

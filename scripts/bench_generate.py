@@ -52,8 +52,8 @@ def forward_cached(model, ids, caches, length, start):
 
 
 def sample_rows(model, prompts, rows, K, max_new, temperature, top_k):
-    """Samples max_new tokens for each row (prompt index * K + sample) of one batch; returns the
-    number of tokens generated."""
+    """Samples max_new tokens for each row (prompt index * K + sample) of one batch, from the top_k
+    most likely (all of them for 0); returns them, i64 [len(rows), max_new]."""
     distinct, row_prompt = [], []
     for r in rows:
         if not distinct or distinct[-1] != r // K:
@@ -73,13 +73,18 @@ def sample_rows(model, prompts, rows, K, max_new, temperature, top_k):
     caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
     logits, start = logits.index_select(0, index), start.index_select(0, index)
     logprob = torch.zeros(len(rows), dtype=torch.float64)  # kept as Forge keeps it: equal work
+    tokens = torch.empty(len(rows), max_new, dtype=torch.long)
     for i in range(max_new):
-        top, top_ids = torch.topk(logits / temperature, min(top_k, logits.shape[1]), dim=1)
-        token = top_ids.gather(1, torch.multinomial(top.softmax(1), 1))  # [B, 1]
+        if top_k:
+            top, top_ids = torch.topk(logits / temperature, min(top_k, logits.shape[1]), dim=1)
+            token = top_ids.gather(1, torch.multinomial(top.softmax(1), 1))  # [B, 1]
+        else:
+            token = torch.multinomial((logits / temperature).softmax(1), 1)
         logprob += logits.log_softmax(1).gather(1, token)[:, 0].double()
+        tokens[:, i] = token[:, 0]
         if i + 1 < max_new:
             logits = forward_cached(model, token, caches, L + i, start)
-    return len(rows) * max_new
+    return tokens
 
 
 def main():
@@ -90,7 +95,7 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=200)
+    parser.add_argument("--top-k", type=int, default=200, help="0: sample from all tokens")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--params-only", action="store_true", help="print params=N and exit")
     args = parser.parse_args()
@@ -109,7 +114,7 @@ def main():
         tokens = 0
         for first in range(0, len(order), args.batch_size):
             tokens += sample_rows(model, prompts, order[first:first + args.batch_size], K,
-                                  args.max_new_tokens, args.temperature, args.top_k)
+                                  args.max_new_tokens, args.temperature, args.top_k).numel()
         seconds = time.perf_counter() - begin
     print(f"tok_s={tokens / seconds:.1f} tokens={tokens} seconds={seconds:.3f} params={params}")
 

@@ -4,8 +4,8 @@ batch, context, AdamW groups, schedule and clipping, and prints
 "params=N tok_s=X tok_s_total=Z peak_mb=Y ...": tok_s from the median step time (robust to other
 work on a shared machine), tok_s_total over all timed steps. Run with Debian's /usr/bin/python3
 (torch 1.13). What every suite of scripts/bench_train.sh shares (config sections, the schedule,
-AdamW groups, the timed loop and its output line) is here too; scripts/bench_bert.py,
-bench_lora.py and bench_distill.py import it.
+AdamW groups, one clipped update, the timed loop and its output line) is here too; the other
+scripts/bench_*.py of those suites import it.
 """
 import argparse
 import math
@@ -182,28 +182,43 @@ def train_and_report(args, config, params, optimizer, step_loss, per_step, unit=
     micro-batches, returning the step's loss as a 0-d tensor), clipping and the schedule as Forge's
     trainer does, and prints the result line, its rates in `unit`s (per_step of them a step: tokens,
     or pairs for scripts/bench_dpo.py), with the first step's loss and the last one's."""
+
+    def step(i):
+        loss = step_loss(i)
+        clip_and_update(params, optimizer, config, i)
+        return loss.item()  # the sync a training loop does to log its loss
+
+    time_and_report(args, params, step, per_step, unit)
+
+
+def clip_and_update(params, optimizer, config, step):
+    """One optimizer update as Forge's trainer makes it: the global gradient norm clipped at
+    train.clip_grad_norm (none when 0), the schedule's learning rate at `step`, AdamW, zeroed
+    gradients."""
     o, s, tc = config["optimizer"], config["schedule"], config["train"]
-    clip = tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0 else float("inf")
-    total = args.warmup + args.steps
+    torch.nn.utils.clip_grad_norm_(params, tc["clip_grad_norm"] if tc["clip_grad_norm"] > 0
+                                   else float("inf"))
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(s, o, tc["max_steps"], step)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def time_and_report(args, params, step, per_step, unit):
+    """Times warmup + steps calls of `step(i)` (one training step, returning its loss as a float)
+    and prints "params=N UNIT_s=X UNIT_s_total=Z peak_mb=Y steps=S loss=L first_loss=F": X from
+    the median step time, Z over all timed steps, N the trained parameters."""
     times = [time.perf_counter()]
-    first_loss = None
-    for step in range(total):
-        loss = step_loss(step)
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(s, o, tc["max_steps"], step)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = loss.item()  # the sync a training loop does to log its loss
-        first_loss = loss_value if first_loss is None else first_loss
+    losses = []
+    for i in range(args.warmup + args.steps):
+        losses.append(step(i))
         times.append(time.perf_counter())
     step_s = [b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"params={sum(p.numel() for p in params)} "
           f"{unit}_s={per_step / statistics.median(step_s):.1f} "
           f"{unit}_s_total={per_step * len(step_s) / sum(step_s):.1f} peak_mb={peak_mb:.1f} "
-          f"steps={args.steps} loss={loss_value:.4f} first_loss={first_loss:.4f}")
-
+          f"steps={args.steps} loss={losses[-1]:.4f} first_loss={losses[0]:.4f}")
 
 
 def training_bytes(config):

@@ -6,19 +6,29 @@
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
 # timed steps is printed to stderr too); peak = the process's peak resident set size. dpo counts
-# preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y) and adds the
-# median step of each side (forge_step_ms=, torch_step_ms=).
+# preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y), ppo rollout rows
+# (forge_rows_s=X ...), and both add the median step of each side (forge_step_ms=, torch_step_ms=).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
-# A suite: its default configs, what makes a config "large" (fewer steps: parameters x tokens per
-# step above this), and suite_overrides, which adds to `base` the overrides that keep Forge's run
-# to the timed steps (run in the temporary directory $tmp, from the repository root), and
-# config_overrides, which sets `extra` to one config's own overrides (default: none); `unit` is
-# what a step's rate counts: tok (the default), batch_size x grad_accum x context tokens, or pairs,
-# batch_size x grad_accum preference pairs.
+# A suite: its default configs; what makes a config "large" (fewer steps: parameters x tokens per
+# step above this); suite_overrides, which adds to `base` the overrides that keep Forge's run to
+# the timed steps (run in the temporary directory $tmp, from the repository root);
+# config_overrides, which sets `extra` to one config's own overrides (default: none);
+# model_counts, which may replace forge_params and forge_trainable, the counts of forge validate
+# that the PyTorch model's must equal, by exact ones (default: keeps them); and `unit`, what a
+# step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
+# batch_size x grad_accum preference pairs, or rows, ppo.rollout_batch rollout rows.
 suite="${1:-}"
 config_overrides() { extra=(); }
+model_counts() { :; }
+# The preference suites' data: the synthetic pairs of scripts/bench_dpo.py --write-pairs in
+# $tmp/pairs, and $tmp/val.txt, the validation text of their base's one-step run.
+write_pairs() {
+  /usr/bin/python3 "$FORGE_ROOT/scripts/bench_dpo.py" --write-pairs \
+    data/samples/tinyshakespeare.txt "$tmp/pairs" || { log "bench_dpo.py --write-pairs failed"; exit 1; }
+  head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+}
 unit=tok
 case "$suite" in
   gpt)
@@ -74,23 +84,15 @@ case "$suite" in
     large_at=1e11 large_note="(none of the defaults)"
     suite_overrides() { head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"; }
     config_overrides() {  # config name
-      local teacher arch teacher_config family_overrides
-      teacher="$(sed -n '/^distill:/,/^[a-z]/s/^  teacher: *\([^ #]*\).*/\1/p' "$1")"
-      arch="$(sed -n '/^model:/,/^[a-z]/s/^  arch: *\([a-z]*\).*/\1/p' "$1")"
-      teacher_config="$(grep -lE "^output_dir: $teacher *(#.*)?\$" configs/*.yaml | head -1)"
-      [ -n "$teacher_config" ] ||
-        { log "$1: no config in configs/ has output_dir: $teacher, its distill.teacher"; exit 1; }
+      local family_overrides
       # The gpt and bert suites' overrides, for the teacher's run and the student's: the final
       # evaluation (and GPT sample) of each stays short.
-      if [ "$arch" = bert ]; then
+      if [ "$(config_key "$1" model arch)" = bert ]; then
         family_overrides=("bert.eval_pairs=32")
       else
         family_overrides=("data.val=$tmp/val.txt" "train.sample_tokens=1")
       fi
-      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$teacher_config" output_dir="$tmp/$2.teacher" \
-        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
-        train.resume=never "${family_overrides[@]}" >"$tmp/$2.teacher.log" 2>&1 ||
-        { log "forge train of the teacher failed:"; tail -20 "$tmp/$2.teacher.log" >&2; exit 1; }
+      train_source "$1" distill teacher "$tmp/$2.teacher" "${family_overrides[@]}"
       extra=("distill.teacher=$tmp/$2.teacher" "${family_overrides[@]}")
     }
     ;;
@@ -107,28 +109,51 @@ case "$suite" in
     default_configs=(configs/dpo_shakespeare_positive.yaml)
     large_at=1e11 large_note="(none of the defaults)"
     suite_overrides() {
-      /usr/bin/python3 "$FORGE_ROOT/scripts/bench_dpo.py" --write-pairs \
-        data/samples/tinyshakespeare.txt "$tmp/pairs" ||
-        { log "bench_dpo.py --write-pairs failed"; exit 1; }
-      head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      write_pairs
       base+=("data.train=$tmp/pairs/train.jsonl" "data.val=$tmp/pairs/val.jsonl"
              'dpo.eval_text=""' "train.sample_tokens=1")
     }
     config_overrides() {  # config name
-      local init_from base_config
-      init_from="$(sed -n '/^model:/,/^[a-z]/s/^  init_from: *\([^ #]*\).*/\1/p' "$1")"
-      base_config="$(grep -lE "^output_dir: $init_from *(#.*)?\$" configs/*.yaml | head -1)"
-      [ -n "$base_config" ] ||
-        { log "$1: no config in configs/ has output_dir: $init_from, its model.init_from"; exit 1; }
-      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$base_config" output_dir="$tmp/$2.base" \
-        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
-        train.resume=never train.sample_tokens=1 "data.val=$tmp/val.txt" >"$tmp/$2.base.log" 2>&1 ||
-        { log "forge train of the base failed:"; tail -20 "$tmp/$2.base.log" >&2; exit 1; }
+      train_source "$1" model init_from "$tmp/$2.base" train.sample_tokens=1 "data.val=$tmp/val.txt"
       extra=("model.init_from=$tmp/$2.base")
     }
     ;;
+  ppo)
+    # PPO (recipe ppo) of a GPT policy, each step a rollout of ppo.rollout_batch prompts, its
+    # scoring by the policy, the frozen reference, the value model and the reward model, and
+    # ppo_epochs passes of minibatch updates of the policy and the value model. The base (the
+    # policy's start and its reference) and the reward model are trained for one step in $tmp by
+    # the configs in configs/ whose output_dir are the PPO config's model.init_from and
+    # ppo.reward_model, the reward model from that base on dpo's synthetic pairs (their weights do
+    # not matter for speed). The recipe evaluates at step 0 and at the end, sampling held-out
+    # prompts with the policy and the reference: four of them as data.val, no ppo.eval_text and a
+    # one-token sample keep those short.
+    family=PPO
+    unit=rows
+    default_configs=(configs/ppo_shakespeare_positive.yaml)
+    large_at=0 large_note="(all: a step is a rollout and ppo_epochs passes over it)"
+    suite_overrides() {
+      write_pairs
+      head -4 data/samples/preference/prompts_val.jsonl >"$tmp/val_prompts.jsonl"
+      base+=("data.val=$tmp/val_prompts.jsonl" 'ppo.eval_text=""' "train.sample_tokens=1")
+    }
+    config_overrides() {  # config name
+      train_source "$1" model init_from "$tmp/$2.base" train.sample_tokens=1 "data.val=$tmp/val.txt"
+      train_source "$1" ppo reward_model "$tmp/$2.reward" "model.init_from=$tmp/$2.base" \
+        "data.train=$tmp/pairs/train.jsonl" "data.val=$tmp/pairs/val.jsonl"
+      extra=("model.init_from=$tmp/$2.base" "ppo.reward_model=$tmp/$2.reward")
+    }
+    # forge validate counts the reward and value models at the policy's size (estimate_ppo in
+    # recipes/ppo.cpp: a reward model's size is only known from its checkpoint). Exact: the policy
+    # and its reference at the base's size, the reward and value models at the reward model's.
+    model_counts() {  # name
+      local policy reward
+      policy="$(stored_params "$tmp/$1.base")" reward="$(stored_params "$tmp/$1.reward")"
+      forge_params=$((2 * policy + 2 * reward)) forge_trainable=$((policy + reward))
+    }
+    ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, distill or dpo)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, distill, dpo or ppo)" >&2
     exit 2
     ;;
 esac
@@ -142,7 +167,7 @@ usage: scripts/bench $suite [--rounds N] [--steps N] [--warmup N] [CONFIG...]
                   for c in "${default_configs[@]:1}"; do printf ' and\n                %s' "$c"; done)
   --rounds N    alternate Forge and PyTorch N times per config, keeping each side's fastest round
                 (also FORGE_BENCH_ROUNDS=N); default 2
-  --steps N     timed optimizer steps; default 30, or 10 for a config of over $large_at
+  --steps N     timed training steps; default 30, or 10 for a config of over $large_at
                 parameter-tokens per step $large_note
   --warmup N    untimed steps before them; default 5, or 2 for those large configs
 EOF
@@ -200,7 +225,27 @@ run_torch() {  # resolved-config out-file
     /usr/bin/python3 "$torch_script" "$1" --steps "$n_steps" --warmup "$n_warmup" --threads 2 \
     >"$2" || { log "scripts/bench_$suite.py failed"; exit 1; }
 }
+stored_params() { "$FORGE_BUILD/forge" inspect "$1" | sed -n 's/^parameters: \([0-9]*\).*/\1/p'; }
 field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p"; }  # key=value from a one-line file
+config_key() {  # config section key: the value of section.key in a config, comments left out
+  sed -n "/^$2:/,/^[a-z]/s/^  $3: *\([^ #]*\).*/\1/p" "$1"
+}
+
+# Trains for one step into DIR the config in configs/ whose output_dir is the run that CONFIG's
+# SECTION.KEY names (the base a fine-tune starts from, a teacher, a reward model: their weights do
+# not matter for speed), with the overrides after.
+train_source() {  # config section key dir overrides...
+  local config="$1" section="$2" key="$3" dir="$4" run from
+  shift 4
+  run="$(config_key "$config" "$section" "$key")"
+  from="$(grep -lE "^output_dir: $run *(#.*)?\$" configs/*.yaml | head -1)"
+  [ -n "$from" ] ||
+    { log "$config: no config in configs/ has output_dir: $run, its $section.$key"; exit 1; }
+  OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$from" output_dir="$dir" train.max_steps=1 \
+    schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 train.resume=never "$@" \
+    >"$dir.log" 2>&1 ||
+    { log "forge train of $from (the $section.$key) failed:"; tail -20 "$dir.log" >&2; exit 1; }
+}
 
 # "median-rate total-rate" over steps (warmup, warmup + steps] of a metrics.jsonl with a train
 # line every step, from the differences of its elapsed_s.
@@ -231,12 +276,17 @@ for config in "${configs[@]}"; do
   "$FORGE_BUILD/forge" validate "$config" "${base[@]}" "${extra[@]}" >"$tmp/$name.probe.yaml" ||
     { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
-  batch="$(sed -n '/^train:/,/^[a-z]/s/^  batch_size: //p' "$tmp/$name.probe.yaml")"
-  accum="$(sed -n '/^train:/,/^[a-z]/s/^  grad_accum: //p' "$tmp/$name.probe.yaml")"
-  context="$(sed -n '/^model:/,/^[a-z]/s/^  context: //p' "$tmp/$name.probe.yaml")"
+  forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
+  model_counts "$name"
+  batch="$(config_key "$tmp/$name.probe.yaml" train batch_size)"
+  accum="$(config_key "$tmp/$name.probe.yaml" train grad_accum)"
+  context="$(config_key "$tmp/$name.probe.yaml" model context)"
   tokens_per_step=$((batch * accum * context))
-  per_step="$tokens_per_step"
-  [ "$unit" = pairs ] && per_step=$((batch * accum))
+  case "$unit" in
+    tok) per_step="$tokens_per_step" ;;
+    pairs) per_step=$((batch * accum)) ;;
+    rows) per_step="$(config_key "$tmp/$name.probe.yaml" ppo rollout_batch)" ;;
+  esac
   if awk -v n="$((forge_params * tokens_per_step))" -v at="$large_at" 'BEGIN { exit !(n > at) }'; then
     n_steps="${steps:-10}" n_warmup="${warmup:-2}"
   else
@@ -257,7 +307,6 @@ for config in "${configs[@]}"; do
   # trainable=N: those must agree too.
   torch_trainable="$(printf '%s\n' "$torch_counts" | tr ' ' '\n' | sed -n 's/^trainable=//p')"
   if [ -n "$torch_trainable" ]; then
-    forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
     if [ "$forge_trainable" != "$torch_trainable" ]; then
       log "$name: Forge trains $forge_trainable parameters, PyTorch $torch_trainable"
       exit 1
@@ -280,7 +329,7 @@ for config in "${configs[@]}"; do
     [ -z "$forge_mb" ] && forge_mb="$mb" torch_mb="$(field "$tmp/$name.torch$round" peak_mb)"
   done
   # The parameters Forge actually trained, from its checkpoint (tied weights stored once).
-  stored="$("$FORGE_BUILD/forge" inspect "$tmp/$name.forge0" | sed -n 's/^parameters: \([0-9]*\).*/\1/p')"
+  stored="$(stored_params "$tmp/$name.forge0")"
   log "$name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
       "$n_steps timed steps after $n_warmup, $per_step $unit each"
   awk -v c="$name" -v f="$best_forge" -v t="$best_torch" -v fm="$forge_mb" -v tm="$torch_mb" \
