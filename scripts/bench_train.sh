@@ -14,14 +14,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # A suite: its default configs; what makes a config "large" (fewer steps: parameters x tokens per
 # step above this); suite_overrides, which adds to `base` the overrides that keep Forge's run to
 # the timed steps (run in the temporary directory $tmp, from the repository root);
-# config_overrides, which sets `extra` to one config's own overrides (default: none);
-# model_counts, which may replace forge_params and forge_trainable, the counts of forge validate
-# that the PyTorch model's must equal, by exact ones (default: keeps them); and `unit`, what a
-# step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
+# config_overrides, which sets `extra` to one config's own overrides (default: none); and `unit`,
+# what a step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
 # batch_size x grad_accum preference pairs, or rows, ppo.rollout_batch rollout rows.
 suite="${1:-}"
 config_overrides() { extra=(); }
-model_counts() { :; }
 # The preference suites' data: the synthetic pairs of scripts/bench_dpo.py --write-pairs in
 # $tmp/pairs, and $tmp/val.txt, the validation text of their base's one-step run.
 write_pairs() {
@@ -142,14 +139,6 @@ case "$suite" in
       train_source "$1" ppo reward_model "$tmp/$2.reward" "model.init_from=$tmp/$2.base" \
         "data.train=$tmp/pairs/train.jsonl" "data.val=$tmp/pairs/val.jsonl"
       extra=("model.init_from=$tmp/$2.base" "ppo.reward_model=$tmp/$2.reward")
-    }
-    # forge validate counts the reward and value models at the policy's size (estimate_ppo in
-    # recipes/ppo.cpp: a reward model's size is only known from its checkpoint). Exact: the policy
-    # and its reference at the base's size, the reward and value models at the reward model's.
-    model_counts() {  # name
-      local policy reward
-      policy="$(stored_params "$tmp/$1.base")" reward="$(stored_params "$tmp/$1.reward")"
-      forge_params=$((2 * policy + 2 * reward)) forge_trainable=$((policy + reward))
     }
     ;;
   *)
@@ -277,7 +266,6 @@ for config in "${configs[@]}"; do
     { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
   forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
-  model_counts "$name"
   batch="$(config_key "$tmp/$name.probe.yaml" train batch_size)"
   accum="$(config_key "$tmp/$name.probe.yaml" train grad_accum)"
   context="$(config_key "$tmp/$name.probe.yaml" model context)"
