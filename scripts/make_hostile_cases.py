@@ -492,6 +492,35 @@ preference_case("long-responses", good_pair * 5 + b'{"prompt": "' + b"p" * 5000 
                 b"c" * 5000 + b'", "rejected": "r"}\n', (0,))
 
 
+# --- hostile prompt files (ppo) ------------------------------------------------------------------
+REWARD_MODEL = os.path.join(BASE, "reward_model")
+
+
+PPO_SETTINGS = ["model.dropout=0.0", "ppo.rollout_batch=2", "ppo.max_new_tokens=4",
+                "train.eval_every=0", "data.val_fraction=0.2"]
+
+
+def ppo_case(name, content, allowed=(2, 3)):
+    jsonl_train_case("prompts", "ppo", "ppo-" + name, content, allowed,
+                     ["ppo.reward_model=" + REWARD_MODEL, *PPO_SETTINGS])
+
+
+good_prompt = b'{"prompt": "a: "}\n'
+ppo_case("invalid-json", good_prompt * 5 + b'{"prompt": "a\n')
+ppo_case("not-object", good_prompt * 5 + b"[1, 2, 3]\n")
+ppo_case("number-prompt", good_prompt * 5 + b'{"prompt": 5}\n')
+ppo_case("extra-field", good_prompt * 5 + b'{"prompt": "a", "chosen": "b"}\n')
+ppo_case("not-utf8", good_prompt * 5 + b'{"prompt": "\xff"}\n')
+ppo_case("deep-nesting", good_prompt * 5 + b"[" * 200000 + b"]" * 200000 + b"\n")
+ppo_case("empty", b"")
+ppo_case("too-long", good_prompt * 5 + b'{"prompt": "' + b"p" * 5000 + b'"}\n', (3,))
+ppo_case("one-prompt", good_prompt, (0, 3))
+good_prompts = write(path("prompts", "good.jsonl"), good_prompt * 5)
+case("prompts", "ppo-reward-model-is-a-base",
+     ["FORGE", "train", run_yaml, "recipe=ppo", "model.init_from=" + RUN, "ppo.reward_model=" + RUN,
+      "data.train=" + good_prompts, "output_dir=" + path("prompts", "not-rm-run"),
+      "train.max_steps=1", *PPO_SETTINGS], (4,), [good_prompts], timeout=60)
+
 # --- hostile tokenizer files --------------------------------------------------------------------
 byte_encoder = {}
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
