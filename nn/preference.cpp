@@ -11,16 +11,17 @@
 
 namespace forge::nn {
 
-Tensor token_logprobs(const Tensor& logits, const Tensor& targets) {
+namespace {
+
+// The log-probability of every target [N, T] (0 where it is -100); errors name `who`.
+Tensor logprobs_at_targets(const Tensor& logits, const Tensor& targets, const char* who) {
   // [N, T, V], [N, T] -> [N, T]
-  FORGE_CHECK(logits.defined() && logits.dim() == 3,
-              "token_logprobs: logits must be [N, T, V], got ",
+  FORGE_CHECK(logits.defined() && logits.dim() == 3, who, ": logits must be [N, T, V], got ",
               logits.defined() ? shape_str(logits.shape()) : "undefined");
-  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64,
-              "token_logprobs: targets must be i64");
+  FORGE_CHECK(targets.defined() && targets.dtype() == DType::i64, who, ": targets must be i64");
   const int64_t N = logits.size(0), T = logits.size(1), V = logits.size(2);
-  FORGE_CHECK(targets.shape() == (Shape{N, T}), "token_logprobs: targets ",
-              shape_str(targets.shape()), " must be [N, T] = ", shape_str({N, T}));
+  FORGE_CHECK(targets.shape() == (Shape{N, T}), who, ": targets ", shape_str(targets.shape()),
+              " must be [N, T] = ", shape_str({N, T}));
   CrossEntropyOptions per_position;
   per_position.reduction = Reduction::none;  // ignored positions give 0
   const Tensor nll =
@@ -28,8 +29,14 @@ Tensor token_logprobs(const Tensor& logits, const Tensor& targets) {
   return neg(reshape(nll, {N, T}));
 }
 
+}  // namespace
+
+Tensor token_logprobs(const Tensor& logits, const Tensor& targets) {
+  return logprobs_at_targets(logits, targets, "token_logprobs");
+}
+
 Tensor sequence_logprobs(const Tensor& logits, const Tensor& targets) {
-  return sum(token_logprobs(logits, targets), {1});
+  return sum(logprobs_at_targets(logits, targets, "sequence_logprobs"), {1});
 }
 
 namespace {
