@@ -59,7 +59,8 @@ ReferenceTable precompute(const ReferencePolicy& reference, const PreferenceData
   for (int64_t first = 0; first < dataset.size(); first += batch_size) {
     const PreferenceBatch batch = preference_batch_at(dataset, first, batch_size);
     const int64_t B = batch.pairs();
-    const std::vector<float> lp = reference_row_logprobs(reference, batch).contiguous().to_vector<float>();
+    const std::vector<float> lp =
+        reference_row_logprobs(reference, batch).contiguous().to_vector<float>();
     table.chosen.insert(table.chosen.end(), lp.begin(), lp.begin() + B);
     table.rejected.insert(table.rejected.end(), lp.begin() + B, lp.end());
   }
@@ -163,7 +164,8 @@ int train_dpo(const RunConfig& config) {
 
   const nn::DPOOptions options = dpo_options(config);
   PreferenceLoader loader(data.train, B, uint64_t(config.seed));
-  std::unique_ptr<LMWindows> text = held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction");
+  std::unique_ptr<LMWindows> text =
+      held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction");
   Recipe recipe;
   recipe.eval_at_start = true;
   recipe.tokens_per_step =
@@ -204,15 +206,14 @@ int train_dpo(const RunConfig& config) {
 
 int eval_dpo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
   // A LoRA run's checkpoint loads as its base with the adapters, which off are the reference.
-  LoadedGPT loaded = load_gpt(checkpoint);
-  std::unique_ptr<nn::GPT> copy;
-  if (lora_settings(config).rank == 0)
-    copy = load_frozen_base(config, resolve_checkpoint(config.model.init_from));
-  const ReferencePolicy reference(*loaded.model, std::move(copy));
+  const LoadedPolicy policy = load_policy(config, checkpoint);
+  const LoadedGPT& loaded = policy.loaded;
+  const ReferencePolicy& reference = *policy.reference;
   PreferenceData data = load_preference_data(config);
   Metrics m = evaluate_pairs(*loaded.model, reference, nullptr, *data.val, config.train.batch_size,
                              0, dpo_options(config));
-  if (std::unique_ptr<LMWindows> text = held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction")) {
+  if (std::unique_ptr<LMWindows> text =
+          held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction")) {
     NoGradGuard no_grad;
     m.push_back({"text_loss", lm_eval(*loaded.model, *text, config.train.batch_size, 0, true)
                                   .front()

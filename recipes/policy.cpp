@@ -62,6 +62,15 @@ std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent
   return models;
 }
 
+LoadedPolicy load_policy(const RunConfig& config, const fs::path& checkpoint) {
+  LoadedPolicy p{load_gpt(checkpoint), nullptr};
+  std::unique_ptr<nn::GPT> copy;
+  if (lora_settings(config).rank == 0)
+    copy = load_frozen_base(config, resolve_checkpoint(config.model.init_from));
+  p.reference = std::make_unique<ReferencePolicy>(*p.loaded.model, std::move(copy));
+  return p;
+}
+
 NamedTensors policy_trained_parameters(const RunConfig& config, const Policy& policy) {
   if (!policy.lora) return policy.model->named_parameters();
   return nn::select_trainable(policy.model->named_parameters(), lora_trainable_patterns(config));

@@ -16,6 +16,7 @@
 #include "nn/generate.h"
 #include "nn/gpt.h"
 #include "nn/lora.h"
+#include "recipes/components.h"
 #include "recipes/config.h"
 #include "recipes/metrics.h"
 #include "recipes/registry.h"
@@ -76,6 +77,14 @@ Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_
 /// (LoRA: the policy with adapters off), no reference entry; `absent_copy` (an empty module) stands
 /// for a full policy's reference the run does not hold (DPO's precomputed one).
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy = nullptr);
+
+/// The policy of a dpo or ppo checkpoint (a LoRA run's: its base with the adapters) and its
+/// reference: the copy of model.init_from, or the policy with its adapters off.
+struct LoadedPolicy {
+  LoadedGPT loaded;
+  std::unique_ptr<ReferencePolicy> reference;
+};
+LoadedPolicy load_policy(const RunConfig& config, const std::filesystem::path& checkpoint);
 
 /// The parameters the policy's optimizer trains: all of them, or LoRA's adapters and train_also.
 NamedTensors policy_trained_parameters(const RunConfig& config, const Policy& policy);

@@ -286,7 +286,9 @@ struct RolloutStats {
 };
 
 // Samples the prompts, then scores every row without gradient in batches of `batch_size`: the
-// policy's and the reference's log-probabilities, the values, the reward model's score.
+// policy's and the reference's log-probabilities, the values, the reward model's score. A stop
+// request does not cut the rollout short: the checkpoint it leads to is written at the end of the
+// step, which must be whole (a rollout takes about a second).
 Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts& prompts,
                         uint64_t seed, int64_t batch_size, RolloutStats& stats, double& t_generate,
                         double& t_score) {
@@ -294,22 +296,16 @@ Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts&
   const auto t0 = Clock::now();
   nn::SamplingOptions sampling = s.sampling;
   sampling.seed = seed;
-  sampling.stop = stop_requested;
   nn::BatchOptions batch;
   batch.batch_size = s.generation_batch_size;
-  batch.end_of_text = {};
   for (int32_t id : end_of_text_ids(m.tokenizer, s.stop_text)) batch.end_of_text.push_back(id);
   const bool training = m.policy.is_training();
   m.policy.eval();
   const std::vector<nn::Completion> completions =
       nn::generate_batch(m.policy, prompts.ids, sampling, batch);
   t_generate = seconds_since(t0);
-  Rollout ro;
-  if (stop_requested()) {
-    m.policy.train(training);
-    return ro;
-  }
 
+  Rollout ro;
   const auto t1 = Clock::now();
   std::vector<std::string> texts;
   for (const nn::Completion& c : completions) {
@@ -552,7 +548,6 @@ int train_ppo(const RunConfig& config) {
                                            step, s.rollout_batch));
     Rollout ro = collect_rollout(m, s, batch_prompts, sampling_seed(config, "ppo_rollout", step), B,
                                  rs, t_generate, t_score);
-    if (stop_requested()) return {};
     const double kl_coef = kl.value();
     const Returns ret = compute_advantages(ro, s, kl_coef);
 
@@ -628,11 +623,9 @@ int train_ppo(const RunConfig& config) {
 
 int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
   const PPOSettings s = ppo_settings(config);
-  LoadedGPT loaded = load_gpt(checkpoint);
-  std::unique_ptr<nn::GPT> copy;
-  if (lora_settings(config).rank == 0)
-    copy = load_frozen_base(config, resolve_checkpoint(config.model.init_from));
-  const ReferencePolicy reference(*loaded.model, std::move(copy));
+  const LoadedPolicy policy = load_policy(config, checkpoint);
+  const LoadedGPT& loaded = policy.loaded;
+  const ReferencePolicy& reference = *policy.reference;
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
   const PromptSplits prompts = load_prompts(config, *tokenizer);

@@ -42,7 +42,8 @@ STYLES = [
 KNOWN = {
     "dpo": (0, "DPO (full fine-tune)"),
     "dpo-lora": (1, "DPO (LoRA)"),
-    "ppo": (2, "PPO"),
+    "ppo": (2, "PPO (fixed kl_coef)"),
+    "ppo-adaptive": (3, "PPO (adaptive KL)"),
 }
 
 WIDTH, HEIGHT = 640, 420
