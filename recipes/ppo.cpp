@@ -80,8 +80,7 @@ PPOSettings ppo_settings(const RunConfig& c) {
   return s;
 }
 
-// ---- prompts
-// -------------------------------------------------------------------------------------
+// ---- prompts ------------------------------------------------------------------------------------
 
 struct Prompts {
   std::vector<std::string> text;
@@ -158,8 +157,7 @@ uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_
   return uint64_t(w[0]) << 32 | w[1];
 }
 
-// ---- the value function
-// --------------------------------------------------------------------------
+// ---- the value function -------------------------------------------------------------------------
 
 // V(s_t) for every position: a separate model, the reward model's backbone with a fresh head
 // (InstructGPT), or a head on the policy's final hidden state (ppo.value: shared). The fresh head
@@ -190,8 +188,7 @@ Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const fs::path&
   return c;
 }
 
-// ---- rollouts
-// ------------------------------------------------------------------------------------
+// ---- rollouts -----------------------------------------------------------------------------------
 
 // One rollout: per row the prompt + completion tokens and, per response token j (the position
 // prompt_len - 1 + j of next_token_rows' layout predicts it), the quantities PPO needs.
@@ -428,8 +425,7 @@ MicroBatchLoss ppo_micro_loss(const PPOModels& m, const PPOSettings& s, const Ro
   return out;
 }
 
-// ---- evaluation
-// ----------------------------------------------------------------------------------
+// ---- evaluation ---------------------------------------------------------------------------------
 
 // Held-out prompts sampled once each, by the policy and by the reference with the same draws (the
 // reference's scores are computed once per prompt count: it never changes).
@@ -501,8 +497,7 @@ int64_t eval_prompts(const RunConfig& config, bool full) {
   return full ? 0 : config.train.eval_batches * config.train.batch_size;
 }
 
-// ---- training
-// ------------------------------------------------------------------------------------
+// ---- training -----------------------------------------------------------------------------------
 
 const char* const kKLCoefCounter = "ppo.kl_coef_bits";
 
@@ -618,8 +613,7 @@ int train_ppo(const RunConfig& config) {
   return run_training(config, models, *optimizer, recipe);
 }
 
-// ---- forge eval
-// ----------------------------------------------------------------------------------
+// ---- forge eval ---------------------------------------------------------------------------------
 
 int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
   const PPOSettings s = ppo_settings(config);
