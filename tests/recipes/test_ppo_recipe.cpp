@@ -93,12 +93,13 @@ TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
   EXPECT_EQ(losses(run, "train", "kl").at(1), 0.0);
   // The first pass starts from the rollout's own policy: ratio 1 before its first update.
   EXPECT_NEAR(losses(run, "train", "ratio").at(1), 1.0, 0.05);
-  // From this fixed seed.
-  EXPECT_NEAR(losses(run, "train", "score").at(1), 0.781176, 1e-4);
-  EXPECT_NEAR(losses(run, "train", "score").at(6), 2.035626, 1e-4);
-  EXPECT_NEAR(losses(run, "val", "score").at(0), 2.512025, 1e-4);
-  EXPECT_NEAR(losses(run, "val", "score").at(3), 1.773050, 1e-4);
-  EXPECT_NEAR(losses(run, "val", "score").at(6), 1.737335, 1e-4);
+  // From this fixed seed, at the first step only: later rollouts sample from an updated policy,
+  // and a last-bit difference between builds (another compiler, the AVX2 kernels) can change a
+  // sampled token there, so they are compared within one build (the tests below).
+  EXPECT_NEAR(losses(run, "val", "score").at(0), 2.512, 3e-3);
+  EXPECT_NEAR(losses(run, "train", "score").at(1), 0.7817, 3e-3);
+  EXPECT_NEAR(losses(run, "train", "value_loss").at(1), 3.609, 0.04);
+  EXPECT_NEAR(losses(run, "train", "policy_loss").at(1), -0.0389, 2e-3);
   EXPECT_GT(losses(run, "val", "kl").at(6), 0.0);
 
   // Checkpoints hold the policy and the value model; reference and reward model are referenced.
