@@ -371,9 +371,8 @@ Returns compute_advantages(Rollout& ro, const PPOSettings& s, double kl_coef) {
   const Tensor logp = to_columns(ro, ro.logp, rows, width);
   const Tensor ref = to_columns(ro, ro.ref_logp, rows, width);
   const Tensor values = to_columns(ro, ro.values, rows, width);
-  std::vector<double> scores = ro.scores;
-  const nn::PPORewards r =
-      nn::per_token_rewards(logp, ref, from_vector(scores, {ro.size()}, DType::f32), mask, kl_coef);
+  const nn::PPORewards r = nn::per_token_rewards(
+      logp, ref, from_vector(ro.scores, {ro.size()}, DType::f32), mask, kl_coef);
   const Tensor rewards = s.whiten_rewards ? nn::whiten(r.rewards, mask, false) : r.rewards;
   const nn::PPOAdvantages a = nn::gae(rewards, values, mask, s.gamma, s.lam);
   from_columns(ro, nn::whiten(a.advantages, mask), rows, ro.advantages);
@@ -534,6 +533,8 @@ int train_ppo(const RunConfig& config) {
   Recipe recipe;
   recipe.eval_at_start = true;
   recipe.tokens_per_step = s.rollout_batch * s.sampling.max_new_tokens;
+  // A step is one rollout, so its outcome's "sums" already hold the step's statistics (token means
+  // of the updates, rollout means); train_metrics only puts them in order.
   recipe.custom_step = [&](StepContext& context) -> StepOutcome {
     const int64_t step = context.step();
     RolloutStats rs;
