@@ -6,6 +6,7 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "core/kernels/elementwise.h"
 #include "core/ops.h"
 
 namespace forge {
@@ -42,10 +43,39 @@ bool sole_owner(const Tensor& g) {
          g.is_contiguous();
 }
 
+// buffer += g, both dense with the same shape and dtype.
+void add_into(Tensor& buffer, const Tensor& g) {
+  const Shape& shape = buffer.shape();
+  const Shape strides = contiguous_strides(shape);
+  const int ndim = int(shape.size());
+  if (buffer.dtype() == DType::f32)
+    kernels::binary_forward(kernels::Binary::add, buffer.data<float>(), strides.data(),
+                            g.data<float>(), strides.data(), buffer.data<float>(), shape.data(), ndim);
+  else
+    kernels::binary_forward(kernels::Binary::add, buffer.data<double>(), strides.data(),
+                            g.data<double>(), strides.data(), buffer.data<double>(), shape.data(),
+                            ndim);
+}
+
 void accumulate_leaf(Node& node, Tensor g) {
   std::shared_ptr<TensorImpl> leaf = node.leaf.lock();
   if (!leaf) return;  // the tensor is gone; nobody can read its gradient
   Tensor t(leaf);
+  if (const std::shared_ptr<GradSlot> slot = leaf->grad_slot) {
+    Tensor& buffer = slot->buffer;
+    if (!leaf->grad.defined()) {
+      buffer.copy_(g);
+      leaf->grad = buffer;
+    } else if (leaf->grad.impl() == buffer.impl()) {
+      Tensor dense = g.dtype() == buffer.dtype() ? g.contiguous() : g.to(buffer.dtype());
+      add_into(buffer, dense);
+    } else {
+      buffer.copy_(add(leaf->grad, g));  // someone replaced .grad (set_grad): adopt it again
+      leaf->grad = buffer;
+    }
+    if (slot->ready) slot->ready();
+    return;
+  }
   if (!leaf->grad.defined()) {
     // Adopt the buffer when nothing else can see it; otherwise copy, since `g` may alias a
     // tensor another node still reads (add passes one dout to both inputs).
@@ -91,6 +121,13 @@ const std::vector<Op>& differentiable_ops() {
 #undef FORGE_OP_LIST
   };
   return ops;
+}
+
+void set_grad_slot(const Tensor& leaf, std::shared_ptr<GradSlot> slot) {
+  FORGE_CHECK(!slot || (slot->buffer.shape() == leaf.shape() && slot->buffer.dtype() == leaf.dtype() &&
+                        slot->buffer.is_contiguous()),
+              "set_grad_slot: the buffer must be contiguous with the leaf's shape and dtype");
+  leaf.impl()->grad_slot = std::move(slot);
 }
 
 bool grad_enabled() { return grad_mode; }

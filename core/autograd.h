@@ -45,6 +45,18 @@ struct Node {
   std::weak_ptr<TensorImpl> leaf;            // accumulate_grad only
 };
 
+/// Where backward puts the gradient of a leaf whose gradients live in a shared flat buffer (a
+/// gradient arena, optim/grad_arena.h): the first accumulation of a backward into an undefined
+/// .grad copies into `buffer` and makes it the .grad; later ones add into it in place. `ready`,
+/// when set, runs after every accumulation, which is how a data-parallel run learns that a
+/// gradient is complete and can start reducing it while backward goes on.
+struct GradSlot {
+  Tensor buffer;  ///< contiguous, with the leaf's shape and dtype
+  std::function<void()> ready = {};
+};
+/// Routes `leaf`'s gradients into `slot` (null: back to fresh tensors per accumulation).
+void set_grad_slot(const Tensor& leaf, std::shared_ptr<GradSlot> slot);
+
 /// True while operations record graph nodes (the default).
 bool grad_enabled();
 

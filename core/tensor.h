@@ -104,6 +104,8 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+struct GradSlot;
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -114,6 +116,7 @@ struct TensorImpl {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   std::weak_ptr<Node> grad_accumulator;  // a leaf's single AccumulateGrad node, created lazily
+  std::shared_ptr<GradSlot> grad_slot;   // set by a gradient arena (core/autograd.h)
 };
 
 // Factories. dtype defaults to f32.

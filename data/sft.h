@@ -84,6 +84,9 @@ class SFTLoader {
 
   /// The batch at the cursor; moves the cursor past it.
   SFTBatch next();
+  /// Moves the cursor past the batch at it without building the batch (the micro-batches another
+  /// rank of a data-parallel run trains on).
+  void skip() { sampler_.next(); }
   const LoaderCursor& cursor() const { return sampler_.cursor(); }
   /// Continues from `cursor` as if next() had been called up to it. Throws Error(checkpoint) for a
   /// cursor of another dataset (fingerprint) or one where no batch can start.

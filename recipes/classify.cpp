@@ -272,6 +272,7 @@ int train_classify(const RunConfig& config) {
   Recipe recipe;
   recipe.tokens_per_step = int64_t(std::llround(mean_tokens * double(B * config.train.grad_accum)));
   recipe.micro_batch = [&](int64_t, int64_t) { return classify_loss(*model, loader.next()); };
+  recipe.skip_micro_batch = [&](int64_t, int64_t) { loader.skip(); };
   recipe.train_metrics = [&](const std::map<std::string, double>& sums) -> Metrics {
     const Confusion m = confusion_from_sums(data.train->label_names, sums);
     return {{"acc", m.accuracy()}, {"macro_f1", m.macro_f1()}};

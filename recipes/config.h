@@ -104,6 +104,8 @@ struct TrainConfig {
   std::string nan_policy;  // abort | skip
   int64_t sample_every{};
   int64_t sample_tokens{};
+  double allreduce_bucket_mb{};
+  bool allreduce_overlap{};
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -310,6 +310,10 @@ std::vector<ConfigKey> common_keys() {
       "print a generated sample every N steps; 0 = off");
   add("train.sample_tokens", integer_key(200, "[1, 1048576]"), in(train, &T::sample_tokens),
       "tokens generated per sample");
+  add("train.allreduce_bucket_mb", number_key(4.0, "(0, 1024]"), in(train, &T::allreduce_bucket_mb),
+      "under mpirun: megabytes of gradients summed across ranks per all-reduce");
+  add("train.allreduce_overlap", boolean_key(true), in(train, &T::allreduce_overlap),
+      "under mpirun: start a bucket's all-reduce during backward, once its gradients are complete");
   return keys;
 }
 

@@ -176,6 +176,7 @@ int train_dpo(const RunConfig& config) {
         model, batch,
         reference_logps(*policy.reference, train_table ? &*train_table : nullptr, batch), options);
   };
+  recipe.skip_micro_batch = [&](int64_t, int64_t) { loader.skip(); };
   recipe.train_metrics = dpo_metrics;
   recipe.evaluate = [&](bool full) {
     const int64_t pairs = full || config.train.eval_batches == 0 ? 0 : config.train.eval_batches * B;

@@ -239,6 +239,7 @@ int train_finetune(const RunConfig& config) {
     train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
     val_loader = std::make_unique<SFTLoader>(data.sft_val, B, seed, /*shuffle=*/false);
     recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, train_loader->next()); };
+    recipe.skip_micro_batch = [&](int64_t, int64_t) { train_loader->skip(); };
     recipe.evaluate = [&](bool full) {
       return sft_eval(model, *val_loader, B, config.train.eval_batches, full);
     };

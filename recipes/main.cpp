@@ -16,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "core/comm.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -612,6 +614,8 @@ int run(int argc, char** argv) {
   auto it = commands.find(command);
   if (it == commands.end())
     usage_error("unknown command '" + command + "' (see forge --help)");
+  if (world_comm().size() > 1 && command != "train")
+    usage_error("forge " + command + " runs in one process; only forge train runs under mpirun");
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::fputs(kCommandUsage.at(command).c_str(), stdout);
     if (command == "eval")
@@ -636,6 +640,61 @@ const char* error_kind(ExitCode code) {
   }
 }
 
+// Prints an error as one line per problem. Config errors arrive as complete "forge: config error:
+// ..." lines, one per problem: each is printed as one line, and a newline inside a problem (a
+// quoted value) is escaped. `who` is "" or "rank N: ".
+void print_error(const Error& e, const std::string& who) {
+  std::string message = e.what();
+  if (message.rfind("forge: ", 0) != 0) {
+    std::fprintf(stderr, "forge: %s%s: %s\n", who.c_str(), error_kind(e.code()),
+                 printable(message).c_str());
+    return;
+  }
+  const std::string separator = "\nforge: ";
+  for (size_t begin = 0, end; begin < message.size(); begin = end + 1) {
+    end = std::min(message.find(separator, begin), message.size());
+    std::fprintf(stderr, "%s\n", printable(message.substr(begin, end - begin)).c_str());
+  }
+}
+
+// An error under mpirun. Before the ranks agreed their set-up succeeded it is usually every
+// rank's (a config error): the lowest failing rank reports it and all end with one code. After,
+// a numerical failure is every rank's (they check the same reduced gradients) and ends them all
+// normally; any other error is this rank's own, and the others may be waiting for it inside a
+// collective: it ends the whole job.
+int handle_error(const Error& e) {
+  Comm& comm = world_comm();
+  if (comm.size() == 1) {
+    print_error(e, "");
+    return int(e.code());
+  }
+  if (!setup_joined()) {
+    const SetupOutcome outcome = join_setup(int(e.code()));
+    if (outcome.failed_rank == comm.rank()) print_error(e, "");
+    return outcome.exit_code;
+  }
+  if (e.code() == ExitCode::numerical) {
+    if (comm.rank() == 0) print_error(e, "");
+    return int(e.code());
+  }
+  print_error(e, detail::concat("rank ", comm.rank(), ": "));
+  std::fflush(stderr);
+  abort_world_comm(int(e.code()));
+}
+
+// Ranks that share a machine share its cores: each gets its share of the threads unless the user
+// chose (OMP_NUM_THREADS) or the launcher bound it to fewer cores than the machine has.
+std::optional<int> threads_per_local_rank() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (std::getenv("OMP_NUM_THREADS") || !local) return std::nullopt;
+  const long ranks = std::atol(local);
+  cpu_set_t set;
+  if (ranks <= 1 || sched_getaffinity(0, sizeof set, &set) != 0) return std::nullopt;
+  const long cpus = CPU_COUNT(&set);
+  if (cpus < sysconf(_SC_NPROCESSORS_ONLN)) return std::nullopt;
+  return int(std::max(1L, cpus / ranks));
+}
+
 }  // namespace
 }  // namespace forge
 
@@ -646,30 +705,30 @@ int main(int argc, char** argv) {
   // (152 s vs 12 s for 300 steps). Sleeping at once (passive) costs a wake-up per region, half the
   // throughput of a short spin (25k vs 49k tok/s on configs/gpt_shakespeare.yaml). A 10k spin keeps
   // threads hot between a step's back-to-back kernels and still yields the core soon. libgomp reads
-  // this when it loads, before main, so the process restarts itself once unless the user chose.
+  // this and the thread count when it loads, before main, so the process restarts itself once
+  // unless the user chose.
+  bool restart = false;
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
     setenv("GOMP_SPINCOUNT", "10000", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+    restart = true;
   }
+  if (launched_by_mpi())
+    if (std::optional<int> threads = threads_per_local_rank()) {
+      setenv("OMP_NUM_THREADS", std::to_string(*threads).c_str(), 1);
+      restart = true;
+    }
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  int code = 0;
   try {
-    return run(argc, argv);
+    if (launched_by_mpi()) init_world_comm(&argc, &argv);
+    code = run(argc, argv);
+  } catch (const PeerSetupFailed& e) {
+    code = e.exit_code;
   } catch (const Error& e) {
-    std::string message = e.what();
-    if (message.rfind("forge: ", 0) != 0) {
-      std::fprintf(stderr, "forge: %s: %s\n", error_kind(e.code()), printable(message).c_str());
-      return int(e.code());
-    }
-    // Config errors arrive as complete "forge: config error: ..." lines, one per problem: each is
-    // printed as one line, and a newline inside a problem (a quoted value) is escaped.
-    const std::string separator = "\nforge: ";
-    for (size_t begin = 0, end; begin < message.size(); begin = end + 1) {
-      end = std::min(message.find(separator, begin), message.size());
-      std::fprintf(stderr, "%s\n", printable(message.substr(begin, end - begin)).c_str());
-    }
-    return int(e.code());
+    code = handle_error(e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "forge: internal error (please report it): %s\n",
-                 printable(e.what()).c_str());
-    return 1;
+    code = handle_error(Error(ExitCode::internal, e.what()));
   }
+  finalize_world_comm();
+  return code;
 }

@@ -74,6 +74,7 @@ int train_reward_model(const RunConfig& config) {
   recipe.tokens_per_step =
       int64_t(mean_pair_tokens(*data.train) * double(B * config.train.grad_accum));
   recipe.micro_batch = [&](int64_t, int64_t) { return reward_loss(model, loader.next(), center); };
+  recipe.skip_micro_batch = [&](int64_t, int64_t) { loader.skip(); };
   recipe.train_metrics = reward_metrics;
   recipe.evaluate = [&](bool full) {
     const int64_t pairs = full || config.train.eval_batches == 0 ? 0 : config.train.eval_batches * B;

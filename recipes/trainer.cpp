@@ -23,6 +23,8 @@
 #include <string_view>
 
 #include "core/allocator.h"
+#include "core/checksum.h"
+#include "core/comm.h"
 #include "core/durable_file.h"
 #include "core/ops.h"
 #include "nn/aux_loss.h"
@@ -39,9 +41,73 @@ namespace fs = std::filesystem;
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
+bool g_setup_joined = false;
 
-const char* stop_signal_name() { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
-int stop_exit_code() { return g_stop_signal == SIGINT ? 130 : 143; }
+// The largest of the ranks' values: how the ranks of a data-parallel run take one decision.
+int64_t agree_max(int64_t value) {
+  world_comm().allreduce_max(&value, 1);
+  return value;
+}
+
+// The stop request the run acts on. A signal may reach one rank only (kill, a scheduler) and at any
+// moment: the ranks read their flags at the same points of the run and adopt the strongest request
+// any of them saw, so that every decision to stop is taken by all of them after the same step.
+int agree_on_stop() {
+  const int64_t signal = g_stop_signal;
+  return int(world_comm().size() == 1 ? signal : agree_max(signal));
+}
+
+// The ranks apply the same updates to the same weights. A checksum of every trained tensor,
+// compared across ranks, catches a divergence (a rank that resumed another checkpoint, a kernel
+// that is not deterministic) before the run trains N different models in silence.
+void check_ranks_agree(const NamedTensors& params, int64_t step) {
+  Comm& comm = world_comm();
+  if (comm.size() == 1) return;
+  uint32_t crc = 0;
+  for (const NamedTensor& p : params) {
+    Tensor t = p.tensor.contiguous();
+    crc = crc32(t.raw_data(), size_t(t.numel()) * dtype_size(t.dtype()), crc);
+  }
+  int64_t v[4] = {step, -step, int64_t(crc), -int64_t(crc)};
+  comm.allreduce_max(v, 4);
+  if (v[0] != -v[1])
+    throw Error(ExitCode::checkpoint,
+                detail::concat("the ranks resumed from different steps (", -v[1], " to ", v[0],
+                               "): every rank must see the same run directory (a shared "
+                               "filesystem, docs/distributed.md)"));
+  if (v[2] != -v[3])
+    throw Error(ExitCode::internal,
+                detail::concat("the ranks' weights differ at step ", step, " (rank ", comm.rank(),
+                               " has checksum ", crc, "): they no longer train one model"));
+}
+
+// Data parallelism shards each step's micro-batches over the ranks and keeps one update per step.
+void check_data_parallel(const RunConfig& config, const Recipe& recipe, int ranks) {
+  if (recipe.custom_step)
+    throw Error(ExitCode::usage,
+                detail::concat("recipe ", config.recipe, " updates several times per step and "
+                               "does not run data-parallel; start it without mpirun"));
+  FORGE_CHECK(!recipe.data_state || recipe.skip_micro_batch, "recipe ", config.recipe,
+              " keeps a loader cursor but cannot skip another rank's micro-batches");
+  const int64_t accum = config.train.grad_accum, batch = config.train.batch_size;
+  if (accum % ranks == 0) return;
+  // The same global batch in micro-batches a multiple of the ranks can share, when there is one.
+  const int64_t global = accum * batch;
+  std::string hint;
+  for (int64_t a = ranks; a <= global; a += ranks)
+    if (global % a == 0) {
+      hint = detail::concat("; for the same ", global, " sequences per step set train.batch_size=",
+                            global / a, " train.grad_accum=", a);
+      break;
+    }
+  throw Error(ExitCode::usage,
+              detail::concat("train.grad_accum = ", accum, " is not a multiple of the ", ranks,
+                             " ranks: each rank runs grad_accum / ranks of a step's micro-batches",
+                             hint));
+}
+
+const char* stop_signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+int stop_exit_code(int signal) { return signal == SIGINT ? 130 : 143; }
 
 // Fault injection for the signal tests: FORGE_TEST_RAISE=<SIGINT|SIGTERM>@<point> raises the signal
 // whenever the run reaches <point> (eval, final_eval, sample, report), so a test stops a run inside
@@ -332,12 +398,16 @@ void save(const RunConfig& config, int64_t step, const RunModels& models,
 // The shared update policy behind both step forms.
 class Updater final : public StepContext {
  public:
-  Updater(const RunConfig& config, optim::Optimizer& optimizer, ProgressPrinter& progress)
+  Updater(const RunConfig& config, optim::Optimizer& optimizer, ProgressPrinter& progress,
+          std::function<void(int64_t step, int64_t micro)> skip)
       : config_(config),
         optimizer_(optimizer),
         progress_(progress),
         schedule_(schedule_spec(config)),
-        params_(optimizer.parameters()) {}
+        params_(optimizer.parameters()),
+        arena_(params_, world_comm(), int64_t(config.train.allreduce_bucket_mb * 1048576.0),
+               config.train.allreduce_overlap),
+        skip_(std::move(skip)) {}
 
   void begin(int64_t step) {
     step_ = step;
@@ -348,16 +418,23 @@ class Updater final : public StepContext {
 
   UpdateResult accumulate_and_update(
       int64_t n, const std::function<MicroBatchLoss(int64_t micro)>& micro) override {
-    AccumulatedLoss acc = accumulate_gradients(params_, n, [&](int64_t m) {
-      seed_dropout(config_, step_, forwards_++);
-      return micro(m);
-    });
+    // Dropout follows the micro-batch's index, not the rank that runs it.
+    AccumulatedLoss acc = accumulate_gradients(
+        arena_, n,
+        [&](int64_t m) {
+          seed_dropout(config_, step_, forwards_ + m);
+          return micro(m);
+        },
+        [&](int64_t m) {
+          if (skip_) skip_(step_, m);
+        });
+    forwards_ += n;
     return update(std::move(acc));
   }
 
   UpdateResult backward_and_update(const MicroBatchLoss& loss) override {
     forwards_++;
-    AccumulatedLoss acc = accumulate_gradients(params_, 1, [&](int64_t) { return loss; });
+    AccumulatedLoss acc = accumulate_gradients(arena_, 1, [&](int64_t) { return loss; });
     return update(std::move(acc));
   }
 
@@ -377,14 +454,14 @@ class Updater final : public StepContext {
                                bad_grad ? "; first non-finite gradient in '" + *bad_grad + "'" : "");
       if (config_.train.nan_policy == "abort") abort_numerical(what);
       progress_.message("forge: warning: " + what + ": update skipped (train.nan_policy: skip)");
-      optimizer_.zero_grad();
+      arena_.reset();
       r.skipped = true;
     } else {
       const double clip = config_.train.clip_grad_norm;
       r.grad_norm = optim::clip_grad_norm(params_, clip > 0 ? clip : INFINITY);
       r.lr = optim::learning_rate(schedule_, step_);
       optimizer_.step(r.lr);
-      optimizer_.zero_grad();
+      arena_.reset();
       // A finite loss and gradient can still overflow the weights (a learning rate far too high);
       // such a model must never reach a checkpoint, and no policy can skip an applied update.
       if (std::optional<std::string> bad = optim::first_nonfinite_param(params_))
@@ -410,6 +487,8 @@ class Updater final : public StepContext {
   ProgressPrinter& progress_;
   const optim::ScheduleSpec schedule_;
   const NamedTensors params_;
+  optim::GradArena arena_;
+  const std::function<void(int64_t step, int64_t micro)> skip_;
   int64_t step_ = 0, forwards_ = 0;
   UpdateResult last_{};
 };
@@ -438,15 +517,24 @@ std::string describe_metrics(const Metrics& metrics) {
 
 }  // namespace
 
-AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
-                                     const std::function<MicroBatchLoss(int64_t micro)>& micro) {
+AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
+                                     const std::function<MicroBatchLoss(int64_t micro)>& micro,
+                                     const std::function<void(int64_t micro)>& skip) {
+  Comm& comm = arena.comm();
+  const int64_t ranks = comm.size(), rank = comm.rank();
   double loss_sum = 0.0, aux_sum = 0.0;
   int64_t targets = 0;
   bool has_aux = false;
   std::map<std::string, double> sums;
   std::map<std::string, std::pair<double, int64_t>> stats;
   nn::AuxCollector collector;
+  int64_t last = -1;  // this rank's last micro-batch: its backward overlaps the all-reduce
+  for (int64_t m = rank; m < n; m += ranks) last = m;
   for (int64_t m = 0; m < n; ++m) {
+    if (m % ranks != rank) {
+      if (skip) skip(m);
+      continue;
+    }
     MicroBatchLoss mb = micro(m);
     nn::AuxReport report = collector.take();
     Tensor objective = mb.loss_sum;
@@ -460,6 +548,7 @@ AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
       aux_sum += aux.item();
       has_aux = true;
     }
+    if (m == last) arena.arm();
     objective.backward();
     loss_sum += mb.loss_sum.item();
     targets += mb.num_targets;
@@ -470,15 +559,54 @@ AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
     }
   }
   NoGradGuard no_grad;
+  const double waited = arena.reduce();
+  if (ranks > 1) {
+    // Every rank reports the same keys (one recipe, one model): checked by a hash, then summed.
+    std::string keys;
+    for (const auto& [key, value] : sums) keys += key + '\n';
+    for (const auto& [key, stat] : stats) keys += key + '\n';
+    const int64_t h = int64_t(fnv1a64(keys.data(), keys.size()) >> 2);
+    int64_t same[2] = {h, -h};
+    comm.allreduce_max(same, 2);
+    FORGE_CHECK(same[0] == -same[1], "the ranks' micro-batches reported different metrics: ", keys);
+    std::vector<double> v = {loss_sum, double(targets), aux_sum, double(has_aux)};
+    for (const auto& [key, value] : sums) v.push_back(value);
+    for (const auto& [key, stat] : stats) {
+      v.push_back(stat.first);
+      v.push_back(double(stat.second));
+    }
+    comm.allreduce_sum(v.data(), int64_t(v.size()));
+    size_t i = 0;
+    loss_sum = v[i++];
+    targets = int64_t(v[i++]);
+    aux_sum = v[i++];
+    has_aux = v[i++] > 0;
+    for (auto& [key, value] : sums) value = v[i++];
+    for (auto& [key, stat] : stats) {
+      stat.first = v[i++];
+      stat.second = int64_t(v[i++]);
+    }
+  }
   double scale = targets > 0 ? 1.0 / double(targets) : 0.0;
-  for (NamedTensor p : params)
-    if (p.tensor.grad().defined()) p.tensor.set_grad(mul(p.tensor.grad(), scale));
+  arena.scale(scale);
   Metrics aux;
   if (has_aux) aux.push_back({"aux_loss", aux_sum * scale});
   for (const auto& [key, stat] : stats) aux.push_back({key, stat.first / double(stat.second)});
   return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums),
-          std::move(aux)};
+          std::move(aux), waited};
 }
+
+SetupOutcome join_setup(int exit_code) {
+  Comm& comm = world_comm();
+  g_setup_joined = true;
+  if (comm.size() == 1) return exit_code ? SetupOutcome{0, exit_code} : SetupOutcome{};
+  int64_t v[2] = {exit_code, exit_code ? comm.size() - comm.rank() : 0};
+  comm.allreduce_max(v, 2);
+  if (v[1] == 0) return {};
+  return {int(comm.size() - v[1]), int(v[0])};
+}
+
+bool setup_joined() { return g_setup_joined; }
 
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
                  const Recipe& recipe) {
@@ -489,11 +617,20 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
                  optim::Optimizer& optimizer, const Recipe& recipe) {
   FORGE_CHECK(bool(recipe.micro_batch) != bool(recipe.custom_step),
               "run_training: a recipe has either micro_batch or custom_step");
+  Comm& comm = world_comm();
+  // Under mpirun every rank trains; rank 0 alone reads the terminal's attention and writes the
+  // run directory (config.yaml, metrics, report, checkpoints), and it alone evaluates and samples.
+  const bool lead = comm.rank() == 0;
+  if (comm.size() > 1) check_data_parallel(config, recipe, comm.size());
   const TrainConfig& tc = config.train;
   const fs::path dir = config.output_dir;
-  create_run_directory(dir);
-  ProgressPrinter progress(tc.max_steps, ProgressPrinter::is_terminal(stderr));
-  const RunDirectoryLock lock(dir, progress);  // before anything in the directory is read
+  if (lead) create_run_directory(dir);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(lead ? nullptr : std::fopen("/dev/null", "w"),
+                                                       &std::fclose);
+  ProgressPrinter progress(tc.max_steps, lead && ProgressPrinter::is_terminal(stderr),
+                           lead ? stderr : quiet.get());
+  std::optional<RunDirectoryLock> lock;
+  if (lead) lock.emplace(dir, progress);  // before anything in the directory is read
   SignalScope signals;
   const RunModels models(model_list, optimizer);
 
@@ -501,65 +638,90 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   int64_t start = 0;
   if (tc.resume == "auto")
     start = resume(config, models, optimizer, recipe, progress);
-  else
+  else if (lead)
     move_earlier_run_aside(dir, progress);
   if (start < 0)
     throw Error(ExitCode::checkpoint,
                 detail::concat((dir / "checkpoints").string(), ": the latest checkpoint has step ",
                                start, "; a step is never negative"));
-  write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
   const fs::path metrics_path = dir / "metrics.jsonl";
   // A run stopped during its final evaluation has its last checkpoint but no final val line: the
   // same command finishes it.
-  if (start > tc.max_steps || (start == tc.max_steps && has_val_line(metrics_path, start))) {
+  const bool complete =
+      start > tc.max_steps || (start == tc.max_steps && has_val_line(metrics_path, start));
+  if (const SetupOutcome setup = join_setup(0); setup.failed_rank >= 0)
+    throw PeerSetupFailed{setup.exit_code};
+  check_ranks_agree(optimizer.parameters(), start);
+  if (lead) write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
+  if (complete) {
     progress.message(detail::concat("the run in ", dir.string(), " is complete at step ", start,
                                     "; raise train.max_steps to train further"));
     return 0;
   }
-  if (start > 0) truncate_after_step(metrics_path, start);
-  MetricsWriter metrics(metrics_path, /*append=*/start > 0);
+  if (start > 0 && lead) truncate_after_step(metrics_path, start);
+  std::optional<MetricsWriter> metrics;
+  if (lead) metrics.emplace(metrics_path, /*append=*/start > 0);
+  // After a save the other ranks wait for rank 0: an exit while it still writes would make mpirun
+  // end the job, and the checkpoint with it.
+  auto save_all = [&](int64_t step) {
+    if (lead) save(config, step, models, optimizer, recipe, progress);
+    agree_max(0);
+  };
 
   // Fault injection for the kill-and-resume test: die by SIGKILL right after this step.
   const char* crash_env = std::getenv("FORGE_TEST_SIGKILL_AFTER_STEP");
   const int64_t crash_at = crash_env ? std::atoll(crash_env) : -1;
-  Updater updater(config, optimizer, progress);
+  Updater updater(config, optimizer, progress, recipe.skip_micro_batch);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  double window_start = 0.0;
-  int64_t window_tokens = 0, last_save = start;
+  double window_start = 0.0, window_wait = 0.0;
+  int64_t window_tokens = 0, window_steps = 0, last_save = start;
 
   // Returns the evaluation's "loss", or nullopt when a stop request cut it short: a partial
-  // evaluation is not logged.
+  // evaluation is not logged. Under mpirun the other ranks wait at the agreement on stopping.
+  int stop = 0;  // the agreed stop request: the signal, or 0
   auto run_eval = [&](int64_t step, bool full) -> std::optional<double> {
     fault_point(step == tc.max_steps ? "final_eval" : "eval");
     Metrics val;
-    {
+    if (lead) {
       NoGradGuard no_grad;
       models.set_eval();
       val = recipe.evaluate(full);
       models.set_training();
     }
-    if (stop_requested()) return std::nullopt;
-    metrics.write(step, "val", val);
-    progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
+    if ((stop = agree_on_stop())) return std::nullopt;
     // tokens_per_s measures training: the next window starts after the evaluation.
     window_start = elapsed();
     window_tokens = 0;
+    if (!lead) return 0.0;
+    metrics->write(step, "val", val);
+    progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
     for (const Metric& m : val)
       if (m.key == "loss") return m.value.as_double();
     return 0.0;
   };
   auto stopped = [&](const std::string& when) {
     progress.finish();
-    std::fprintf(stderr, "forge: stopped by %s %s\n", stop_signal_name(), when.c_str());
-    return stop_exit_code();
+    if (lead)
+      std::fprintf(stderr, "forge: stopped by %s %s\n", stop_signal_name(stop), when.c_str());
+    return stop_exit_code(stop);
+  };
+  // A sample of the model's text: rank 0's only.
+  auto sample = [&]() -> std::optional<std::string> {
+    std::optional<std::string> text;
+    if (lead) {
+      fault_point("sample");
+      text = recipe.sample();
+    }
+    if ((stop = agree_on_stop())) return std::nullopt;
+    return text;
   };
 
   if (start == 0 && recipe.eval_at_start) {
     run_eval(0, /*full=*/true);
-    if (stop_requested())
+    if (stop)
       return stopped("during the evaluation before the first step (no step to save); the same "
                      "command starts over");
   }
@@ -578,44 +740,48 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
           tc.grad_accum, [&](int64_t micro) { return recipe.micro_batch(i, micro); });
       outcome = {r.accumulated.loss, r.accumulated.sums};
     }
+    stop = agree_on_stop();
     const UpdateResult& last = updater.last();
+    const bool log_step = step % tc.log_every == 0 || step == tc.max_steps;
+    if (log_step) check_ranks_agree(optimizer.parameters(), step);
     if (!last.skipped) {
       window_tokens += recipe.tokens_per_step;
+      window_wait += last.accumulated.allreduce_wait_s;
+      window_steps++;
       double now = elapsed();
       ProgressStats stats{step, outcome.loss, last.lr,
                           double(window_tokens) / std::max(now - window_start, 1e-9), now};
       progress.step(stats);
-      if (step % tc.log_every == 0 || step == tc.max_steps) {
+      if (log_step) {
         Metrics line = {{"loss", outcome.loss}, {"lr", last.lr}, {"grad_norm", last.grad_norm},
                         {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
                         {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
+        if (comm.size() > 1)
+          line.push_back({"allreduce_wait_s", window_wait / double(std::max<int64_t>(window_steps, 1))});
         if (recipe.train_metrics) {
           Metrics extra = recipe.train_metrics(outcome.sums);
           line.insert(line.end(), extra.begin(), extra.end());
         }
         const Metrics& aux = last.accumulated.aux;
         line.insert(line.end(), aux.begin(), aux.end());
-        metrics.write(step, "train", line);
+        if (lead) metrics->write(step, "train", line);
         progress.log(stats);
         window_start = now;
         window_tokens = 0;
+        window_wait = 0.0;
+        window_steps = 0;
       }
-      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps &&
-          !stop_requested())
+      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps && !stop)
         run_eval(step, false);
-      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0 &&
-          !stop_requested()) {
-        fault_point("sample");
-        std::string sample = recipe.sample();
-        if (!stop_requested()) progress.text(sample);
-      }
+      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0 && !stop)
+        if (std::optional<std::string> text = sample(); text && lead) progress.text(*text);
     }
-    if (stop_requested()) {
-      save(config, step, models, optimizer, recipe, progress);
+    if (stop) {
+      save_all(step);
       return stopped(detail::concat("at step ", step, "; resume with the same command"));
     }
     if (tc.save_every > 0 && step % tc.save_every == 0) {
-      save(config, step, models, optimizer, recipe, progress);
+      save_all(step);
       last_save = step;
     }
     if (step == crash_at) std::raise(SIGKILL);
@@ -625,27 +791,26 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   // The whole split, always. Stopped during it, the run saves its final step and exits; resuming
   // runs the evaluation again.
   const std::optional<double> final_loss = run_eval(final_step, /*full=*/true);
-  if (final_loss && !std::isfinite(*final_loss)) {
+  if (agree_max(final_loss && !std::isfinite(*final_loss))) {
     progress.finish();
     throw Error(ExitCode::numerical,
                 detail::concat("the final validation loss at step ", final_step, " is ",
-                               *final_loss));
+                               final_loss ? *final_loss : NAN));
   }
-  if (last_save != final_step) save(config, final_step, models, optimizer, recipe, progress);
+  if (last_save != final_step) save_all(final_step);
   if (!final_loss)
     return stopped(detail::concat("during the final evaluation of step ", final_step,
                                   "; the same command finishes it"));
   progress.finish();
-  fault_point("report");
-  write_report(dir);
-  std::string sample;
-  if (recipe.sample && !stop_requested()) {
-    fault_point("sample");
-    sample = recipe.sample();
+  if (lead) {
+    fault_point("report");
+    write_report(dir);
   }
-  if (stop_requested())
+  std::optional<std::string> text;
+  if (!(stop = agree_on_stop()) && recipe.sample) text = sample();
+  if (stop)
     return stopped(detail::concat("after the final evaluation of step ", final_step));
-  if (recipe.sample) std::printf("%s\n", sample.c_str());
+  if (text && lead) std::printf("%s\n", text->c_str());
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "optim/grad_arena.h"
 #include "optim/optimizer.h"
 #include "recipes/config.h"
 #include "recipes/metrics.h"
@@ -58,6 +59,8 @@ struct AccumulatedLoss {
   /// "aux_loss" (the target-weighted mean of the micro-batches' auxiliary losses, not in `loss`)
   /// and each statistic's mean over its reports. Empty when nothing was reported.
   Metrics aux = {};
+  /// Under mpirun: seconds spent after backward waiting for the gradients' all-reduce.
+  double allreduce_wait_s = 0;
 };
 
 /// What one optimizer update did.
@@ -94,6 +97,10 @@ struct Recipe {
   /// Forward of micro-batch `micro` of training step `step` (trained models in train mode, grad
   /// on). The standard step: train.grad_accum of these, then one update.
   std::function<MicroBatchLoss(int64_t step, int64_t micro)> micro_batch;
+  /// For data pipelines with a cursor: moves past micro-batch `micro` without computing it (under
+  /// mpirun, each rank skips the micro-batches the other ranks train on). Samplers that are a
+  /// function of (step, micro) need none.
+  std::function<void(int64_t step, int64_t micro)> skip_micro_batch;
   /// Instead of micro_batch: the whole step, which may update several times (PPO's epochs).
   std::function<StepOutcome(StepContext& context)> custom_step;
   /// Optional: called before each step (after gradual unfreezing is applied).
@@ -119,14 +126,36 @@ struct Recipe {
   bool eval_at_start = false;
 };
 
-/// Runs `micro(0) .. micro(n - 1)`, backpropagating each summed loss, then divides every gradient
-/// of `params` by the total number of targets: k micro-batches of 1 give the gradients of one
-/// batch of k, whatever their lengths. Returns the mean loss over all targets and their count.
+/// Runs this rank's share of `micro(0) .. micro(n - 1)` (micro m runs on rank m % ranks; the
+/// others are passed to `skip`, in order), backpropagating each summed loss into `arena`, sums the
+/// gradients and the losses over the ranks, then divides every gradient by the total number of
+/// targets: k micro-batches of 1 give the gradients of one batch of k, whatever their lengths and
+/// however many ranks run them. Returns the mean loss over all targets and their count.
 /// Auxiliary losses that layers report during micro(m) (nn/aux_loss.h) join its objective
 /// weighted by its number of targets, so the update follows loss + the target-weighted mean of
 /// the micro-batches' auxiliary losses.
-AccumulatedLoss accumulate_gradients(const NamedTensors& params, int64_t n,
-                                     const std::function<MicroBatchLoss(int64_t micro)>& micro);
+AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
+                                     const std::function<MicroBatchLoss(int64_t micro)>& micro,
+                                     const std::function<void(int64_t micro)>& skip = {});
+
+/// Under mpirun, the first collective of a run: every rank says whether its set-up (config, data,
+/// models, the checkpoint to resume) succeeded, with 0 or its error's exit code. run_training
+/// calls it once set up; main() calls it when set-up threw on this rank, so that the ranks still
+/// setting up do not wait for it forever. Set-up errors are usually the same on every rank: the
+/// lowest failing rank reports, the others end quietly with the highest exit code. Trivial in one
+/// process.
+struct SetupOutcome {
+  int failed_rank = -1;  ///< the lowest rank whose set-up failed, or -1
+  int exit_code = 0;
+};
+SetupOutcome join_setup(int exit_code);
+/// Whether this process has passed join_setup: an error after it is this rank's own.
+bool setup_joined();
+/// Thrown on the ranks whose set-up succeeded when another's failed: end with `exit_code`,
+/// printing nothing (the failing rank reported).
+struct PeerSetupFailed {
+  int exit_code;
+};
 
 /// True once SIGINT or SIGTERM arrived during run_training. Loops that can take long (evaluation
 /// over many batches, sampling) poll it and return early; the trainer then writes a checkpoint and

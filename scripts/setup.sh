@@ -6,7 +6,7 @@ FORGE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build}"
 
 forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
-                nlohmann-json3-dev)
+                nlohmann-json3-dev libopenmpi-dev openmpi-bin)
 
 forge_install_missing() {
   local missing=()

@@ -87,13 +87,12 @@ TEST_F(GPTRecipe, MicroBatchesOfOneEqualOneBatchWithPadding) {
     for (int64_t v : flat.to_vector<int64_t>()) n += v != -100;
     return MicroBatchLoss{cross_entropy(reshape(logits, {-1, 256}), flat, ce), n};
   };
-  AccumulatedLoss whole = accumulate_gradients(params, 1, [&](int64_t) { return loss_of(ids, targets); });
+  optim::GradArena arena(params, world_comm());
+  AccumulatedLoss whole = accumulate_gradients(arena, 1, [&](int64_t) { return loss_of(ids, targets); });
   std::vector<std::vector<float>> g1;
-  for (auto& p : params) {
-    g1.push_back(p.tensor.grad().to_vector<float>());
-    p.tensor.set_grad(Tensor());
-  }
-  AccumulatedLoss split = accumulate_gradients(params, k, [&](int64_t b) {
+  for (auto& p : params) g1.push_back(p.tensor.grad().to_vector<float>());
+  arena.reset();
+  AccumulatedLoss split = accumulate_gradients(arena, k, [&](int64_t b) {
     return loss_of(slice(ids, 0, b, b + 1), slice(targets, 0, b, b + 1));
   });
   EXPECT_EQ(whole.num_targets, 60);

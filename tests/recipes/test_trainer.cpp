@@ -77,7 +77,8 @@ int train_with_cursor(const std::string& dir, CursorRun& run) {
 // aux_loss, and statistics as their mean over the reports.
 TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
   Tensor w = scalar(2.0, DType::f64).set_requires_grad(true);
-  AccumulatedLoss acc = accumulate_gradients({{"w", w}}, 2, [&](int64_t m) {
+  optim::GradArena arena({{"w", w}}, world_comm());
+  AccumulatedLoss acc = accumulate_gradients(arena, 2, [&](int64_t m) {
     const int64_t targets = m == 0 ? 3 : 1;
     nn::report_aux_loss(w * w * double(m + 1));
     nn::report_aux_stat("cv_load_l1", double(m));
@@ -91,9 +92,9 @@ TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
   EXPECT_EQ(acc.aux[1].key, "cv_load_l1");
   EXPECT_DOUBLE_EQ(acc.aux[1].value.as_double(), 0.5);
   // Without a report nothing is added or logged.
-  w.set_grad({});
+  arena.reset();
   AccumulatedLoss plain = accumulate_gradients(
-      {{"w", w}}, 1, [&](int64_t) { return MicroBatchLoss{w * 3.0, 3}; });
+      arena, 1, [&](int64_t) { return MicroBatchLoss{w * 3.0, 3}; });
   EXPECT_DOUBLE_EQ(w.grad().item(), 1.0);
   EXPECT_TRUE(plain.aux.empty());
 }

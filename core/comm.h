@@ -1,0 +1,50 @@
+// How the processes of a data-parallel run talk to each other. One process has the local
+// communicator, where every operation is the identity; under mpirun, the world is MPI's
+// (core/comm_mpi.cpp). The trainer and the gradient arena see only this interface;
+// docs/distributed.md describes the protocol they build on it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace forge {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// Element-wise sum over the ranks, in place; blocks until every rank has called it.
+  virtual void allreduce_sum(double* data, int64_t n) = 0;
+  /// Element-wise maximum over the ranks, in place; blocks.
+  virtual void allreduce_max(int64_t* data, int64_t n) = 0;
+  /// Starts an in-place sum of `n` floats over the ranks and returns at once. Every rank must start
+  /// the same reductions in the same order. `data` must stay untouched until wait_all().
+  virtual void start_allreduce_sum(float* data, int64_t n) = 0;
+  /// Lets the started reductions advance (MPI advances them only inside its calls).
+  virtual void progress() = 0;
+  /// Waits for every started reduction.
+  virtual void wait_all() = 0;
+};
+
+/// The communicator of this process: the local one unless init_world_comm() joined an MPI job.
+Comm& world_comm();
+
+/// True when this process was started by an MPI launcher (mpirun sets the job's size in the
+/// environment), whether or not this build can use it.
+bool launched_by_mpi();
+
+/// Joins the MPI job this process was started in (MPI_Init_thread). Throws Error(usage) when this
+/// build has no MPI or the job cannot be joined.
+void init_world_comm(int* argc, char*** argv);
+/// Leaves the MPI job (MPI_Finalize); nothing for the local communicator.
+void finalize_world_comm();
+/// Ends every process of the job with `code` (MPI_Abort): for an error on one rank that the others,
+/// blocked in a collective, would otherwise wait for forever. Exits at once when local.
+[[noreturn]] void abort_world_comm(int code);
+
+/// The communicator of one process.
+std::unique_ptr<Comm> make_local_comm();
+
+}  // namespace forge

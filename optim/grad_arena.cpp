@@ -1,0 +1,126 @@
+#include "optim/grad_arena.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/kernels/optim.h"
+
+namespace forge::optim {
+
+GradArena::GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_bytes, bool overlap)
+    : params_(params), comm_(comm), overlap_(overlap) {
+  int64_t total = 0;
+  const DType dtype = params_.empty() ? DType::f32 : params_[0].tensor.dtype();
+  // f64 parameters are for gradient checks in one process; MPI sums f32.
+  FORGE_CHECK(dtype == DType::f32 || (dtype == DType::f64 && comm_.size() == 1),
+              "GradArena: parameters must be f32 (or f64 in one process)");
+  for (const NamedTensor& p : params_) {
+    FORGE_CHECK(p.tensor.dtype() == dtype && p.tensor.is_contiguous(), "GradArena: parameter '",
+                p.name, "' must be contiguous ", dtype_name(dtype), " like the first");
+    offsets_.push_back(total);
+    total += p.tensor.numel();
+  }
+  buffer_ = zeros({total}, dtype);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    auto slot = std::make_shared<GradSlot>();
+    slot->buffer = make_view(buffer_, p.shape(), contiguous_strides(p.shape()), offsets_[i]);
+    if (comm_.size() > 1) slot->ready = [this, i] { on_ready(i); };
+    set_grad_slot(p, slot);
+    slots_.push_back(std::move(slot));
+  }
+  // Backward completes the last parameters first: buckets are cut from the end.
+  bucket_of_.resize(params_.size());
+  const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes / int64_t(sizeof(float)));
+  for (size_t k = params_.size(); k-- > 0;) {
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements) {
+      const int64_t end = k + 1 < params_.size() ? offsets_[k + 1] : total;
+      buckets_.push_back({end, end, {}});
+    }
+    Bucket& b = buckets_.back();
+    b.begin = offsets_[k];
+    b.params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  completed_.assign(params_.size(), 0);
+  reset();
+}
+
+GradArena::~GradArena() {
+  for (const NamedTensor& p : params_) set_grad_slot(p.tensor, nullptr);
+}
+
+void GradArena::reset() {
+  for (NamedTensor p : params_) p.tensor.set_grad(Tensor());
+  armed_ = false;
+}
+
+void GradArena::arm() {
+  if (comm_.size() == 1) return;
+  std::fill(completed_.begin(), completed_.end(), 0);
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.started = false;
+  }
+  next_bucket_ = 0;
+  armed_ = true;
+}
+
+void GradArena::on_ready(size_t i) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket_of_[i]];
+  // A parameter used inside two checkpointed segments gets two accumulations in one backward; the
+  // second would miss a reduction already under way.
+  FORGE_CHECK(!b.started, "GradArena: '", params_[i].name,
+              "' received more gradient after its all-reduce started (a parameter shared between "
+              "recomputed segments?)");
+  if (!completed_[i]) {
+    completed_[i] = 1;
+    b.pending--;
+  }
+  if (overlap_)
+    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0)
+      start(buckets_[next_bucket_++]);
+  comm_.progress();
+}
+
+void GradArena::start(Bucket& bucket) {
+  bucket.started = true;
+  comm_.start_allreduce_sum(buffer_.data<float>() + bucket.begin, bucket.end - bucket.begin);
+}
+
+double GradArena::reduce() {
+  if (!armed_) arm();  // a rank that ran no backward still takes part in every reduction
+  armed_ = false;
+  std::vector<int64_t> reached(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    reached[i] = params_[i].tensor.grad().defined();
+    if (!reached[i]) {
+      const size_t bytes = dtype_size(buffer_.dtype());
+      std::memset(static_cast<char*>(buffer_.raw_data()) + size_t(offsets_[i]) * bytes, 0,
+                  size_t(params_[i].tensor.numel()) * bytes);
+    }
+  }
+  if (comm_.size() == 1) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (next_bucket_ < buckets_.size()) start(buckets_[next_bucket_++]);
+  comm_.wait_all();
+  comm_.allreduce_max(reached.data(), int64_t(reached.size()));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor p = params_[i].tensor;
+    if (reached[i] && !p.grad().defined()) p.set_grad(slots_[i]->buffer);
+  }
+  return waited;
+}
+
+void GradArena::scale(double factor) {
+  if (buffer_.dtype() == DType::f32)
+    kernels::scale(buffer_.data<float>(), buffer_.numel(), float(factor));
+  else
+    kernels::scale(buffer_.data<double>(), buffer_.numel(), factor);
+}
+
+}  // namespace forge::optim

@@ -1,0 +1,78 @@
+// The gradients of an optimizer's parameters in one flat buffer, in parameters() order, and their
+// sum over the ranks of a data-parallel run. Backward writes each gradient straight into its slot
+// (core/autograd.h, GradSlot), so starting an update costs no pass over memory and scaling is one
+// pass over the buffer. Under MPI the buffer is cut into buckets, from the last parameter
+// backwards because backward completes gradients roughly in that order; during the last backward
+// of an update a bucket starts its all-reduce as soon as all its gradients are complete, so the
+// communication overlaps the rest of backward. docs/distributed.md describes the protocol.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/comm.h"
+#include "core/named_tensor.h"
+
+namespace forge::optim {
+
+class GradArena {
+ public:
+  /// Routes the gradients of `params` (contiguous, distinct, all f32, or all f64 in one process)
+  /// into the buffer. Buckets hold
+  /// about `bucket_bytes` (at least one parameter each); with `overlap` false every bucket starts
+  /// after backward, which is how the time the overlap hides is measured.
+  GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_bytes = 4 << 20,
+            bool overlap = true);
+  /// Gives the parameters back their own gradient tensors.
+  ~GradArena();
+  GradArena(const GradArena&) = delete;
+  GradArena& operator=(const GradArena&) = delete;
+
+  /// Starts the gradients of a new update: every .grad undefined (the next backward writes its
+  /// slot), as Optimizer::zero_grad does. Reads and writes no gradient memory.
+  void reset();
+  /// Call before the last backward of an update: from then on, a complete bucket starts its
+  /// all-reduce at once, in bucket order (every rank must start the same reductions in the same
+  /// order). A no-op for one process.
+  void arm();
+  /// After the last backward: zeroes the slots no backward wrote, starts the buckets not started
+  /// yet, waits for all, and gives .grad to exactly the parameters some rank's backward reached
+  /// (the others stay undefined, so the optimizer skips them as it does in one process). Returns
+  /// the seconds spent waiting for the reductions after backward.
+  double reduce();
+  /// Every gradient *= factor (rounded to the gradients' dtype), in one pass.
+  void scale(double factor);
+
+  const NamedTensors& parameters() const { return params_; }
+  /// The flat buffer: parameter i's gradient at [offset(i), offset(i) + numel).
+  const Tensor& buffer() const { return buffer_; }
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  int64_t num_buckets() const { return int64_t(buckets_.size()); }
+  Comm& comm() const { return comm_; }
+
+ private:
+  struct Bucket {
+    int64_t begin, end;          // element range of the buffer
+    std::vector<size_t> params;  // indices into params_
+    size_t pending = 0;          // parameters whose gradient the armed backward has not completed
+    bool started = false;
+  };
+  void on_ready(size_t i);
+  void start(Bucket& bucket);
+
+  NamedTensors params_;
+  Comm& comm_;
+  bool overlap_;
+  Tensor buffer_;
+  std::vector<int64_t> offsets_;
+  std::vector<std::shared_ptr<GradSlot>> slots_;
+  std::vector<size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<char> completed_;  // per parameter, during the armed backward
+  size_t next_bucket_ = 0;
+  bool armed_ = false;
+};
+
+}  // namespace forge::optim
