@@ -109,12 +109,18 @@ void check_data_parallel(const RunConfig& config, const Recipe& recipe, int rank
 const char* stop_signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 int stop_exit_code(int signal) { return signal == SIGINT ? 130 : 143; }
 
+// Under mpirun, FORGE_TEST_RANK=<r> limits the fault injection below to rank r.
+bool fault_rank() {
+  const char* rank = std::getenv("FORGE_TEST_RANK");
+  return !rank || std::atoi(rank) == world_comm().rank();
+}
+
 // Fault injection for the signal tests: FORGE_TEST_RAISE=<SIGINT|SIGTERM>@<point> raises the signal
 // whenever the run reaches <point> (eval, final_eval, sample, report), so a test stops a run inside
 // one deterministically instead of racing a kill against it.
 void fault_point(std::string_view point) {
   const char* spec = std::getenv("FORGE_TEST_RAISE");
-  if (!spec) return;
+  if (!spec || !fault_rank()) return;
   const std::string_view s = spec;
   const size_t at = s.find('@');
   if (at != std::string_view::npos && s.substr(at + 1) == point)
@@ -670,7 +676,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
 
   // Fault injection for the kill-and-resume test: die by SIGKILL right after this step.
   const char* crash_env = std::getenv("FORGE_TEST_SIGKILL_AFTER_STEP");
-  const int64_t crash_at = crash_env ? std::atoll(crash_env) : -1;
+  const int64_t crash_at = crash_env && fault_rank() ? std::atoll(crash_env) : -1;
   Updater updater(config, optimizer, progress, recipe.skip_micro_batch);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {

@@ -23,6 +23,7 @@
 #include "recipes/lm_objective.h"
 #include "recipes/metrics.h"
 #include "recipes/trainer.h"
+#include "tests/fake_comm.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -97,6 +98,33 @@ TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
       arena, 1, [&](int64_t) { return MicroBatchLoss{w * 3.0, 3}; });
   EXPECT_DOUBLE_EQ(w.grad().item(), 1.0);
   EXPECT_TRUE(plain.aux.empty());
+}
+
+// Rank 1 of 2 runs micro-batches 1 and 3, skips 0 and 2 in order (a loader cursor stays in step),
+// and reports the global number of targets.
+TEST(AccumulateGradients, EachRankRunsItsShareOfTheMicroBatches) {
+  Tensor a = ones({2, 3}).set_requires_grad(true);
+  testing::FakeComm comm(1, 2);
+  optim::GradArena arena({{"a", a}}, comm);
+  std::vector<int64_t> ran, skipped, order;
+  AccumulatedLoss acc = accumulate_gradients(
+      arena, 4,
+      [&](int64_t m) {
+        ran.push_back(m);
+        order.push_back(m);
+        return MicroBatchLoss{mul(sum(a), double(m)), 3};
+      },
+      [&](int64_t m) {
+        skipped.push_back(m);
+        order.push_back(m);
+      });
+  EXPECT_EQ(ran, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(skipped, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(acc.num_targets, 12);
+  // This rank's sum (1 + 3) * 6 and the other rank's equal one, over 12 targets.
+  EXPECT_DOUBLE_EQ(acc.loss, 2 * 4 * 6.0 / 12);
+  EXPECT_FLOAT_EQ(a.grad().data<float>()[0], 2 * 4 / 12.0f);
 }
 
 TEST(Trainer, ADataCursorIsCheckpointedAndRestoredOnResume) {

@@ -1,0 +1,188 @@
+// Data parallelism under mpirun, run as users run it: `mpirun -np 2 forge train` trains what one
+// process trains (losses and weights), writes the run directory from rank 0 alone, stops every
+// rank at one checkpoint when one rank gets a signal and resumes exactly, ends in bounded time
+// when a rank dies, and reports a config error once. Needs Open MPI's mpirun (scripts/setup.sh
+// installs it); a build without MPI skips these tests.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Distributed : public testing::RecipeTest {
+ protected:
+  void SetUp() override {
+#ifndef FORGE_HAVE_MPI
+    GTEST_SKIP() << "this build has no MPI";
+#endif
+    RecipeTest::SetUp();
+  }
+
+  // A 2-layer byte GPT with dropout (whose masks must follow the micro-batch, not the rank), two
+  // micro-batches per step, a train line, a weight check across ranks at every step.
+  fs::path write_gpt_config(const std::string& name, const std::string& extra = "") {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: gpt_pretrain\nseed: 5\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {arch: gpt, vocab_size: 256, context: 32, d_model: 32, n_layers: 2, "
+           "n_heads: 2, dropout: 0.1}\n"
+        << "data: {tokenizer: bytes, train: " << (dir_ / "corpus.txt").string()
+        << ", val_fraction: 0.1}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 3, grad_accum: 2, max_steps: 12, eval_every: 4, eval_batches: 2, "
+           "save_every: 4, log_every: 1, sample_tokens: 4, allreduce_bucket_mb: 0.01}\n"
+        << extra;
+    return dir_ / (name + ".yaml");
+  }
+
+  // `forge ARGS` on two ranks under mpirun (the forge binary re-executes itself, as it does alone);
+  // its exit code and output. Ended after `timeout_s` (exit 124) so that a hang fails the test.
+  std::pair<int, std::string> mpirun(const std::string& args, const std::string& env = "",
+                                     int timeout_s = 120) {
+    const fs::path out = dir_ / "mpirun.out";
+    // Open MPI's start-up allocations outlive MPI_Finalize: LeakSanitizer would report them.
+    const std::string cmd = "ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 " + env +
+                            " timeout -k 10 " + std::to_string(timeout_s) +
+                            " mpirun --allow-run-as-root --oversubscribe -np 2 " + FORGE_BINARY +
+                            " " + args + " >" + out.string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out, std::ios::binary);
+    return {WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status),
+            std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+
+  static size_t count(const std::string& text, const std::string& part) {
+    size_t n = 0;
+    for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) n++;
+    return n;
+  }
+
+  static std::set<std::string> files_of(const fs::path& run) {
+    std::set<std::string> names;
+    for (const auto& entry : fs::recursive_directory_iterator(run))
+      names.insert(fs::relative(entry.path(), run).string());
+    return names;
+  }
+
+  // Per tensor, max |a - b| <= tol * max |a|.
+  static void expect_same_weights(const fs::path& a, const fs::path& b, double tol) {
+    const auto wa = saved_tensors(a), wb = saved_tensors(b);
+    ASSERT_EQ(wa.size(), wb.size());
+    for (const auto& [name, x] : wa) {
+      const std::vector<float>& y = wb.at(name);
+      ASSERT_EQ(x.size(), y.size()) << name;
+      double diff = 0, scale = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        diff = std::max(diff, std::abs(double(x[i]) - y[i]));
+        scale = std::max(scale, std::abs(double(x[i])));
+      }
+      EXPECT_LE(diff, tol * scale) << name;
+    }
+  }
+
+  static void expect_same_losses(const fs::path& a, const fs::path& b, double tol) {
+    for (const char* split : {"train", "val"}) {
+      const auto la = losses(a, split), lb = losses(b, split);
+      ASSERT_EQ(la.size(), lb.size()) << split;
+      ASSERT_FALSE(la.empty()) << split;
+      for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, tol * loss) << step;
+    }
+  }
+};
+
+TEST_F(Distributed, TwoRanksTrainWhatOneProcessTrainsAndOnlyRankZeroWrites) {
+  ASSERT_EQ(forge("train " + write_gpt_config("single").string()), 0);
+  auto [code, out] = mpirun("train " + write_gpt_config("two").string());
+  ASSERT_EQ(code, 0) << out;
+  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
+  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+  // The same files (rank 1 wrote none of its own), each message once.
+  EXPECT_EQ(files_of(dir_ / "single"), files_of(dir_ / "two"));
+  EXPECT_EQ(count(out, "saved "), 3u) << out;
+  EXPECT_EQ(count(out, ": val loss"), 3u) << out;
+  // Train lines say how long the step waited for the gradients' all-reduce.
+  EXPECT_EQ(losses(dir_ / "two", "train", "allreduce_wait_s").size(), 12u);
+}
+
+// SIGTERM reaches rank 1 alone, during the evaluation of step 4: both ranks stop there, rank 0
+// saves, both exit 143; the same command resumes under mpirun and ends where an uninterrupted
+// 2-rank run ends.
+TEST_F(Distributed, ASignalOnOneRankStopsAllAtOneCheckpointAndResumeIsExact) {
+  auto [whole_code, whole_out] = mpirun("train " + write_gpt_config("whole").string());
+  ASSERT_EQ(whole_code, 0) << whole_out;
+  const std::string config = write_gpt_config("stopped").string();
+  auto [code, out] = mpirun("train " + config, "FORGE_TEST_RANK=1 FORGE_TEST_RAISE=SIGTERM@eval");
+  ASSERT_EQ(code, 143) << out;
+  EXPECT_EQ(count(out, "forge: stopped by SIGTERM at step 4"), 1u) << out;
+  EXPECT_EQ(read_checkpoint_info(resolve_checkpoint(dir_ / "stopped")).step, 4);
+  auto [resumed, resumed_out] = mpirun("train " + config);
+  ASSERT_EQ(resumed, 0) << resumed_out;
+  EXPECT_EQ(train_lines(dir_ / "stopped", {"loss", "grad_norm", "lr"}),
+            train_lines(dir_ / "whole", {"loss", "grad_norm", "lr"}));
+  expect_same_weights(dir_ / "whole", dir_ / "stopped", 0.0);
+}
+
+// Rank 1 dies by SIGKILL after step 3: mpirun ends rank 0 too, well before the timeout, and says
+// which rank died.
+TEST_F(Distributed, ARankThatDiesEndsTheJobInBoundedTime) {
+  auto [code, out] = mpirun("train " + write_gpt_config("killed").string(),
+                            "FORGE_TEST_RANK=1 FORGE_TEST_SIGKILL_AFTER_STEP=3", 60);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, 124) << "timed out: " << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+}
+
+TEST_F(Distributed, SetUpErrorsAreReportedOnceWithTheExitCode) {
+  auto [code, out] = mpirun("train " + write_gpt_config("typo", "seeed: 3\n").string());
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_EQ(count(out, "unknown key 'seeed'"), 1u) << out;
+  // A global batch the ranks cannot share names the keys that can.
+  auto [accum, accum_out] = mpirun("train " + write_gpt_config("odd").string() +
+                                   " train.grad_accum=1 train.batch_size=6");
+  EXPECT_EQ(accum, 2) << accum_out;
+  EXPECT_EQ(count(accum_out, "train.grad_accum = 1 is not a multiple of the 2 ranks"), 1u)
+      << accum_out;
+  EXPECT_NE(accum_out.find("set train.batch_size=3 train.grad_accum=2"), std::string::npos)
+      << accum_out;
+}
+
+// A loader with a cursor (SFT records, LoRA adapters): each rank skips the other's micro-batches,
+// so both ranks' cursors stay where one process's is, and the checkpoint holds the same cursor.
+TEST_F(Distributed, ALoaderCursorAdvancesOverTheOtherRanksMicroBatches) {
+  train_tiny_base(32);
+  std::string records;
+  for (int i = 0; i < 24; ++i)
+    records += R"({"prompt": "Count )" + std::to_string(i) + R"(:", "completion": " )" +
+               std::string(size_t(1 + i % 5), char('a' + i % 7)) + "\"}\n";
+  testing::write_file(dir_ / "sft.jsonl", records);
+  auto write = [&](const std::string& name) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: finetune\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {init_from: " << (dir_ / "base").string() << "}\n"
+        << "data: {train: " << (dir_ / "sft.jsonl").string() << ", val_fraction: 0.25}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 2, grad_accum: 2, max_steps: 8, save_every: 4, log_every: 1, "
+           "sample_tokens: 2}\n"
+        << "lora: {rank: 4, alpha: 8}\n";
+    return (dir_ / (name + ".yaml")).string();
+  };
+  ASSERT_EQ(forge("train " + write("single")), 0);
+  auto [code, out] = mpirun("train " + write("two"));
+  ASSERT_EQ(code, 0) << out;
+  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
+  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+  const auto a = read_checkpoint_info(resolve_checkpoint(dir_ / "single")).counters;
+  const auto b = read_checkpoint_info(resolve_checkpoint(dir_ / "two")).counters;
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace forge
