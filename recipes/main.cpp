@@ -236,7 +236,14 @@ int cmd_train(const std::vector<std::string>& args) {
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
   RunConfig config = config_from_args("train", rest);
   const RecipeSpec& recipe = find_recipe(config.recipe);
-  check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
+  std::optional<MemoryLimit> limit = machine_memory();
+  // Ranks that share a machine share its memory.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (limit && local && std::atol(local) > 1) {
+    limit->bytes /= double(std::atol(local));
+    limit->source += detail::concat(", shared by ", local, " ranks on this machine");
+  }
+  check_memory(recipe.estimate(config), limit, ignore_memory);
   return recipe.train(config);
 }
 
@@ -659,9 +666,9 @@ void print_error(const Error& e, const std::string& who) {
 
 // An error under mpirun. Before the ranks agreed their set-up succeeded it is usually every
 // rank's (a config error): the lowest failing rank reports it and all end with one code. After,
-// a numerical failure is every rank's (they check the same reduced gradients) and ends them all
-// normally; any other error is this rank's own, and the others may be waiting for it inside a
-// collective: it ends the whole job.
+// a numerical failure is every rank's (they check the same reduced gradients), as is an
+// AgreedError, and ends them all normally; any other error is this rank's own, and the others may
+// be waiting for it inside a collective: it ends the whole job.
 int handle_error(const Error& e) {
   Comm& comm = world_comm();
   if (comm.size() == 1) {
@@ -673,7 +680,7 @@ int handle_error(const Error& e) {
     if (outcome.failed_rank == comm.rank()) print_error(e, "");
     return outcome.exit_code;
   }
-  if (e.code() == ExitCode::numerical) {
+  if (e.code() == ExitCode::numerical || dynamic_cast<const AgreedError*>(&e)) {
     if (comm.rank() == 0) print_error(e, "");
     return int(e.code());
   }

@@ -71,14 +71,16 @@ void check_ranks_agree(const NamedTensors& params, int64_t step) {
   int64_t v[4] = {step, -step, int64_t(crc), -int64_t(crc)};
   comm.allreduce_max(v, 4);
   if (v[0] != -v[1])
-    throw Error(ExitCode::checkpoint,
-                detail::concat("the ranks resumed from different steps (", -v[1], " to ", v[0],
-                               "): every rank must see the same run directory (a shared "
-                               "filesystem, docs/distributed.md)"));
+    throw AgreedError(
+        ExitCode::checkpoint,
+        detail::concat("the ranks resumed from different steps (", -v[1], " to ", v[0],
+                       "): every rank must see the same run directory (a shared filesystem, "
+                       "docs/distributed.md)"));
   if (v[2] != -v[3])
-    throw Error(ExitCode::internal,
-                detail::concat("the ranks' weights differ at step ", step, " (rank ", comm.rank(),
-                               " has checksum ", crc, "): they no longer train one model"));
+    throw AgreedError(ExitCode::internal,
+                      detail::concat("the ranks' weights differ at step ", step, " (rank ",
+                                     comm.rank(), " has checksum ", crc,
+                                     "): they no longer train one model"));
 }
 
 // Data parallelism shards each step's micro-batches over the ranks and keeps one update per step.
@@ -631,8 +633,8 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   const TrainConfig& tc = config.train;
   const fs::path dir = config.output_dir;
   if (lead) create_run_directory(dir);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(lead ? nullptr : std::fopen("/dev/null", "w"),
-                                                       &std::fclose);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(
+      lead ? nullptr : std::fopen("/dev/null", "w"), &std::fclose);
   ProgressPrinter progress(tc.max_steps, lead && ProgressPrinter::is_terminal(stderr),
                            lead ? stderr : quiet.get());
   std::optional<RunDirectoryLock> lock;
@@ -763,7 +765,8 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
                         {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
                         {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
         if (comm.size() > 1)
-          line.push_back({"allreduce_wait_s", window_wait / double(std::max<int64_t>(window_steps, 1))});
+          line.push_back(
+              {"allreduce_wait_s", window_wait / double(std::max<int64_t>(window_steps, 1))});
         if (recipe.train_metrics) {
           Metrics extra = recipe.train_metrics(outcome.sums);
           line.insert(line.end(), extra.begin(), extra.end());

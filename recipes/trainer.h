@@ -151,6 +151,13 @@ struct SetupOutcome {
 SetupOutcome join_setup(int exit_code);
 /// Whether this process has passed join_setup: an error after it is this rank's own.
 bool setup_joined();
+/// An error every rank of a data-parallel run raises at the same point, after agreeing on it (the
+/// ranks' weights differ, they resumed different steps): rank 0 reports it and every rank ends
+/// normally with its code, rather than one rank ending the job under the others.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
 /// Thrown on the ranks whose set-up succeeded when another's failed: end with `exit_code`,
 /// printing nothing (the failing rank reported).
 struct PeerSetupFailed {

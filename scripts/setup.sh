@@ -42,6 +42,11 @@ forge_build_checking() {
 }
 
 forge_build() {
+  # `mpirun -np N scripts/forge ...` starts N of these at once: one installs and builds while the
+  # others wait, then find the build up to date.
+  mkdir -p "$FORGE_BUILD"
+  exec 9>"$FORGE_BUILD/.setup.lock"
+  flock 9
   forge_install_missing "${forge_packages[@]}"
   if [ ! -f "$FORGE_BUILD/CMakeCache.txt" ]; then
     cmake -S "$FORGE_ROOT" -B "$FORGE_BUILD" -DCMAKE_BUILD_TYPE=Release >&2 ||
@@ -50,4 +55,5 @@ forge_build() {
   # make's own dependency tracking decides what is out of date; an up-to-date build costs ~0.2 s.
   cmake --build "$FORGE_BUILD" -j "$(nproc)" -- --no-print-directory "$@" >&2 ||
     { echo "forge: build failed" >&2; exit 1; }
+  exec 9>&-
 }

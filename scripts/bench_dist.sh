@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The dist suite of scripts/bench: data parallelism on this machine. Trains the medium GPT config
+# (or CONFIG) for a few steps four ways, one after the other, and prints one line each,
+#   mode=NAME tok_s=X allreduce_wait_ms=Y
+# tok_s being the median of the train lines' tokens_per_s after the first (warm-up) line, and
+# allreduce_wait_ms the mean time a step waited for the gradients' all-reduce after backward:
+#   single         one process, 2 threads, the config's batch in one micro-batch
+#   single-accum2  one process, 2 threads, the same global batch as 2 micro-batches of half size
+#                  (the micro-batches the ranks run)
+#   mpi            mpirun -np 2, 1 thread per rank, each running one micro-batch of half size,
+#                  all-reduce overlapped with backward
+#   mpi-no-overlap the same, every bucket reduced after backward (train.allreduce_overlap=false)
+# and then the all-reduce time (mpi-no-overlap's wait) and the fraction of it the overlap hides.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+
+usage() {
+  echo "usage: scripts/bench dist [--config CONFIG] [--steps N] [key=value ...]"
+  echo "  (default: configs/gpt_shakespeare_medium.yaml, 40 steps; the config's train.batch_size"
+  echo "  must be even, and the overrides go to every run)"
+}
+config=configs/gpt_shakespeare_medium.yaml
+steps=40
+overrides=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --config) config="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    *=*) overrides+=("$1"); shift ;;
+    *) echo "bench dist: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+forge_build forge
+cd "$FORGE_ROOT"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+# A small validation file: the final evaluation of the real split would take longer than the steps.
+head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+batch="$("$FORGE_BUILD/forge" validate "$config" "${overrides[@]}" | awk '$1 == "batch_size:" { print $2; exit }')"
+half=$((batch / 2))
+common=("data.val=$tmp/val.txt" "train.max_steps=$steps" "train.log_every=5" "train.eval_every=0"
+        "train.save_every=0" "train.sample_every=0" "train.sample_tokens=1" "train.resume=never"
+        "train.grad_accum=1" "${overrides[@]}")
+mpirun_cmd=(mpirun --allow-run-as-root -np 2)
+
+summary() {  # mode run_dir
+  /usr/bin/python3 - "$1" "$2/metrics.jsonl" <<'PY'
+import json, statistics, sys
+lines = [json.loads(l) for l in open(sys.argv[2])]
+train = [l for l in lines if l["split"] == "train"][1:]
+tok = statistics.median(l["tokens_per_s"] for l in train)
+wait = statistics.mean(l.get("allreduce_wait_s", 0.0) for l in train) * 1000
+print(f"mode={sys.argv[1]} tok_s={tok:.0f} allreduce_wait_ms={wait:.2f}")
+PY
+}
+
+run() {  # mode command...
+  local mode="$1"
+  shift
+  "$@" train "$config" "${common[@]}" "output_dir=$tmp/$mode" "${extra[@]}" >/dev/null 2>"$tmp/$mode.err" ||
+    { cat "$tmp/$mode.err" >&2; echo "bench dist: the $mode run failed" >&2; exit 1; }
+  summary "$mode" "$tmp/$mode" | tee -a "$tmp/summary"
+}
+
+extra=()
+OMP_NUM_THREADS=2 run single "$FORGE_BUILD/forge"
+extra=("train.batch_size=$half" "train.grad_accum=2")
+OMP_NUM_THREADS=2 run single-accum2 "$FORGE_BUILD/forge"
+OMP_NUM_THREADS=1 run mpi "${mpirun_cmd[@]}" "$FORGE_BUILD/forge"
+extra+=("train.allreduce_overlap=false")
+OMP_NUM_THREADS=1 run mpi-no-overlap "${mpirun_cmd[@]}" "$FORGE_BUILD/forge"
+awk '
+  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } m = v["mode"]
+    tok[m] = v["tok_s"]; wait[m] = v["allreduce_wait_ms"] }
+  END {
+    printf "speedup_mpi_vs_single=%.2f allreduce_ms=%.2f hidden_fraction=%.2f\n",
+           tok["mpi"] / tok["single"], wait["mpi-no-overlap"],
+           wait["mpi-no-overlap"] > 0 ? 1 - wait["mpi"] / wait["mpi-no-overlap"] : 0
+  }' "$tmp/summary"
