@@ -60,13 +60,16 @@ int train_bert(const RunConfig& config) {
   const auto seed = uint64_t(config.seed);
   // The loss is mean MLM over all chosen positions of the step plus mean NSP over its pairs. The
   // trainer divides summed losses by summed targets (here: pairs), so each micro-batch scales its
-  // MLM sum by pairs / chosen positions of the whole step, which needs the step's batches first.
+  // MLM sum by pairs / chosen positions of the whole step, which needs the step's batches first
+  // (all of them, also under mpirun, where a rank runs only some).
   std::vector<BertBatch> step_batches;
+  int64_t batches_step = -1;
   double mlm_scale = 0.0;
   Recipe recipe;
   recipe.tokens_per_step = B * config.model.context * accum;
   recipe.micro_batch = [&](int64_t step, int64_t micro) {
-    if (micro == 0) {
+    if (step != batches_step) {
+      batches_step = step;
       step_batches.clear();
       int64_t chosen = 0;
       for (int64_t m = 0; m < accum; ++m) {

@@ -317,11 +317,16 @@ int run_distill(const RunConfig& config, const Teacher& teacher, const StudentRu
   }
   std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, trained);
 
+  // The step's totals need all its micro-batches, also under mpirun, where a rank runs only some.
   StepTotals step_totals;
+  int64_t totals_step = -1;
   Recipe recipe;
   recipe.tokens_per_step = run.tokens_per_step;
   recipe.micro_batch = [&](int64_t step, int64_t micro) {
-    if (micro == 0) step_totals = run.begin_step(step);
+    if (step != totals_step) {
+      step_totals = run.begin_step(step);
+      totals_step = step;
+    }
     return distill_loss(run.terms(micro, step_totals), s, step_totals, projection.get());
   };
   recipe.train_metrics = [&](const std::map<std::string, double>& sums) {

@@ -156,6 +156,52 @@ TEST_F(Distributed, SetUpErrorsAreReportedOnceWithTheExitCode) {
       << accum_out;
 }
 
+// BERT: a step's MLM loss is scaled by the masked positions of all its micro-batches, which each
+// rank finds from the step's batches although it runs only some of them.
+TEST_F(Distributed, BertTrainsWhatOneProcessTrains) {
+  auto write = [&](const std::string& name) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: bert_pretrain\nseed: 11\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {arch: bert, vocab_size: 260, context: 64, d_model: 32, n_layers: 2, "
+           "n_heads: 2, ffn_mult: 2, dropout: 0.1, norm_eps: 1.0e-12}\n"
+        << "data: {tokenizer: bytes, special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]'], "
+           "train: "
+        << (dir_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
+        << "bert: {paragraphs_per_document: 5, eval_pairs: 32}\n"
+        << "optimizer: {name: adamw, lr: 2.0e-3, weight_decay: 0.01}\n"
+        << "train: {batch_size: 4, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
+           "log_every: 1}\n";
+    return (dir_ / (name + ".yaml")).string();
+  };
+  ASSERT_EQ(forge("train " + write("single")), 0);
+  auto [code, out] = mpirun("train " + write("two"));
+  ASSERT_EQ(code, 0) << out;
+  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
+  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+}
+
+// Distillation: a step's KD loss is normalised by totals over all its micro-batches, and a frozen
+// teacher (the tiny base) runs beside the student on every rank.
+TEST_F(Distributed, DistillationTrainsWhatOneProcessTrains) {
+  train_tiny_base(32);
+  auto write = [&](const std::string& name) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: distill\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {arch: gpt, context: 32, d_model: 16, n_layers: 1, n_heads: 2, dropout: 0.1}\n"
+        << "data: {train: " << (dir_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
+        << "distill: {teacher: " << (dir_ / "base").string() << ", alpha_cos: 0.5}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
+        << "train: {batch_size: 2, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
+           "log_every: 1, sample_tokens: 2}\n";
+    return (dir_ / (name + ".yaml")).string();
+  };
+  ASSERT_EQ(forge("train " + write("single")), 0);
+  auto [code, out] = mpirun("train " + write("two"));
+  ASSERT_EQ(code, 0) << out;
+  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
+  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+}
+
 // A loader with a cursor (SFT records, LoRA adapters): each rank skips the other's micro-batches,
 // so both ranks' cursors stay where one process's is, and the checkpoint holds the same cursor.
 TEST_F(Distributed, ALoaderCursorAdvancesOverTheOtherRanksMicroBatches) {
