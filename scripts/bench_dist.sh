@@ -39,7 +39,8 @@ trap 'rm -rf "$tmp"' EXIT
 head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
 batch="$("$FORGE_BUILD/forge" validate "$config" "${overrides[@]}" | awk '$1 == "batch_size:" { print $2; exit }')"
 half=$((batch / 2))
-common=("data.val=$tmp/val.txt" "train.max_steps=$steps" "train.log_every=5" "train.eval_every=0"
+common=("data.val=$tmp/val.txt" "train.max_steps=$steps" "schedule.warmup_steps=$((steps / 4))"
+        "train.log_every=5" "train.eval_every=0"
         "train.save_every=0" "train.sample_every=0" "train.sample_tokens=1" "train.resume=never"
         "train.grad_accum=1" "${overrides[@]}")
 mpirun_cmd=(mpirun --allow-run-as-root -np 2)
@@ -71,10 +72,10 @@ OMP_NUM_THREADS=1 run mpi "${mpirun_cmd[@]}" "$FORGE_BUILD/forge"
 extra+=("train.allreduce_overlap=false")
 OMP_NUM_THREADS=1 run mpi-no-overlap "${mpirun_cmd[@]}" "$FORGE_BUILD/forge"
 awk '
-  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } m = v["mode"]
-    tok[m] = v["tok_s"]; wait[m] = v["allreduce_wait_ms"] }
+  { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    tok[v["mode"]] = v["tok_s"]; ms[v["mode"]] = v["allreduce_wait_ms"] }
   END {
+    hidden = ms["mpi-no-overlap"] > 0 ? 1 - ms["mpi"] / ms["mpi-no-overlap"] : 0
     printf "speedup_mpi_vs_single=%.2f allreduce_ms=%.2f hidden_fraction=%.2f\n",
-           tok["mpi"] / tok["single"], wait["mpi-no-overlap"],
-           wait["mpi-no-overlap"] > 0 ? 1 - wait["mpi"] / wait["mpi-no-overlap"] : 0
+           tok["mpi"] / tok["single"], ms["mpi-no-overlap"], hidden
   }' "$tmp/summary"
