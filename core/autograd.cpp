@@ -13,6 +13,7 @@ namespace forge {
 namespace {
 
 thread_local bool grad_mode = true;
+thread_local std::function<void()> backward_progress;
 std::atomic<uint64_t> next_seq{0};
 
 std::shared_ptr<Node> new_node(Op op) {
@@ -130,6 +131,8 @@ void set_grad_slot(const Tensor& leaf, std::shared_ptr<GradSlot> slot) {
   leaf.impl()->grad_slot = std::move(slot);
 }
 
+void set_backward_progress(std::function<void()> fn) { backward_progress = std::move(fn); }
+
 bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
@@ -206,6 +209,7 @@ void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                 " was already freed; pass retain_graph=true to the first backward() to run it twice");
     std::vector<Tensor> dinputs = node->backward(dout);
     if (!retain_graph) node->backward = nullptr;
+    if (backward_progress) backward_progress();
     FORGE_CHECK(dinputs.size() == node->next.size(), "backward of ", op_name(node->op), " returned ",
                 dinputs.size(), " gradients for ", node->next.size(), " inputs");
     for (size_t i = 0; i < dinputs.size(); ++i) {

@@ -57,6 +57,11 @@ struct GradSlot {
 /// Routes `leaf`'s gradients into `slot` (null: back to fresh tensors per accumulation).
 void set_grad_slot(const Tensor& leaf, std::shared_ptr<GradSlot> slot);
 
+/// Runs `fn` between the nodes of every backward on this thread while set (empty: nothing). A
+/// data-parallel run lets its reductions advance there: MPI moves a non-blocking operation
+/// forward only inside its own calls.
+void set_backward_progress(std::function<void()> fn);
+
 /// True while operations record graph nodes (the default).
 bool grad_enabled();
 

@@ -1,5 +1,6 @@
 #include "optim/grad_arena.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -48,6 +49,7 @@ GradArena::GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_byte
 }
 
 GradArena::~GradArena() {
+  if (armed_) set_backward_progress(nullptr);
   for (const NamedTensor& p : params_) set_grad_slot(p.tensor, nullptr);
 }
 
@@ -65,6 +67,7 @@ void GradArena::arm() {
   }
   next_bucket_ = 0;
   armed_ = true;
+  set_backward_progress([this] { comm_.progress(); });
 }
 
 void GradArena::on_ready(size_t i) {
@@ -90,9 +93,10 @@ void GradArena::start(Bucket& bucket) {
   comm_.start_allreduce_sum(buffer_.data<float>() + bucket.begin, bucket.end - bucket.begin);
 }
 
-double GradArena::reduce() {
+GradArena::Wait GradArena::reduce() {
   if (!armed_) arm();  // a rank that ran no backward still takes part in every reduction
   armed_ = false;
+  set_backward_progress(nullptr);
   std::vector<int64_t> reached(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     reached[i] = params_[i].tensor.grad().defined();
@@ -102,18 +106,23 @@ double GradArena::reduce() {
                   size_t(params_[i].tensor.numel()) * bytes);
     }
   }
-  if (comm_.size() == 1) return 0.0;
-  const auto t0 = std::chrono::steady_clock::now();
+  if (comm_.size() == 1) return {};
+  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for a machine's ranks
+  const Clock::time_point backward_end = Clock::now();
   while (next_bucket_ < buckets_.size()) start(buckets_[next_bucket_++]);
   comm_.wait_all();
+  const Clock::time_point done = Clock::now();
+  // One reduction agrees on which parameters any rank reached and when the last backward ended.
+  reached.push_back(backward_end.time_since_epoch().count());
   comm_.allreduce_max(reached.data(), int64_t(reached.size()));
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const Clock::time_point last_end{Clock::duration(reached.back())};
+  reached.pop_back();
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].tensor;
     if (reached[i] && !p.grad().defined()) p.set_grad(slots_[i]->buffer);
   }
-  return waited;
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  return {seconds(done - backward_end), std::max(0.0, seconds(done - last_end))};
 }
 
 void GradArena::scale(double factor) {

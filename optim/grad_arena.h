@@ -37,11 +37,16 @@ class GradArena {
   /// all-reduce at once, in bucket order (every rank must start the same reductions in the same
   /// order). A no-op for one process.
   void arm();
+  /// Seconds a rank spent in reduce() after its backward: `waited` in all, of which `exposed`
+  /// after the last rank's backward ended (the communication overlap did not hide); the rest
+  /// waited for slower ranks. `exposed` compares clocks across ranks: meaningful on one machine.
+  struct Wait {
+    double waited = 0, exposed = 0;
+  };
   /// After the last backward: zeroes the slots no backward wrote, starts the buckets not started
   /// yet, waits for all, and gives .grad to exactly the parameters some rank's backward reached
-  /// (the others stay undefined, so the optimizer skips them as it does in one process). Returns
-  /// the seconds spent waiting for the reductions after backward.
-  double reduce();
+  /// (the others stay undefined, so the optimizer skips them as it does in one process).
+  Wait reduce();
   /// Every gradient *= factor (rounded to the gradients' dtype), in one pass.
   void scale(double factor);
 

@@ -567,7 +567,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
     }
   }
   NoGradGuard no_grad;
-  const double waited = arena.reduce();
+  const optim::GradArena::Wait waited = arena.reduce();
   if (ranks > 1) {
     // Every rank reports the same keys (one recipe, one model): checked by a hash, then summed.
     std::string keys;
@@ -601,7 +601,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
   if (has_aux) aux.push_back({"aux_loss", aux_sum * scale});
   for (const auto& [key, stat] : stats) aux.push_back({key, stat.first / double(stat.second)});
   return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums),
-          std::move(aux), waited};
+          std::move(aux), waited.waited, waited.exposed};
 }
 
 SetupOutcome join_setup(int exit_code) {
@@ -684,7 +684,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  double window_start = 0.0, window_wait = 0.0;
+  double window_start = 0.0, window_wait = 0.0, window_exposed = 0.0;
   int64_t window_tokens = 0, window_steps = 0, last_save = start;
 
   // Returns the evaluation's "loss", or nullopt when a stop request cut it short: a partial
@@ -755,6 +755,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
     if (!last.skipped) {
       window_tokens += recipe.tokens_per_step;
       window_wait += last.accumulated.allreduce_wait_s;
+      window_exposed += last.accumulated.allreduce_exposed_s;
       window_steps++;
       double now = elapsed();
       ProgressStats stats{step, outcome.loss, last.lr,
@@ -764,9 +765,11 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
         Metrics line = {{"loss", outcome.loss}, {"lr", last.lr}, {"grad_norm", last.grad_norm},
                         {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
                         {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
-        if (comm.size() > 1)
-          line.push_back(
-              {"allreduce_wait_s", window_wait / double(std::max<int64_t>(window_steps, 1))});
+        if (comm.size() > 1) {
+          const double steps = double(std::max<int64_t>(window_steps, 1));
+          line.push_back({"allreduce_wait_s", window_wait / steps});
+          line.push_back({"allreduce_exposed_s", window_exposed / steps});
+        }
         if (recipe.train_metrics) {
           Metrics extra = recipe.train_metrics(outcome.sums);
           line.insert(line.end(), extra.begin(), extra.end());
@@ -777,7 +780,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
         progress.log(stats);
         window_start = now;
         window_tokens = 0;
-        window_wait = 0.0;
+        window_wait = window_exposed = 0.0;
         window_steps = 0;
       }
       if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps && !stop)
