@@ -118,15 +118,18 @@ bool fault_rank() {
 }
 
 // Fault injection for the signal tests: FORGE_TEST_RAISE=<SIGINT|SIGTERM>@<point> raises the signal
-// whenever the run reaches <point> (eval, final_eval, sample, report), so a test stops a run inside
-// one deterministically instead of racing a kill against it.
+// whenever the run reaches <point> (setup, eval, final_eval, sample, report), so a test stops a run
+// inside one deterministically instead of racing a kill against it; ERROR@<point> throws a data
+// error there instead (an error of one rank under mpirun).
 void fault_point(std::string_view point) {
   const char* spec = std::getenv("FORGE_TEST_RAISE");
   if (!spec || !fault_rank()) return;
   const std::string_view s = spec;
   const size_t at = s.find('@');
-  if (at != std::string_view::npos && s.substr(at + 1) == point)
-    std::raise(s.substr(0, at) == "SIGINT" ? SIGINT : SIGTERM);
+  if (at == std::string_view::npos || s.substr(at + 1) != point) return;
+  if (s.substr(0, at) == "ERROR")
+    throw Error(ExitCode::data, detail::concat("FORGE_TEST_RAISE: an error at ", point));
+  std::raise(s.substr(0, at) == "SIGINT" ? SIGINT : SIGTERM);
 }
 
 // Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after;
@@ -657,6 +660,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   // same command finishes it.
   const bool complete =
       start > tc.max_steps || (start == tc.max_steps && has_val_line(metrics_path, start));
+  fault_point("setup");
   if (const SetupOutcome setup = join_setup(0); setup.failed_rank >= 0)
     throw PeerSetupFailed{setup.exit_code};
   check_ranks_agree(optimizer.parameters(), start);

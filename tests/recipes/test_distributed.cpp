@@ -142,6 +142,23 @@ TEST_F(Distributed, ARankThatDiesEndsTheJobInBoundedTime) {
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
 }
 
+// An error on rank 1 alone during training (rank 0 waits in a reduction for it): the job ends with
+// its exit code, and the message names the rank.
+TEST_F(Distributed, AnErrorOnOneRankEndsTheJobWithItsCode) {
+  auto [code, out] = mpirun("train " + write_gpt_config("failed").string(),
+                            "FORGE_TEST_RANK=1 FORGE_TEST_RAISE=ERROR@eval", 60);
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_EQ(count(out, "forge: rank 1: data error: FORGE_TEST_RAISE: an error at eval"), 1u)
+      << out;
+  // The same during set-up, before the ranks' first agreement: reported once by the rank that
+  // failed, and rank 0, whose set-up succeeded, ends with the same code.
+  auto [setup, setup_out] = mpirun("train " + write_gpt_config("setup").string(),
+                                   "FORGE_TEST_RANK=1 FORGE_TEST_RAISE=ERROR@setup", 60);
+  EXPECT_EQ(setup, 3) << setup_out;
+  EXPECT_EQ(count(setup_out, "forge: data error: FORGE_TEST_RAISE: an error at setup"), 1u)
+      << setup_out;
+}
+
 TEST_F(Distributed, SetUpErrorsAreReportedOnceWithTheExitCode) {
   auto [code, out] = mpirun("train " + write_gpt_config("typo", "seeed: 3\n").string());
   EXPECT_EQ(code, 2) << out;
