@@ -61,6 +61,23 @@ class Distributed : public testing::RecipeTest {
             std::string(std::istreambuf_iterator<char>(in), {})};
   }
 
+  // The config `body` with output_dir <dir>/name, as <dir>/name.yaml.
+  std::string write_config(const std::string& name, const std::string& body) {
+    std::ofstream(dir_ / (name + ".yaml")) << "output_dir: " << (dir_ / name).string() << "\n"
+                                           << body;
+    return (dir_ / (name + ".yaml")).string();
+  }
+
+  // Trains the config `body` alone (<dir>/single) and on 2 ranks (<dir>/two): the same losses and
+  // weights.
+  void expect_two_ranks_train_like_one(const std::string& body) {
+    ASSERT_EQ(forge("train " + write_config("single", body)), 0);
+    auto [code, out] = mpirun("train " + write_config("two", body));
+    ASSERT_EQ(code, 0) << out;
+    expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
+    expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+  }
+
   static size_t count(const std::string& text, const std::string& part) {
     size_t n = 0;
     for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) n++;
@@ -176,47 +193,30 @@ TEST_F(Distributed, SetUpErrorsAreReportedOnceWithTheExitCode) {
 // BERT: a step's MLM loss is scaled by the masked positions of all its micro-batches, which each
 // rank finds from the step's batches although it runs only some of them.
 TEST_F(Distributed, BertTrainsWhatOneProcessTrains) {
-  auto write = [&](const std::string& name) {
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "recipe: bert_pretrain\nseed: 11\noutput_dir: " << (dir_ / name).string() << "\n"
-        << "model: {arch: bert, vocab_size: 260, context: 64, d_model: 32, n_layers: 2, "
-           "n_heads: 2, ffn_mult: 2, dropout: 0.1, norm_eps: 1.0e-12}\n"
-        << "data: {tokenizer: bytes, special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]'], "
-           "train: "
-        << (dir_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
-        << "bert: {paragraphs_per_document: 5, eval_pairs: 32}\n"
-        << "optimizer: {name: adamw, lr: 2.0e-3, weight_decay: 0.01}\n"
-        << "train: {batch_size: 4, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
-           "log_every: 1}\n";
-    return (dir_ / (name + ".yaml")).string();
-  };
-  ASSERT_EQ(forge("train " + write("single")), 0);
-  auto [code, out] = mpirun("train " + write("two"));
-  ASSERT_EQ(code, 0) << out;
-  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
-  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+  expect_two_ranks_train_like_one(
+      "recipe: bert_pretrain\nseed: 11\n"
+      "model: {arch: bert, vocab_size: 260, context: 64, d_model: 32, n_layers: 2, n_heads: 2, "
+      "ffn_mult: 2, dropout: 0.1, norm_eps: 1.0e-12}\n"
+      "data: {tokenizer: bytes, special_tokens: ['[PAD]', '[CLS]', '[SEP]', '[MASK]'], train: " +
+      (dir_ / "corpus.txt").string() + ", val_fraction: 0.1}\n" +
+      "bert: {paragraphs_per_document: 5, eval_pairs: 32}\n"
+      "optimizer: {name: adamw, lr: 2.0e-3, weight_decay: 0.01}\n"
+      "train: {batch_size: 4, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
+      "log_every: 1}\n");
 }
 
 // Distillation: a step's KD loss is normalised by totals over all its micro-batches, and a frozen
 // teacher (the tiny base) runs beside the student on every rank.
 TEST_F(Distributed, DistillationTrainsWhatOneProcessTrains) {
   train_tiny_base(32);
-  auto write = [&](const std::string& name) {
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "recipe: distill\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
-        << "model: {arch: gpt, context: 32, d_model: 16, n_layers: 1, n_heads: 2, dropout: 0.1}\n"
-        << "data: {train: " << (dir_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
-        << "distill: {teacher: " << (dir_ / "base").string() << ", alpha_cos: 0.5}\n"
-        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
-        << "train: {batch_size: 2, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
-           "log_every: 1, sample_tokens: 2}\n";
-    return (dir_ / (name + ".yaml")).string();
-  };
-  ASSERT_EQ(forge("train " + write("single")), 0);
-  auto [code, out] = mpirun("train " + write("two"));
-  ASSERT_EQ(code, 0) << out;
-  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
-  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
+  expect_two_ranks_train_like_one(
+      "recipe: distill\nseed: 3\n"
+      "model: {arch: gpt, context: 32, d_model: 16, n_layers: 1, n_heads: 2, dropout: 0.1}\n"
+      "data: {train: " + (dir_ / "corpus.txt").string() + ", val_fraction: 0.1}\n" +
+      "distill: {teacher: " + (dir_ / "base").string() + ", alpha_cos: 0.5}\n" +
+      "optimizer: {name: adamw, lr: 3.0e-3}\n"
+      "train: {batch_size: 2, grad_accum: 2, max_steps: 6, eval_every: 3, eval_batches: 2, "
+      "log_every: 1, sample_tokens: 2}\n");
 }
 
 // A loader with a cursor (SFT records, LoRA adapters): each rank skips the other's micro-batches,
@@ -228,25 +228,16 @@ TEST_F(Distributed, ALoaderCursorAdvancesOverTheOtherRanksMicroBatches) {
     records += R"({"prompt": "Count )" + std::to_string(i) + R"(:", "completion": " )" +
                std::string(size_t(1 + i % 5), char('a' + i % 7)) + "\"}\n";
   testing::write_file(dir_ / "sft.jsonl", records);
-  auto write = [&](const std::string& name) {
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "recipe: finetune\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
-        << "model: {init_from: " << (dir_ / "base").string() << "}\n"
-        << "data: {train: " << (dir_ / "sft.jsonl").string() << ", val_fraction: 0.25}\n"
-        << "optimizer: {name: adamw, lr: 3.0e-3}\n"
-        << "train: {batch_size: 2, grad_accum: 2, max_steps: 8, save_every: 4, log_every: 1, "
-           "sample_tokens: 2}\n"
-        << "lora: {rank: 4, alpha: 8}\n";
-    return (dir_ / (name + ".yaml")).string();
-  };
-  ASSERT_EQ(forge("train " + write("single")), 0);
-  auto [code, out] = mpirun("train " + write("two"));
-  ASSERT_EQ(code, 0) << out;
-  expect_same_losses(dir_ / "single", dir_ / "two", 1e-5);
-  expect_same_weights(dir_ / "single", dir_ / "two", 1e-5);
-  const auto a = read_checkpoint_info(resolve_checkpoint(dir_ / "single")).counters;
-  const auto b = read_checkpoint_info(resolve_checkpoint(dir_ / "two")).counters;
-  EXPECT_EQ(a, b);
+  expect_two_ranks_train_like_one(
+      "recipe: finetune\nseed: 3\n"
+      "model: {init_from: " + (dir_ / "base").string() + "}\n" +
+      "data: {train: " + (dir_ / "sft.jsonl").string() + ", val_fraction: 0.25}\n" +
+      "optimizer: {name: adamw, lr: 3.0e-3}\n"
+      "train: {batch_size: 2, grad_accum: 2, max_steps: 8, save_every: 4, log_every: 1, "
+      "sample_tokens: 2}\n"
+      "lora: {rank: 4, alpha: 8}\n");
+  EXPECT_EQ(read_checkpoint_info(resolve_checkpoint(dir_ / "single")).counters,
+            read_checkpoint_info(resolve_checkpoint(dir_ / "two")).counters);
 }
 
 }  // namespace
