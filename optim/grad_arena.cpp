@@ -125,11 +125,10 @@ GradArena::Wait GradArena::reduce() {
   return {seconds(done - backward_end), std::max(0.0, seconds(done - last_end))};
 }
 
-void GradArena::scale(double factor) {
+double GradArena::scale(double factor) {
   if (buffer_.dtype() == DType::f32)
-    kernels::scale(buffer_.data<float>(), buffer_.numel(), float(factor));
-  else
-    kernels::scale(buffer_.data<double>(), buffer_.numel(), factor);
+    return kernels::scale_sum_squares(buffer_.data<float>(), buffer_.numel(), float(factor));
+  return kernels::scale_sum_squares(buffer_.data<double>(), buffer_.numel(), factor);
 }
 
 }  // namespace forge::optim

@@ -47,8 +47,10 @@ class GradArena {
   /// yet, waits for all, and gives .grad to exactly the parameters some rank's backward reached
   /// (the others stay undefined, so the optimizer skips them as it does in one process).
   Wait reduce();
-  /// Every gradient *= factor (rounded to the gradients' dtype), in one pass.
-  void scale(double factor);
+  /// Every gradient *= factor (rounded to the gradients' dtype), in one pass that also returns the
+  /// sum of squares of the scaled gradients: the square of their global norm, not finite when a
+  /// gradient is not.
+  double scale(double factor);
 
   const NamedTensors& parameters() const { return params_; }
   /// The flat buffer: parameter i's gradient at [offset(i), offset(i) + numel).

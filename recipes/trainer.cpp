@@ -456,7 +456,11 @@ class Updater final : public StepContext {
     UpdateResult r{std::move(acc)};
     const int64_t step = step_ + 1;
     const double loss = r.accumulated.loss;
-    std::optional<std::string> bad_grad = optim::first_nonfinite_grad(params_);
+    // The division by the number of targets measured the gradients' norm on the way: only a
+    // non-finite one calls for the scan that names the parameter.
+    const double norm = std::sqrt(r.accumulated.grad_sum_squares);
+    std::optional<std::string> bad_grad;
+    if (!std::isfinite(norm)) bad_grad = optim::first_nonfinite_grad(params_);
     if (!std::isfinite(loss) || bad_grad) {
       std::string what =
           std::isfinite(loss)
@@ -468,8 +472,10 @@ class Updater final : public StepContext {
       arena_.reset();
       r.skipped = true;
     } else {
+      // torch.nn.utils.clip_grad_norm_, as optim::clip_grad_norm, on the arena in one pass.
       const double clip = config_.train.clip_grad_norm;
-      r.grad_norm = optim::clip_grad_norm(params_, clip > 0 ? clip : INFINITY);
+      r.grad_norm = norm;
+      if (clip > 0 && std::isfinite(norm) && norm > clip) arena_.scale(clip / (norm + 1e-6));
       r.lr = optim::learning_rate(schedule_, step_);
       optimizer_.step(r.lr);
       arena_.reset();
@@ -599,12 +605,12 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
     }
   }
   double scale = targets > 0 ? 1.0 / double(targets) : 0.0;
-  arena.scale(scale);
+  const double sum_squares = arena.scale(scale);
   Metrics aux;
   if (has_aux) aux.push_back({"aux_loss", aux_sum * scale});
   for (const auto& [key, stat] : stats) aux.push_back({key, stat.first / double(stat.second)});
   return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums),
-          std::move(aux), waited.waited, waited.exposed};
+          std::move(aux), sum_squares, waited.waited, waited.exposed};
 }
 
 SetupOutcome join_setup(int exit_code) {

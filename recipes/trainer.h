@@ -59,6 +59,9 @@ struct AccumulatedLoss {
   /// "aux_loss" (the target-weighted mean of the micro-batches' auxiliary losses, not in `loss`)
   /// and each statistic's mean over its reports. Empty when nothing was reported.
   Metrics aux = {};
+  /// The sum of squares of the gradients after the division: the square of their global norm,
+  /// not finite when a gradient is not.
+  double grad_sum_squares = 0;
   /// Under mpirun: seconds spent after backward waiting for the gradients' all-reduce, and the
   /// part of them after the last rank's backward ended (optim::GradArena::Wait).
   double allreduce_wait_s = 0, allreduce_exposed_s = 0;

@@ -63,6 +63,18 @@ FORGE_KERNEL_CLONES void scale(T* g, int64_t n, T factor) {
   for (int64_t i = 0; i < n; ++i) g[i] *= factor;
 }
 
+template <class T>
+FORGE_KERNEL_CLONES double scale_sum_squares(T* g, int64_t n, T factor) {
+  double acc = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = g[i] * factor;
+    g[i] = x;
+    acc += double(x) * double(x);
+  }
+  return acc;
+}
+
 // x*0 is NaN exactly for NaN and infinite x, so one vectorisable sum finds both.
 template <class T>
 FORGE_KERNEL_CLONES bool all_finite(const T* g, int64_t n) {
@@ -102,6 +114,7 @@ void sgd_momentum_update(T* p, const T* g, T* buf, int64_t n, T wd, T neg_lr, T 
   template void sgd_momentum_update<T>(T*, const T*, T*, int64_t, T, T, T, bool, bool);         \
   template double sum_squares<T>(const T*, int64_t);                                            \
   template void scale<T>(T*, int64_t, T);                                                       \
+  template double scale_sum_squares<T>(T*, int64_t, T);                                         \
   template bool all_finite<T>(const T*, int64_t);                                               \
   template void ref::adamw_update<T>(T*, const T*, T*, T*, int64_t, const AdamWCoeffs<T>&);     \
   template void ref::sgd_momentum_update<T>(T*, const T*, T*, int64_t, T, T, T, bool, bool);

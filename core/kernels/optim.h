@@ -33,6 +33,11 @@ double sum_squares(const T* g, int64_t n);
 /// g *= factor.
 template <class T>
 void scale(T* g, int64_t n, T factor);
+/// g *= factor, and the sum of squares of the scaled g accumulated in double, in one pass: the
+/// gradient arena's division by the number of targets, which also yields the norm for clipping
+/// and, when it is not finite, tells that a gradient is not.
+template <class T>
+double scale_sum_squares(T* g, int64_t n, T factor);
 /// False when any element is NaN or infinite.
 template <class T>
 bool all_finite(const T* g, int64_t n);

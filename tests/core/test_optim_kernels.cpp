@@ -63,6 +63,17 @@ TEST(OptimKernels, StatisticsMatchPlainLoops) {
   std::vector<float> s = {1, -2, 4};
   kernels::scale(s.data(), 3, 0.5f);
   EXPECT_EQ(s, (std::vector<float>{0.5f, -1, 2}));
+  // The fused pass: the same scaling, and the sum of squares of the scaled values.
+  auto h = randn(n, 9), h2 = h;
+  double scaled = 0;
+  for (float& x : h2) {
+    x *= 0.25f;
+    scaled += double(x) * double(x);
+  }
+  EXPECT_NEAR(kernels::scale_sum_squares(h.data(), n, 0.25f), scaled, 1e-9 * scaled);
+  EXPECT_EQ(h, h2);
+  h[7] = NAN;
+  EXPECT_FALSE(std::isfinite(kernels::scale_sum_squares(h.data(), n, 1.0f)));
 }
 
 }  // namespace
