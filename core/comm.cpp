@@ -3,6 +3,7 @@
 #include "core/comm.h"
 
 #include <cstdlib>
+#include <memory>
 
 #include "core/error.h"
 
@@ -28,6 +29,8 @@ class LocalComm final : public Comm {
   void wait_all() override {}
 };
 
+std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
+
 std::unique_ptr<Comm>& world() {
   static std::unique_ptr<Comm> comm = make_local_comm();
   return comm;
@@ -35,8 +38,6 @@ std::unique_ptr<Comm>& world() {
 bool g_joined = false;
 
 }  // namespace
-
-std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
 
 Comm& world_comm() { return *world(); }
 

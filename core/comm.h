@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 namespace forge {
 
@@ -43,8 +42,5 @@ void finalize_world_comm();
 /// Ends every process of the job with `code` (MPI_Abort): for an error on one rank that the others,
 /// blocked in a collective, would otherwise wait for forever. Exits at once when local.
 [[noreturn]] void abort_world_comm(int code);
-
-/// The communicator of one process.
-std::unique_ptr<Comm> make_local_comm();
 
 }  // namespace forge

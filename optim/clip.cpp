@@ -32,6 +32,11 @@ Tensor dense_grad(const NamedTensor& p) {
 
 }  // namespace
 
+double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
+  return max_norm / (norm + 1e-6);
+}
+
 double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm) {
   NoGradGuard no_grad;
   double total = 0;
@@ -41,9 +46,9 @@ double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm) {
     total += g.dtype() == DType::f32 ? sum_squares(g.data<float>(), g.numel())
                                      : sum_squares(g.data<double>(), g.numel());
   }
-  double norm = std::sqrt(total);
-  if (max_norm <= 0 || !std::isfinite(norm) || norm <= max_norm) return norm;
-  double factor = max_norm / (norm + 1e-6);
+  const double norm = std::sqrt(total);
+  const double factor = clip_factor(norm, max_norm);
+  if (factor == 1.0) return norm;
   for (const NamedTensor& p : params) {
     Tensor g = p.tensor.grad();
     if (!g.defined()) continue;

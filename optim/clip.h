@@ -15,6 +15,10 @@ namespace forge::optim {
 /// A non-finite norm leaves the gradients untouched (the NaN policy decides what happens next);
 /// max_norm <= 0 only measures.
 double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm);
+/// What clip_grad_norm scales gradients of global norm `norm` by: max_norm / (norm + 1e-6) when a
+/// finite norm exceeds max_norm > 0, else exactly 1 (for a caller that measured the norm itself,
+/// as the trainer does on its gradient arena).
+double clip_factor(double norm, double max_norm);
 
 /// The name of the first parameter whose gradient holds a NaN or an infinity, if any.
 std::optional<std::string> first_nonfinite_grad(const std::vector<NamedTensor>& params);

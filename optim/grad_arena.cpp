@@ -1,3 +1,5 @@
+// The gradient arena (optim/grad_arena.h): slots, buckets and the reduction protocol of
+// docs/distributed.md.
 #include "optim/grad_arena.h"
 
 #include <algorithm>
@@ -55,7 +57,6 @@ GradArena::~GradArena() {
 
 void GradArena::reset() {
   for (NamedTensor p : params_) p.tensor.set_grad(Tensor());
-  armed_ = false;
 }
 
 void GradArena::arm() {

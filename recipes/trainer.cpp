@@ -472,10 +472,9 @@ class Updater final : public StepContext {
       arena_.reset();
       r.skipped = true;
     } else {
-      // torch.nn.utils.clip_grad_norm_, as optim::clip_grad_norm, on the arena in one pass.
-      const double clip = config_.train.clip_grad_norm;
       r.grad_norm = norm;
-      if (clip > 0 && std::isfinite(norm) && norm > clip) arena_.scale(clip / (norm + 1e-6));
+      const double factor = optim::clip_factor(norm, config_.train.clip_grad_norm);
+      if (factor != 1.0) arena_.scale(factor);
       r.lr = optim::learning_rate(schedule_, step_);
       optimizer_.step(r.lr);
       arena_.reset();
