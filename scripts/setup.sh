@@ -3,7 +3,21 @@
 # Sourced, not executed; sets FORGE_ROOT and FORGE_BUILD.
 
 FORGE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build}"
+
+# FORGE_ISA=avx2: Forge's own kernels without their AVX-512 versions (core/kernels/isa.h), built in
+# build-avx2, with oneDNN held to AVX2 too, and PyTorch's kernels and OpenBLAS when scripts/bench
+# runs them: an AVX-512 machine then tests and measures the path that AVX2-only CPUs take.
+FORGE_ISA="${FORGE_ISA:-avx512}"
+case "$FORGE_ISA" in
+  avx512) FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build}" ;;
+  avx2)
+    FORGE_BUILD="${FORGE_BUILD:-$FORGE_ROOT/build-avx2}"
+    export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}"
+    export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"
+    export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+    ;;
+  *) echo "forge: FORGE_ISA must be avx512 or avx2, got '$FORGE_ISA'" >&2; exit 2 ;;
+esac
 
 forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
                 nlohmann-json3-dev libopenmpi-dev openmpi-bin)
@@ -48,9 +62,9 @@ forge_build() {
   exec 9>"$FORGE_BUILD/.setup.lock"
   flock 9
   forge_install_missing "${forge_packages[@]}"
-  if [ ! -f "$FORGE_BUILD/CMakeCache.txt" ]; then
-    cmake -S "$FORGE_ROOT" -B "$FORGE_BUILD" -DCMAKE_BUILD_TYPE=Release >&2 ||
-      { echo "forge: cmake configure failed" >&2; exit 1; }
+  if ! grep -qx "FORGE_MAX_ISA:STRING=$FORGE_ISA" "$FORGE_BUILD/CMakeCache.txt" 2>/dev/null; then
+    cmake -S "$FORGE_ROOT" -B "$FORGE_BUILD" -DCMAKE_BUILD_TYPE=Release \
+      -DFORGE_MAX_ISA="$FORGE_ISA" >&2 || { echo "forge: cmake configure failed" >&2; exit 1; }
   fi
   # make's own dependency tracking decides what is out of date; an up-to-date build costs ~0.2 s.
   cmake --build "$FORGE_BUILD" -j "$(nproc)" -- --no-print-directory "$@" >&2 ||

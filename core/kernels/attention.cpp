@@ -7,6 +7,7 @@
 // call. oneDNN's sgemm (single-threaded inside our parallel region) was measured 2.4x slower per
 // 64×64×64 tile than the micro-kernel: call overhead and packing dominate at this size.
 #include "core/kernels/attention.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -219,7 +220,8 @@ struct Isa {
 const Isa& isa() {
   static const Isa chosen = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa{gemm_avx512, transpose_avx512};
+    if (kAvx512Built && __builtin_cpu_supports("avx512f"))
+      return Isa{gemm_avx512, transpose_avx512};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       return Isa{gemm_avx2, transpose_avx2};
     return Isa{gemm_baseline, transpose_baseline};
@@ -312,7 +314,7 @@ struct ForwardBuffers {
 };
 
 // One query block of one head: out rows [t0, t0 + tq) and their lse.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void forward_block(const Ctx& c, int64_t bh, int64_t qb, ForwardBuffers& w, float* out, float* lse) {
   const int64_t b = bh / c.n.H, h = bh % c.n.H, T = c.n.T, S = c.n.S, D = c.n.D;
   const int64_t Dp = c.Dp, Sp = c.Sp;
@@ -421,7 +423,7 @@ struct BackwardBuffers {
 
 // All gradients of one head. Key blocks outside, query blocks inside, so dK and dV of a key block
 // finish in scratch while dQ accumulates over key blocks.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const float* out,
                    const float* dout, const float* lse, float* dq, float* dk, float* dv) {
   const int64_t b = bh / c.n.H, h = bh % c.n.H, T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp;

@@ -3,6 +3,7 @@
 // reference kernels with libm in plain loops. The hot loops are compiled for AVX-512, AVX2 and
 // baseline x86-64, picked at load time (target_clones), so one binary runs on any x86-64.
 #include "core/kernels/elementwise.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -153,7 +154,7 @@ void with_binary(Binary op, Body body) {
 constexpr int64_t kParallelGrain = 32768;
 
 template <class T, class F>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void map1(const T* x, T* y, int64_t n, F f) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
@@ -161,7 +162,7 @@ void map1(const T* x, T* y, int64_t n, F f) {
 
 // One loop per operand set, so the SIMD body never tests a pointer.
 template <class T, class F>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void map3(const T* x, const T* y, const T* dy, T* dx, int64_t n, F f) {
   if (x && y) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
@@ -202,7 +203,7 @@ Coalesced coalesce(const int64_t* shape, const int64_t* sa, const int64_t* sb, i
 }
 
 template <class T, class F>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void binary_rows(const T* a, const T* b, T* out, const Coalesced& c, F f) {
   int nd = int(c.shape.size());
   int64_t inner = c.shape[size_t(nd - 1)], ia = c.sa[size_t(nd - 1)], ib = c.sb[size_t(nd - 1)];

@@ -1,6 +1,7 @@
 // topk_load forward and backward: the per-row threshold choice, then the CDF and the density as
 // flat loops vecmath vectorises (f32: its erfc-based normal_cdf, accurate in the lower tail).
 #include "core/kernels/gating.h"
+#include "core/kernels/isa.h"
 
 #include <cmath>
 #include <vector>
@@ -38,7 +39,7 @@ void standardise(const T* clean, const T* noisy, const T* noise_std, const int64
 // The CDF and the density over flat arrays, compiled for AVX-512, AVX2 and baseline x86-64 and
 // picked at load time, as the elementwise kernels are.
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void cdf_of(const T* z, T* p, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) p[i] = vm::normal_cdf(z[i]);
@@ -46,7 +47,7 @@ void cdf_of(const T* z, T* p, int64_t n) {
 
 // g = dload_e phi(z) / noise_std over [N, E].
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void density_grad(const T* z, const T* noise_std, const T* dload, int64_t N, int64_t E, T* g) {
   for (int64_t n = 0; n < N; ++n) {
     const T* zr = z + n * E;

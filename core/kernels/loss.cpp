@@ -3,6 +3,7 @@
 // between the block max and the exponential sums (online softmax). Backward: one read, one write.
 // Rows with NaN or inf fall back to exact libm math so non-finite logits give PyTorch's answers.
 #include "core/kernels/loss.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +19,6 @@ constexpr int64_t kBlock = 1024;  // L1-resident block; f32 partial sums stay th
 // Rows are handed out dynamically in pieces of about this many elements, so a preempted thread on
 // a shared machine delays the others by one piece, not by half the job.
 constexpr int64_t kParallelGrain = 16384;
-
-#define FORGE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 struct RowStats {
   double lse;
@@ -339,6 +338,5 @@ void kd_kl_div_backward(const T* student, const T* teacher, const int64_t* targe
 FORGE_LOSS_INSTANTIATE(float)
 FORGE_LOSS_INSTANTIATE(double)
 #undef FORGE_LOSS_INSTANTIATE
-#undef FORGE_CLONES
 
 }  // namespace forge::kernels

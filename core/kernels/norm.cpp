@@ -3,6 +3,7 @@
 // any row length and offset. Row helpers are compiled per ISA (target_clones); threads split
 // rows, and dweight/dbias come from per-chunk partial sums added in chunk order.
 #include "core/kernels/norm.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +17,6 @@ namespace {
 constexpr int64_t kParallelGrain = 16384;
 constexpr int64_t kBlock = 1024;    // f32 partial sums stay this short before going to f64
 constexpr int64_t kChunkRows = 32;  // rows per dweight/dbias partial sum (fixed: determinism)
-
-#define FORGE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 // sum(x - shift) and sum((x - shift)^2); shift = 0 gives plain sums.
 template <class T>
@@ -303,6 +302,5 @@ void rms_norm_backward(const T* x, const T* w, const T* rstd, const T* dy, T* dx
 FORGE_NORM_INSTANTIATE(float)
 FORGE_NORM_INSTANTIATE(double)
 #undef FORGE_NORM_INSTANTIATE
-#undef FORGE_CLONES
 
 }  // namespace forge::kernels

@@ -2,6 +2,7 @@
 // baseline x86-64 (target_clones) and split across threads only above a grain where waking a
 // second thread pays off.
 #include "core/kernels/optim.h"
+#include "core/kernels/isa.h"
 
 #include <cmath>
 
@@ -10,14 +11,12 @@ namespace {
 constexpr int64_t kParallelGrain = 1 << 15;
 }  // namespace
 
-#define FORGE_KERNEL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
 // The lines mirror torch: param.mul_(decay); exp_avg.mul_(b1).add_(g, alpha=1-b1);
 // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2); denom = exp_avg_sq.sqrt() / bc2_sqrt + eps;
 // param.addcdiv_(exp_avg, denom, value=-step_size).
 template <class T>
-FORGE_KERNEL_CLONES void adamw_update(T* p, const T* g, T* m, T* v, int64_t n,
-                                      const AdamWCoeffs<T>& c) {
+FORGE_CLONES void adamw_update(T* p, const T* g, T* m, T* v, int64_t n,
+                               const AdamWCoeffs<T>& c) {
   const AdamWCoeffs<T> k = c;
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
@@ -32,14 +31,14 @@ FORGE_KERNEL_CLONES void adamw_update(T* p, const T* g, T* m, T* v, int64_t n,
 }
 
 template <class T>
-FORGE_KERNEL_CLONES void sgd_update(T* p, const T* g, int64_t n, T wd, T neg_lr) {
+FORGE_CLONES void sgd_update(T* p, const T* g, int64_t n, T wd, T neg_lr) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_lr * (g[i] + wd * p[i]);
 }
 
 template <class T>
-FORGE_KERNEL_CLONES void sgd_momentum_update(T* p, const T* g, T* buf, int64_t n, T wd, T neg_lr,
-                                             T momentum, bool first, bool nesterov) {
+FORGE_CLONES void sgd_momentum_update(T* p, const T* g, T* buf, int64_t n, T wd, T neg_lr,
+                                      T momentum, bool first, bool nesterov) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i] + wd * p[i];
@@ -50,7 +49,7 @@ FORGE_KERNEL_CLONES void sgd_momentum_update(T* p, const T* g, T* buf, int64_t n
 }
 
 template <class T>
-FORGE_KERNEL_CLONES double sum_squares(const T* g, int64_t n) {
+FORGE_CLONES double sum_squares(const T* g, int64_t n) {
   double acc = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) acc += double(g[i]) * double(g[i]);
@@ -58,13 +57,13 @@ FORGE_KERNEL_CLONES double sum_squares(const T* g, int64_t n) {
 }
 
 template <class T>
-FORGE_KERNEL_CLONES void scale(T* g, int64_t n, T factor) {
+FORGE_CLONES void scale(T* g, int64_t n, T factor) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) g[i] *= factor;
 }
 
 template <class T>
-FORGE_KERNEL_CLONES double scale_sum_squares(T* g, int64_t n, T factor) {
+FORGE_CLONES double scale_sum_squares(T* g, int64_t n, T factor) {
   double acc = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
@@ -77,7 +76,7 @@ FORGE_KERNEL_CLONES double scale_sum_squares(T* g, int64_t n, T factor) {
 
 // x*0 is NaN exactly for NaN and infinite x, so one vectorisable sum finds both.
 template <class T>
-FORGE_KERNEL_CLONES bool all_finite(const T* g, int64_t n) {
+FORGE_CLONES bool all_finite(const T* g, int64_t n) {
   T acc = 0;
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += g[i] * T(0);

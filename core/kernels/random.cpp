@@ -1,6 +1,7 @@
 // Each uniform and each normal uses two 32-bit words (53-bit uniforms, so f64 draws are exact
 // enough for gradient checks); dropout uses one word per element.
 #include "core/kernels/random.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -56,8 +57,8 @@ constexpr int64_t kLanes = 16;
 
 // Philox4x32-10 (core/rng.cpp) for kLanes consecutive counters at once, lane-parallel so that the
 // compiler turns the 32x32->64 multiplies into vector ones; bit-identical to philox().
-__attribute__((target_clones("avx512f", "avx2", "default"))) void philox_lanes(
-    uint64_t seed, uint64_t stream, uint64_t first, uint32_t (&out)[4][kLanes]) {
+FORGE_CLONES void philox_lanes(uint64_t seed, uint64_t stream, uint64_t first,
+                               uint32_t (&out)[4][kLanes]) {
   constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
   for (int64_t l = 0; l < kLanes; ++l) {

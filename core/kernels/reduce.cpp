@@ -3,6 +3,7 @@
 // loads stay contiguous. Work is split over rows (or chunks of columns) so every output element is
 // produced by one thread and results do not depend on the thread count.
 #include "core/kernels/reduce.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,7 +30,7 @@ inline bool beats(T a, T b, bool largest) {
 // Max or min of a dense row segment and its first position (the first NaN, if any): block
 // extremes in one vectorised pass, then a scan of the single block that first reached the result.
 template <class T, bool Largest>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 std::pair<T, int64_t> segment_extreme(const T* x, int64_t n) {
   T m = x[0];
   int64_t block = 0;
@@ -94,7 +95,7 @@ void row_extreme(const T* x, int64_t n, bool parallel, T* out, int64_t* arg) {
 // Max or min over the middle axis for w columns: x points at the first column of row 0, rows are
 // `inner` apart; best and arg receive the w results.
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void column_extreme(const T* x, int64_t n, int64_t inner, int64_t w, bool largest, T* best,
                     int64_t* arg) {
   for (int64_t i = 0; i < w; ++i) {
@@ -123,7 +124,7 @@ void column_extreme(const T* x, int64_t n, int64_t inner, int64_t w, bool larges
 
 // Two-pass variance of one dense row, accumulated in f64.
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void row_var(const T* x, int64_t n, int64_t correction, T* var, T* mean) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
@@ -140,7 +141,7 @@ void row_var(const T* x, int64_t n, int64_t correction, T* var, T* mean) {
 
 // Two-pass variance over the middle axis for columns [i0, i1) of one outer block.
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+FORGE_CLONES
 void column_var(const T* x, int64_t n, int64_t inner, int64_t i0, int64_t i1,
                 int64_t correction, T* var, T* mean) {
   double s[kColumnChunk] = {}, q[kColumnChunk] = {};

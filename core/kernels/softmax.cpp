@@ -3,6 +3,7 @@
 // A row holding NaN or inf falls back to exact libm math, so non-finite inputs give PyTorch's
 // answers (NaN stays NaN, -inf gives exactly 0). Other dimensions run SIMD across `inner`.
 #include "core/kernels/softmax.h"
+#include "core/kernels/isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +19,6 @@ namespace {
 constexpr int64_t kParallelGrain = 16384;
 constexpr int64_t kLanes = 64;    // inner positions processed together on strided paths
 constexpr int64_t kBlock = 1024;  // f32 partial sums stay this short before going to f64
-
-#define FORGE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 template <class T>
 struct RowMax {
@@ -282,6 +281,5 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t outer, int64_t C, 
 FORGE_SOFTMAX_INSTANTIATE(float)
 FORGE_SOFTMAX_INSTANTIATE(double)
 #undef FORGE_SOFTMAX_INSTANTIATE
-#undef FORGE_CLONES
 
 }  // namespace forge::kernels
