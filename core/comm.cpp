@@ -48,6 +48,14 @@ bool launched_by_mpi() {
   return false;
 }
 
+bool mpi_built() {
+#ifdef FORGE_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
 void init_world_comm(int* argc, char*** argv) {
 #ifdef FORGE_HAVE_MPI
   world() = join_mpi_job(argc, argv);

@@ -30,6 +30,9 @@ class Comm {
 /// The communicator of this process: the local one unless init_world_comm() joined an MPI job.
 Comm& world_comm();
 
+/// Whether this build can join an MPI job (CMake found MPI).
+bool mpi_built();
+
 /// True when this process was started by an MPI launcher (mpirun sets the job's size in the
 /// environment), whether or not this build can use it.
 bool launched_by_mpi();

@@ -25,6 +25,7 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/kernels/isa.h"
 #include "data/bpe_train.h"
 #include "data/jsonl.h"
 #include "data/prepare.h"
@@ -72,7 +73,8 @@ constexpr const char* kUsage =
     "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n"
     "\n"
-    "forge COMMAND --help prints the usage of one command. Exit codes: 0 ok, 1 internal error,\n"
+    "forge COMMAND --help prints the usage of one command; forge --version the version and the\n"
+    "instruction sets the kernels run with. Exit codes: 0 ok, 1 internal error,\n"
     "2 usage or config error, 3 data error, 4 checkpoint error, 5 non-finite loss or gradient,\n"
     "130/143 stopped by SIGINT/SIGTERM after writing a checkpoint.\n"
     "\n"
@@ -604,12 +606,23 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   return 0;
 }
 
+// What a benchmark or a bug report needs to know about this binary: the instruction sets its
+// kernels run with here (FORGE_ISA=avx2 in scripts/setup.sh builds the AVX2 path) and MPI.
+int print_version() {
+  std::printf("forge %s\nkernels: %s (built with%s AVX-512)\n%s\nMPI: %s\n", kForgeVersion,
+              kernels::kernel_isa(), kernels::kAvx512Built ? "" : "out",
+              kernels::onednn_description().c_str(),
+              mpi_built() ? "built in" : "not built (training runs in one process)");
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage_text().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   std::string command = argv[1];
+  if (command == "--version") return print_version();
   std::vector<std::string> args(argv + 2, argv + argc);
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/kernels/isa.h"
 #include "core/ops.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
@@ -225,6 +226,17 @@ TEST_F(GPTRecipe, InitFromStartsFromTheSourceWeights) {
   nn::GPT fresh(gpt_config(child.model), gen);
   init_weights(fresh, child);
   EXPECT_NE(fresh.named_state()[0].tensor.to_vector<float>(), want[0].tensor.to_vector<float>());
+}
+
+TEST_F(GPTRecipe, VersionNamesTheInstructionSetsOfTheKernels) {
+  auto [code, out] = forge_output("--version");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(out.find(std::string("kernels: ") + kernels::kernel_isa()), std::string::npos) << out;
+  // oneDNN's own limit is honoured and reported (every x86-64 that runs the suite has AVX2).
+  std::tie(code, out) = forge_output("--version", "ONEDNN_MAX_CPU_ISA=AVX2");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(out.find("oneDNN "), std::string::npos) << out;
+  EXPECT_NE(out.find(", avx2\n"), std::string::npos) << out;
 }
 
 TEST_F(GPTRecipe, CliExitCodes) {
