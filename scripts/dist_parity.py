@@ -20,7 +20,9 @@ import h5py
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORGE = os.path.join(ROOT, "build", "forge")
+# The build scripts/forge makes: build-avx2 under FORGE_ISA=avx2 (scripts/setup.sh).
+FORGE = os.path.join(os.environ.get("FORGE_BUILD") or os.path.join(
+    ROOT, "build-avx2" if os.environ.get("FORGE_ISA") == "avx2" else "build"), "forge")
 
 
 def train(command, out, overrides):
