@@ -65,31 +65,71 @@ MoELayerShape moe_layer_shape(const GPTConfig& c) {
 
 namespace {
 
-// Parameters of the model, with each MoE layer counted as `moe_experts` of its experts (and its
-// whole router).
+// Parameters of the model, an MoE layer's experts counted in full or as the top_k a token uses.
 int64_t count_parameters(const GPTConfig& c, bool active) {
-  const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c), b = c.bias ? 1 : 0;
-  const int64_t norm = c.norm == NormType::layernorm ? C * (1 + b) : C;
-  const int64_t attn = (3 * C * C + 3 * C * b) + (C * C + C * b);
-  const int64_t mlp = c.mlp == MLPType::gelu ? (C * h + h * b) + (h * C + C * b)
-                                             : 2 * (C * h + h * b) + (h * C + C * b);
-  const int64_t emb = V * C + (c.position == PositionType::learned ? c.context * C : 0);
-  int64_t moe = mlp;
-  if (c.moe.every > 0) {
-    const MoELayerShape shape = moe_layer_shape(c);
-    MoEConfig one = c.moe;
-    one.n_experts = 1;
-    const int64_t router = (c.moe.noisy ? 2 : 1) * C;
-    const int64_t expert = moe_num_parameters(one, shape) - router;
-    moe = c.moe.n_experts * router + (active ? c.moe.top_k : c.moe.n_experts) * expert;
+  int64_t n = 0;
+  for (const ParameterShape& p : gpt_parameter_shapes(c)) {
+    const int64_t numel = shape_numel(p.shape);
+    n += active && p.expert ? numel / c.moe.n_experts * c.moe.top_k : numel;
   }
-  int64_t blocks = 0;
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    blocks += 2 * norm + attn + (is_moe_layer(c.moe, l) ? moe : mlp);
-  return emb + blocks + norm + (c.tie_embeddings ? 0 : V * C);
+  return n;
 }
 
 }  // namespace
+
+std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c);
+  std::vector<ParameterShape> out;
+  auto add = [&](std::string name, Shape shape, bool expert = false) {
+    out.push_back({std::move(name), std::move(shape), expert});
+  };
+  auto linear = [&](const std::string& path, int64_t in, int64_t o, bool bias) {
+    add(path + ".weight", {o, in});
+    if (bias) add(path + ".bias", {o});
+  };
+  auto norm = [&](const std::string& path) {
+    add(path + ".weight", {C});
+    if (c.norm == NormType::layernorm && c.bias) add(path + ".bias", {C});
+  };
+  add("tok_emb.weight", {V, C});
+  if (c.position == PositionType::learned) add("pos_emb.weight", {c.context, C});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blocks." + std::to_string(l);
+    norm(b + ".ln1");
+    linear(b + ".attn.qkv", C, 3 * C, c.bias);
+    linear(b + ".attn.proj", C, C, c.bias);
+    norm(b + ".ln2");
+    const std::string m = b + ".mlp";
+    if (is_moe_layer(c.moe, l)) {
+      const MoELayerShape s = moe_layer_shape(c);
+      const int64_t E = c.moe.n_experts;
+      add(m + ".router.weight", {E, C});
+      if (c.moe.noisy) add(m + ".router.noise", {E, C});
+      auto experts = [&](const std::string& path, int64_t in, int64_t o) {
+        add(path + ".weight", {E, o, in}, true);
+        if (s.bias) add(path + ".bias", {E, o}, true);
+      };
+      if (s.swiglu) {
+        experts(m + ".gate", C, s.hidden);
+        experts(m + ".up", C, s.hidden);
+      } else {
+        experts(m + ".fc", C, s.hidden);
+      }
+      experts(m + ".proj", s.hidden, C);
+    } else {
+      if (c.mlp == MLPType::gelu) {
+        linear(m + ".fc", C, h, c.bias);
+      } else {
+        linear(m + ".gate", C, h, c.bias);
+        linear(m + ".up", C, h, c.bias);
+      }
+      linear(m + ".proj", h, C, c.bias);
+    }
+  }
+  norm("ln_f");
+  if (!c.tie_embeddings) linear("lm_head", C, V, false);
+  return out;
+}
 
 int64_t gpt_num_parameters(const GPTConfig& c) { return count_parameters(c, false); }
 int64_t gpt_active_parameters(const GPTConfig& c) { return count_parameters(c, true); }

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -46,6 +48,15 @@ void check_config(const GPTConfig& config);
 /// convention, so parameters match the GELU MLP): 2/3 of that, truncated, rounded up to a multiple
 /// of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
 int64_t mlp_hidden_size(const GPTConfig& config);
+/// A parameter of GPT(config), listed without building the model.
+struct ParameterShape {
+  std::string name;  ///< as named_parameters() names it, e.g. "blocks.0.attn.qkv.weight"
+  Shape shape;
+  bool expert = false;  ///< an MoE expert tensor: [n_experts, ...], top_k of them per token
+};
+/// Every parameter of GPT(config), in named_parameters() order (a test compares the two), for
+/// `forge validate` estimates and config checks that select parameters by name.
+std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& config);
 /// Parameter count of GPT(config) without building it (for `forge validate` estimates).
 int64_t gpt_num_parameters(const GPTConfig& config);
 /// Parameters a token passes through: an MoE layer counts its router and top_k experts only.

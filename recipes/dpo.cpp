@@ -234,12 +234,12 @@ MemoryEstimate estimate_dpo(const RunConfig& config) {
   const nn::LoRAConfig lora = lora_settings(config);
   const bool copy = lora.rank == 0 && !config.get<bool>("dpo.precompute_reference");
   const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
+  const int64_t trained = lora.rank > 0 ? lora_trainable_parameters(g, config) : params;
   // Both rows of every pair run at once, and their logits are kept for backward.
   RunConfig rows = config;
   rows.train.batch_size = 2 * config.train.batch_size;
   rows.model.context = preference_truncation(config).max_length;
-  return estimate_memory(rows, params * (copy ? 2 : 1) + adapters,
-                         lora.rank > 0 ? adapters : params,
+  return estimate_memory(rows, params * (copy ? 2 : 1) + adapters, trained,
                          double(rows.train.batch_size * rows.model.context));
 }
 

@@ -154,8 +154,8 @@ MemoryEstimate estimate_finetune(const RunConfig& config) {
   if (lora.rank == 0)
     return estimate_memory(config, params, params,
                            double(config.train.batch_size * config.model.context));
-  const int64_t adapters = nn::lora_parameter_count(g, lora);
-  return estimate_memory(config, params + adapters, adapters,
+  const int64_t trained = lora_trainable_parameters(g, config);
+  return estimate_memory(config, params + nn::lora_parameter_count(g, lora), trained,
                          double(config.train.batch_size * config.model.context));
 }
 

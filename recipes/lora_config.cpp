@@ -2,6 +2,11 @@
 // same knob (alpha 16 with rank 8 doubles the update, as in the LoRA paper's alpha = 2r examples).
 #include "recipes/lora_config.h"
 
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/glob.h"
+
 namespace forge {
 
 ConfigSection lora_section() {
@@ -39,6 +44,23 @@ std::vector<std::string> lora_trainable_patterns(const RunConfig& config) {
   for (const std::string& p : config.get<std::vector<std::string>>("lora.train_also"))
     include.push_back(p);
   return include;
+}
+
+int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& config) {
+  const std::vector<nn::ParameterShape> params = nn::gpt_parameter_shapes(model);
+  const auto& also = config.get<std::vector<std::string>>("lora.train_also");
+  for (const std::string& pattern : also)
+    if (std::none_of(params.begin(), params.end(),
+                     [&](const nn::ParameterShape& p) { return glob_match(pattern, p.name); }))
+      throw Error(ExitCode::usage, "lora.train_also: '" + pattern +
+                                       "' matches no parameter of the model (names such as '" +
+                                       params.back().name + "', 'blocks.0.ln1.weight')");
+  int64_t n = nn::lora_parameter_count(model, lora_settings(config));
+  for (const nn::ParameterShape& p : params)
+    if (std::any_of(also.begin(), also.end(),
+                    [&](const std::string& pattern) { return glob_match(pattern, p.name); }))
+      n += shape_numel(p.shape);
+  return n;
 }
 
 void check_lora(ConfigChecker& checker) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/gpt.h"
 #include "nn/lora.h"
 #include "recipes/config.h"
 #include "recipes/registry.h"
@@ -19,6 +20,11 @@ nn::LoRAConfig lora_settings(const RunConfig& config);
 
 /// Globs of the parameters a LoRA run trains: the adapters and lora.train_also.
 std::vector<std::string> lora_trainable_patterns(const RunConfig& config);
+
+/// The parameters a LoRA run of `model` trains, counted without building it: the adapters and
+/// the base parameters that lora.train_also names. Throws Error(usage) for a train_also pattern
+/// that matches no parameter, as training would, so that `forge validate` says it first.
+int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& config);
 
 /// lora.* rules for a recipe's check: targets must be given when rank > 0.
 void check_lora(ConfigChecker& checker);

@@ -656,7 +656,8 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
   }
   const int64_t value = shared ? g.d_model : reward;
   const int64_t total = params * (lora.rank > 0 ? 1 : 2) + adapters + reward + value;
-  const int64_t trainable = (lora.rank > 0 ? adapters : params) + value;
+  const int64_t trainable =
+      (lora.rank > 0 ? lora_trainable_parameters(g, config) : params) + value;
   RunConfig rows = config;
   rows.train.batch_size =
       std::max(config.train.batch_size, config.get<int64_t>("ppo.generation_batch_size"));

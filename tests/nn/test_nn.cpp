@@ -239,6 +239,43 @@ TEST(NnGPT, ParameterCount) {
   EXPECT_EQ(mlp_hidden_size(big), 344);  // 2/3 * 512 = 341 -> 344
 }
 
+// gpt_parameter_shapes lists what the built model holds, name by name and in order, across the
+// architecture switches and with MoE blocks (noisy or not, GELU or SwiGLU experts).
+TEST(NnGPT, ParameterShapesAreTheBuiltModelsParameters) {
+  Generator gen(0);
+  auto expect_listed = [&](const GPTConfig& c) {
+    const NamedTensors built = GPT(c, gen).named_parameters();
+    const std::vector<ParameterShape> listed = gpt_parameter_shapes(c);
+    ASSERT_EQ(listed.size(), built.size());
+    for (size_t i = 0; i < built.size(); ++i) {
+      EXPECT_EQ(listed[i].name, built[i].name);
+      EXPECT_EQ(listed[i].shape, built[i].tensor.shape()) << built[i].name;
+      const bool expert = c.moe.every > 0 && built[i].name.find(".mlp.") != std::string::npos &&
+                          built[i].name.find(".router.") == std::string::npos &&
+                          built[i].tensor.size(0) == c.moe.n_experts;
+      EXPECT_EQ(listed[i].expert, expert) << built[i].name;
+    }
+  };
+  for (bool bias : {false, true})
+    for (NormType norm : {NormType::layernorm, NormType::rmsnorm})
+      for (MLPType mlp : {MLPType::gelu, MLPType::swiglu})
+        for (PositionType position : {PositionType::learned, PositionType::rotary})
+          for (bool tie : {false, true}) {
+            GPTConfig c = tiny_config();
+            c.bias = bias;
+            c.norm = norm;
+            c.mlp = mlp;
+            c.position = position;
+            c.tie_embeddings = tie;
+            expect_listed(c);
+            for (bool noisy : {false, true}) {
+              c.moe = {.every = 2, .n_experts = 3, .top_k = 2, .ffn_mult = 2, .noisy = noisy};
+              if (!noisy) c.moe.w_load = 0;  // the load loss needs the noise
+              expect_listed(c);
+            }
+          }
+}
+
 // ffn_mult is a double rounded like BERT's d_ff: 2.5 gives 2.5 * d_model, not 2 * d_model.
 TEST(NnGPT, FractionalFfnMultRoundsLikeBert) {
   GPTConfig c = tiny_config();

@@ -389,6 +389,20 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
   EXPECT_EQ(want, 4 * 2 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32)));
   EXPECT_NE(out.find("# trainable parameters: " + std::to_string(want) + " ("), std::string::npos)
       << out;
+  // lora.train_also adds the base parameters it names (the embeddings, the final norm), and a
+  // pattern that names none is a config error before anything is loaded.
+  const std::string config = write_config("v", int(r)).string();
+  std::tie(code, out) =
+      forge_output("validate " + config + " 'lora.train_also=[tok_emb.weight, \"ln_f.*\"]'");
+  ASSERT_EQ(code, 0) << out;
+  const int64_t also = 256 * 32 + 2 * 32;
+  EXPECT_NE(out.find("# trainable parameters: " + std::to_string(want + also) + " ("),
+            std::string::npos)
+      << out;
+  std::tie(code, out) = forge_output("validate " + config + " 'lora.train_also=[tok_emb.wieght]'");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("lora.train_also: 'tok_emb.wieght' matches no parameter"), std::string::npos)
+      << out;
 }
 
 }  // namespace
