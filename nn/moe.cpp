@@ -140,12 +140,6 @@ Tensor router_z_loss(const Tensor& logits) {
   return mean(lse * lse);
 }
 
-int64_t moe_num_parameters(const MoEConfig& c, const MoELayerShape& s) {
-  const int64_t C = s.d_model, H = s.hidden, b = s.bias ? 1 : 0;
-  const int64_t in = (s.swiglu ? 2 : 1) * (C * H + H * b);
-  return c.n_experts * ((c.noisy ? 2 : 1) * C + in + H * C + C * b);
-}
-
 GroupedLinear::GroupedLinear(int64_t groups, int64_t in_features, int64_t out_features,
                              bool with_bias, Generator& gen, double init_std) {
   FORGE_CHECK(groups > 0 && in_features > 0 && out_features > 0,

@@ -120,7 +120,4 @@ class MoE : public UnaryModule {
   int64_t layer_;
 };
 
-/// Parameters of one MoE layer, as built.
-int64_t moe_num_parameters(const MoEConfig& config, const MoELayerShape& shape);
-
 }  // namespace forge::nn
