@@ -2,6 +2,7 @@
 // decay and freezing, then merge parameters with equal settings into groups.
 #include "optim/groups.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -70,10 +71,15 @@ std::vector<ParamGroup> build_param_groups(const std::vector<NamedTensor>& param
     require(map.n_blocks > 0,
             "layer_lr_decay and unfreeze_every need parameters named blocks.<i>.*, but none is",
             params.empty() ? std::string("no parameters") : "e.g. '" + params[0].name + "'");
-  for (const std::string& pattern : spec.freeze) {
-    bool any = false;
-    for (const NamedTensor& p : params) any = any || glob_match(pattern, p.name);
-    require(any, "freeze pattern matches no parameter", "'" + pattern + "'");
+  auto matches_any = [&](const std::string& pattern) {
+    return std::any_of(params.begin(), params.end(),
+                       [&](const NamedTensor& p) { return glob_match(pattern, p.name); });
+  };
+  for (const std::string& pattern : spec.freeze)
+    require(matches_any(pattern), "freeze pattern matches no parameter", "'" + pattern + "'");
+  for (const auto& [pattern, factor] : spec.lr_scale) {
+    require(std::isfinite(factor) && factor > 0, "an lr scale must be > 0", factor);
+    require(matches_any(pattern), "lr scale pattern matches no parameter", "'" + pattern + "'");
   }
 
   std::vector<ParamGroup> groups;
@@ -83,6 +89,11 @@ std::vector<ParamGroup> build_param_groups(const std::vector<NamedTensor>& param
     for (const std::string& pattern : spec.freeze) pinned = pinned || glob_match(pattern, p.name);
     ParamGroup want;
     want.lr_mult = layer_lr_mult(map.layer[i], map.n_blocks, spec.layer_lr_decay);
+    for (const auto& [pattern, factor] : spec.lr_scale)
+      if (glob_match(pattern, p.name)) {
+        want.lr_mult *= factor;
+        break;
+      }
     want.weight_decay = (p.tensor.dim() >= 2 || spec.decay_1d) ? spec.weight_decay : 0.0;
     want.trainable_from = pinned ? 0 : unfreeze_step(map.layer[i], map.n_blocks, spec.unfreeze_every);
     want.frozen = pinned || want.trainable_from > 0;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/glob.h"
@@ -40,6 +41,10 @@ struct GroupSpec {
   std::vector<std::string> freeze = {};
   /// 0 = off; otherwise unfreeze one more layer from the top every this many steps (see above).
   int64_t unfreeze_every = 0;
+  /// (glob pattern, factor): a matching parameter's lr_mult is multiplied by the factor of the
+  /// first pattern it matches, on top of its layer's; LoRA+ trains B this way
+  /// (recipes/lora_config.h).
+  std::vector<std::pair<std::string, double>> lr_scale = {};
 };
 
 /// i when the name contains "blocks.<i>." at its start or after a '.'.
@@ -66,8 +71,9 @@ using forge::glob_match;
 
 /// Splits params into groups of equal (lr_mult, weight_decay, frozen, trainable_from), in order of
 /// first appearance. Parameters frozen at step 0 (by pattern or by gradual unfreezing) get
-/// requires_grad(false), so backward skips them. Throws Error(usage) for a bad value, a freeze
-/// pattern that matches no parameter, or layer options without any "blocks.<i>." parameter.
+/// requires_grad(false), so backward skips them. Throws Error(usage) for a bad value, a freeze or
+/// lr_scale pattern that matches no parameter, or layer options without any "blocks.<i>."
+/// parameter.
 std::vector<ParamGroup> build_param_groups(const std::vector<NamedTensor>& params,
                                            const GroupSpec& spec);
 

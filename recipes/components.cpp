@@ -172,7 +172,9 @@ void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics&
     std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
 }
 
-std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params) {
+std::unique_ptr<optim::Optimizer> build_optimizer(
+    const RunConfig& config, const NamedTensors& params,
+    std::vector<std::pair<std::string, double>> lr_scale) {
   const OptimizerConfig& o = config.optimizer;
   optim::GroupSpec groups;
   groups.weight_decay = o.weight_decay;
@@ -180,6 +182,7 @@ std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const
   groups.layer_lr_decay = o.layer_lr_decay;
   groups.freeze = o.freeze;
   groups.unfreeze_every = o.unfreeze_every;
+  groups.lr_scale = std::move(lr_scale);
   optim::OptimizerSpec spec;
   spec.name = o.name;
   spec.beta1 = o.betas[0];

@@ -54,8 +54,11 @@ void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimi
 /// `forge eval` output: the checkpoint and its step, then one "val_<key> <value>" line per metric.
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics);
 
-/// Groups from names (decay, layer-wise lr, freezing, unfreezing) and the configured optimizer.
-std::unique_ptr<optim::Optimizer> build_optimizer(const RunConfig& config, const NamedTensors& params);
+/// Groups from names (decay, layer-wise lr, freezing, unfreezing, the recipe's `lr_scale`, e.g.
+/// lora_lr_scale) and the configured optimizer.
+std::unique_ptr<optim::Optimizer> build_optimizer(
+    const RunConfig& config, const NamedTensors& params,
+    std::vector<std::pair<std::string, double>> lr_scale = {});
 
 /// A run directory (its latest checkpoint), a checkpoint file or a Hugging Face model directory
 /// (recipes/hf_model.h); throws Error(checkpoint) if none.

@@ -142,7 +142,7 @@ int train_dpo(const RunConfig& config) {
   Policy policy = build_policy(config, resuming, !precomputed);
   nn::GPT& model = *policy.model;
   std::unique_ptr<optim::Optimizer> optimizer =
-      build_optimizer(config, policy_trained_parameters(config, policy));
+      build_optimizer(config, policy_trained_parameters(config, policy), lora_lr_scale(config));
 
   const int64_t B = config.train.batch_size;
   std::optional<ReferenceTable> train_table, val_table;

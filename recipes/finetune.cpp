@@ -222,7 +222,8 @@ int train_finetune(const RunConfig& config) {
     nn::inject_lora(model, lora, adapters);
     trained = nn::select_trainable(model.named_parameters(), lora_trainable_patterns(config));
   }
-  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, trained);
+  std::unique_ptr<optim::Optimizer> optimizer =
+      build_optimizer(config, trained, lora_lr_scale(config));
   RunModel run_model{"", &model};
   if (lora.rank > 0) {
     run_model.adapters_only = true;

@@ -24,6 +24,9 @@ ConfigSection lora_section() {
                        "glob patterns of Linear module paths that get adapters ('*' spans dots)"),
            section_key("lora.rslora", boolean_key(false).aka({"use_rslora"}),
                        "scale by alpha / sqrt(rank) (rsLoRA) instead of alpha / rank"),
+           section_key("lora.lr_ratio", number_key(1.0, "> 0").aka({"loraplus_lr_ratio"}),
+                       "LoRA+: B trains at this times the rate of A (1 = plain LoRA; the LoRA+ "
+                       "paper suggests 16)"),
            section_key("lora.train_also", string_list_key().aka({"modules_to_save"}),
                        "glob patterns of further parameters that train beside the adapters, e.g. "
                        "[\"ln_f.*\"]")}};
@@ -44,6 +47,12 @@ std::vector<std::string> lora_trainable_patterns(const RunConfig& config) {
   for (const std::string& p : config.get<std::vector<std::string>>("lora.train_also"))
     include.push_back(p);
   return include;
+}
+
+std::vector<std::pair<std::string, double>> lora_lr_scale(const RunConfig& config) {
+  const double ratio = config.get<double>("lora.lr_ratio");
+  if (config.get<int64_t>("lora.rank") == 0 || ratio == 1.0) return {};
+  return {{"*.lora_B", ratio}};
 }
 
 int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& config) {

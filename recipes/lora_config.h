@@ -21,6 +21,10 @@ nn::LoRAConfig lora_settings(const RunConfig& config);
 /// Globs of the parameters a LoRA run trains: the adapters and lora.train_also.
 std::vector<std::string> lora_trainable_patterns(const RunConfig& config);
 
+/// LoRA+ (Hayou et al. 2024, PEFT's loraplus_lr_ratio): B trains at lora.lr_ratio times A's rate.
+/// The optimizer's lr scales for build_optimizer; none without adapters or at ratio 1.
+std::vector<std::pair<std::string, double>> lora_lr_scale(const RunConfig& config);
+
 /// The parameters a LoRA run of `model` trains, counted without building it: the adapters and
 /// the base parameters that lora.train_also names. Throws Error(usage) for a train_also pattern
 /// that matches no parameter, as training would, so that `forge validate` says it first.

@@ -517,7 +517,8 @@ int train_ppo(const RunConfig& config) {
     trained.push_back({"value." + t.name, t.tensor});
   // One optimizer over the policy and the value function, as TRL's PPOTrainer: one backward of
   // pg_loss + vf_coef * vf_loss and one clipping of their joint gradient norm.
-  std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, trained);
+  std::unique_ptr<optim::Optimizer> optimizer =
+      build_optimizer(config, trained, lora_lr_scale(config));
 
   std::vector<RunModel> models = policy_run_models(policy);
   models.push_back({"value", &critic.module()});

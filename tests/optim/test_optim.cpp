@@ -476,6 +476,24 @@ TEST(Groups, FreezePatterns) {
                "freeze pattern matches no parameter, got 'tok_embb.*'");
 }
 
+TEST(Groups, LrScaleMultipliesTheLayersRateOfMatchingParameters) {
+  NamedTensors ps = gpt_params(2);
+  // The first matching pattern wins: ln_f.weight takes 4, not 3.
+  auto s = settings(build_param_groups(
+      ps, {.layer_lr_decay = 2.0, .lr_scale = {{"*.qkv.*", 16.0}, {"ln_f.weight", 4.0},
+                                               {"ln_f.*", 3.0}}}));
+  EXPECT_EQ(std::get<0>(s["blocks.0.attn.qkv.weight"]), 8.0);  // 1/2 * 16
+  EXPECT_EQ(std::get<0>(s["blocks.1.attn.qkv.bias"]), 16.0);
+  EXPECT_EQ(std::get<0>(s["blocks.0.ln1.weight"]), 0.5);
+  EXPECT_EQ(std::get<0>(s["ln_f.weight"]), 4.0);
+  EXPECT_EQ(std::get<0>(s["ln_f.bias"]), 3.0);
+  EXPECT_EQ(std::get<0>(s["tok_emb.weight"]), 0.25);
+  expect_error([&] { build_param_groups(ps, {.lr_scale = {{"*.lora_B", 16.0}}}); },
+               ExitCode::usage, "lr scale pattern matches no parameter, got '*.lora_B'");
+  expect_error([&] { build_param_groups(ps, {.lr_scale = {{"ln_f.*", 0.0}}}); }, ExitCode::usage,
+               "an lr scale must be > 0, got 0");
+}
+
 TEST(Groups, GradualUnfreezingSchedule) {
   // L = 2, every 10 steps: layers from the top are ln_f (2), block 1, block 0, embeddings (-1).
   EXPECT_FALSE(is_frozen(2, 0, 2, 10));

@@ -149,6 +149,32 @@ TEST_F(FinetuneRecipe, FullAndLoRAStartAtTheBaseAndLogTheExpectedLosses) {
   EXPECT_NEAR(lora.at(12), 3.4285, 3e-3);
 }
 
+// LoRA+ (lora.lr_ratio): B trains at the ratio times A's rate. B starts at zero and A gets no
+// gradient while B is zero, so one AdamW update (m / sqrt(v) = +-1, no weight decay) leaves A as it
+// was and moves each element of B with a gradient by exactly lr * ratio.
+TEST_F(FinetuneRecipe, LoRAPlusTrainsBAtTheRatioTimesTheRate) {
+  const std::string one_step =
+      " train.max_steps=1 train.save_every=1 optimizer.weight_decay=0 train.clip_grad_norm=0";
+  ASSERT_EQ(forge("train " + write_config("plain", 2).string() + one_step), 0);
+  ASSERT_EQ(forge("train " + write_config("plus", 2).string() + one_step + " lora.lr_ratio=4"), 0);
+  const auto plain = saved_tensors(dir_ / "plain"), plus = saved_tensors(dir_ / "plus");
+  ASSERT_EQ(plain.size(), plus.size());
+  const double lr = 3.0e-3;
+  int checked = 0;
+  for (const auto& [name, b] : plus) {
+    if (!name.ends_with(".lora_B")) continue;
+    ++checked;
+    float largest = 0, largest_plain = 0;
+    for (float v : b) largest = std::max(largest, std::fabs(v));
+    for (float v : plain.at(name)) largest_plain = std::max(largest_plain, std::fabs(v));
+    EXPECT_NEAR(largest, 4 * lr, 1e-3 * lr) << name;
+    EXPECT_NEAR(largest_plain, lr, 1e-3 * lr) << name;
+    const std::string a = name.substr(0, name.size() - 1) + "A";
+    EXPECT_EQ(plus.at(a), plain.at(a)) << a;
+  }
+  EXPECT_EQ(checked, 2 * 4);  // qkv, proj, fc and mlp.proj of 2 blocks
+}
+
 TEST_F(FinetuneRecipe, AdapterCheckpointHoldsOnlyAdaptersAndReferencesTheBase) {
   ASSERT_EQ(forge("train " + write_config("lora", 2).string() + " train.max_steps=4"), 0);
   const fs::path file = resolve_checkpoint(dir_ / "lora");
