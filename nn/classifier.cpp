@@ -134,8 +134,22 @@ Tensor GPTClassifier::features(const Tensor& ids, const Tensor& mask) const {
   const int64_t B = ids.size(0), L = ids.size(1), T = gpt_->config().context;
   if (L <= T) return concat_pool(gpt_->forward(ids, GPTOutput::hidden), mask);
   const int64_t windows = (L + T - 1) / T, width = windows * T;
-  Tensor hidden =
-      gpt_->forward(reshape(pad_columns(ids, width), {B * windows, T}), GPTOutput::hidden);
+  const Tensor rows = reshape(pad_columns(ids, width), {B * windows, T});
+  // The windows of a row after its last real token hold padding only. They stay out of the
+  // backbone's batch (a third of the windows of a batch of fortunes: docs/recipes/classify.md),
+  // and their hidden states are zeros, which the pooling masks as it masks all padding.
+  const std::vector<int64_t> lengths = prefix_lengths(mask);
+  std::vector<double> used;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t w = 0; w * T < lengths[size_t(b)]; ++w) used.push_back(double(b * windows + w));
+  Tensor hidden;
+  if (int64_t(used.size()) == B * windows) {
+    hidden = gpt_->forward(rows, GPTOutput::hidden);
+  } else {
+    const Tensor index = from_vector(used, {int64_t(used.size())}, DType::i64);
+    const Tensor packed = gpt_->forward(index_select(rows, 0, index), GPTOutput::hidden);
+    hidden = index_add(zeros({B * windows, T, packed.size(2)}, packed.dtype()), 0, index, packed);
+  }
   return concat_pool(reshape(hidden, {B, width, hidden.size(2)}),
                      pad_columns(mask.to(DType::i64), width));
 }

@@ -227,6 +227,55 @@ TEST(GPTClassifier, ALongTextRunsAsWindowsOfTheContextPooledTogether) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+// In a batch, a short row's windows after its text are left out of the backbone's batch and
+// come back as zeros (nn/classifier.cpp): each row's features and the parameters' gradients are
+// those of the rows run one at a time, unpadded.
+TEST(GPTClassifier, WindowsOfPaddingOnlyChangeNeitherFeaturesNorGradients) {
+  nn::GPTClassifier model = tiny_classifier();
+  model.eval();
+  const int64_t L = 19;  // 3 windows of 8 for row 0; row 1 has 5 tokens, its 1 window only
+  std::vector<double> ids_v, mask_v, long_text, short_text;
+  for (int64_t i = 0; i < L; ++i) {
+    long_text.push_back(double((i * 7 + 3) % 11));
+    ids_v.push_back(long_text.back());
+    mask_v.push_back(1);
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    if (i < 5) short_text.push_back(double((i * 5 + 2) % 11));
+    ids_v.push_back(i < 5 ? short_text.back() : 0.0);
+    mask_v.push_back(i < 5 ? 1 : 0);
+  }
+  auto gradients = [&](const Tensor& loss) {
+    for (Tensor p : model.parameters()) p.set_grad(Tensor());
+    loss.backward();
+    std::vector<double> g;
+    for (const Tensor& p : model.parameters()) {
+      const std::vector<double> v =
+          p.grad().defined() ? values(p.grad()) : std::vector<double>(size_t(p.numel()));
+      g.insert(g.end(), v.begin(), v.end());
+    }
+    return g;
+  };
+  // A weighted sum, so that the two rows' features count differently.
+  auto loss_of = [](const Tensor& features, double weight) {
+    return sum(mul(features, weight));
+  };
+  const Tensor batch = model.features(testing::ids(ids_v, {2, L}), testing::ids(mask_v, {2, L}));
+  const std::vector<double> got = values(batch);
+  const std::vector<double> got_grad =
+      gradients(add(loss_of(slice(batch, 0, 0, 1), 1.0), loss_of(slice(batch, 0, 1, 2), -2.0)));
+
+  const Tensor one = model.features(testing::ids(long_text, {1, L}), ones({1, L}, DType::i64));
+  const Tensor two = model.features(testing::ids(short_text, {1, 5}), ones({1, 5}, DType::i64));
+  std::vector<double> want = values(one);
+  for (double v : values(two)) want.push_back(v);
+  const std::vector<double> want_grad = gradients(add(loss_of(one, 1.0), loss_of(two, -2.0)));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_EQ(got_grad.size(), want_grad.size());
+  for (size_t i = 0; i < got_grad.size(); ++i) EXPECT_NEAR(got_grad[i], want_grad[i], 1e-4) << i;
+}
+
 TEST(GPTClassifier, RefusesBadHeadSizes) {
   Generator gen(1);
   for (nn::ClassifierHeadConfig bad :
