@@ -99,10 +99,11 @@ def load_base(run, dropout):
 
 
 def read_records(directory):
-    """{file stem: [record, ...]}: records end at a line holding only '%' and keep their final
-    newline, blank ones dropped (Forge's data/prepare.cpp split_records)."""
+    """{file stem: [record, ...]} over the directory's *.txt files: records end at a line holding
+    only '%' and keep their final newline, blank ones dropped (Forge's data/records.cpp and
+    data/prepare.cpp split_records)."""
     out = {}
-    for name in sorted(os.listdir(directory)):
+    for name in sorted(f for f in os.listdir(directory) if f.endswith(".txt")):
         with open(os.path.join(directory, name), "rb") as f:
             text = f.read().decode("utf-8", errors="surrogateescape")
         records, lines = [], []
