@@ -17,6 +17,7 @@ on this split, then val_loss every train.eval_every steps. Run with Debian's /us
 """
 import argparse
 import fnmatch
+import io
 import math
 import os
 import random
@@ -107,8 +108,8 @@ def read_records(directory):
         with open(os.path.join(directory, name), "rb") as f:
             text = f.read().decode("utf-8", errors="surrogateescape")
         records, lines = [], []
-        for line in text.splitlines(keepends=True):
-            if line.rstrip("\r\n") == "%":
+        for line in io.StringIO(text, newline="\n"):  # lines end at '\n' only, as Forge's
+            if line.removesuffix("\n") in ("%", "%\r"):
                 records.append("".join(lines))
                 lines = []
             else:
