@@ -68,9 +68,10 @@ def inject_lora(model, lora):
 
 
 def read_records(path):
-    """The bytes of every file of a record directory (or of one file), in name order."""
-    files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) \
-        else [path]
+    """The bytes of the *.txt files of a record directory (Forge's data/records.cpp reads those
+    only), or of one file, in name order."""
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".txt")) \
+        if os.path.isdir(path) else [path]
     out = bytearray()
     for f in files:
         if os.path.isfile(f):
