@@ -78,6 +78,15 @@ void check_lora(ConfigChecker& checker) {
                 c.get<int64_t>("lora.rank") == 0 ||
                     !c.get<std::vector<std::string>>("lora.targets").empty(),
                 "lora.targets: lora.rank > 0 needs at least one pattern of Linear layers");
+  // Both act on adapters only: without them they would be ignored, silently.
+  const bool adapters = c.get<int64_t>("lora.rank") > 0;
+  checker.cross({"lora.lr_ratio", "lora.rank"}, adapters || c.get<double>("lora.lr_ratio") == 1.0,
+                "lora.lr_ratio: sets the rate of the adapters' B, but lora.rank is 0 (no "
+                "adapters; every weight trains at optimizer.lr)");
+  checker.cross({"lora.train_also", "lora.rank"},
+                adapters || c.get<std::vector<std::string>>("lora.train_also").empty(),
+                "lora.train_also: names what trains beside the adapters, but lora.rank is 0 (no "
+                "adapters; every weight trains)");
 }
 
 }  // namespace forge

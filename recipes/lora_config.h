@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, double>> lora_lr_scale(const RunConfig& confi
 /// that matches no parameter, as training would, so that `forge validate` says it first.
 int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& config);
 
-/// lora.* rules for a recipe's check: targets must be given when rank > 0.
+/// lora.* rules for a recipe's check: targets must be given when rank > 0, and lr_ratio and
+/// train_also, which act on adapters, need rank > 0.
 void check_lora(ConfigChecker& checker);
 
 }  // namespace forge

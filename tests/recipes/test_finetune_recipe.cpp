@@ -429,6 +429,19 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("lora.train_also: 'tok_emb.wieght' matches no parameter"), std::string::npos)
       << out;
+  // Without adapters (rank 0) the keys that act on them would do nothing: refused.
+  const std::string full = write_config("full", 0).string();
+  std::tie(code, out) = forge_output("validate " + full + " lora.lr_ratio=16");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("lora.lr_ratio: sets the rate of the adapters' B, but lora.rank is 0"),
+            std::string::npos)
+      << out;
+  std::tie(code, out) = forge_output("validate " + full + " 'lora.train_also=[\"ln_f.*\"]'");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("lora.train_also: names what trains beside the adapters, but lora.rank is 0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(forge_output("validate " + full).first, 0);
 }
 
 }  // namespace
