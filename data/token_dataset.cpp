@@ -1,5 +1,5 @@
 // Token datasets on the HDF5 C API (layout: docs/data-format.md), following the conventions of
-// recipes/checkpoint.cpp without depending on it (data/ sits below recipes/): RAII handles, HDF5's
+// runtime/checkpoint.cpp without depending on it (data/ sits below recipes/): RAII handles, HDF5's
 // error printing silenced so users see one line, a temp file renamed into place with a digest
 // sidecar beside it (core/durable_file.h), CRC-32 (zlib's) over the stored bytes. Tokens move in
 // blocks of whole chunks, so neither writing nor checking a corpus needs a second copy of it in
