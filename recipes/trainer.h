@@ -18,6 +18,7 @@
 #include "optim/optimizer.h"
 #include "recipes/config.h"
 #include "recipes/metrics.h"
+#include "recipes/rank_agreement.h"  // stop_requested() and join_setup(), for recipes and main()
 
 namespace forge {
 
@@ -141,37 +142,6 @@ struct Recipe {
 AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro,
                                      const std::function<void(int64_t micro)>& skip = {});
-
-/// Under mpirun, the first collective of a run: every rank says whether its set-up (config, data,
-/// models, the checkpoint to resume) succeeded, with 0 or its error's exit code. run_training
-/// calls it once set up; main() calls it when set-up threw on this rank, so that the ranks still
-/// setting up do not wait for it forever. Set-up errors are usually the same on every rank: the
-/// lowest failing rank reports, the others end quietly with the highest exit code. Trivial in one
-/// process.
-struct SetupOutcome {
-  int failed_rank = -1;  ///< the lowest rank whose set-up failed, or -1
-  int exit_code = 0;
-};
-SetupOutcome join_setup(int exit_code);
-/// Whether this process has passed join_setup: an error after it is this rank's own.
-bool setup_joined();
-/// An error every rank of a data-parallel run raises at the same point, after agreeing on it (the
-/// ranks' weights differ, they resumed different steps): rank 0 reports it and every rank ends
-/// normally with its code, rather than one rank ending the job under the others.
-class AgreedError : public Error {
- public:
-  using Error::Error;
-};
-/// Thrown on the ranks whose set-up succeeded when another's failed: end with `exit_code`,
-/// printing nothing (the failing rank reported).
-struct PeerSetupFailed {
-  int exit_code;
-};
-
-/// True once SIGINT or SIGTERM arrived during run_training. Loops that can take long (evaluation
-/// over many batches, sampling) poll it and return early; the trainer then writes a checkpoint and
-/// exits 130 / 143. Always false outside run_training (`forge eval` keeps the default handlers).
-bool stop_requested();
 
 /// Runs `config.train.max_steps` steps of `recipe` over `models` with `optimizer` (which holds the
 /// trained parameters), resuming from the run directory's latest checkpoint unless train.resume is
