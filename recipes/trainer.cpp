@@ -645,20 +645,20 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   }
 
   const int64_t final_step = tc.max_steps;
-  // The whole split, always. Stopped during it, the run saves its final step and exits; resuming
-  // runs the evaluation again.
-  const std::optional<double> final_loss = run.evaluate(final_step, /*full=*/true);
-  if (agree_max(final_loss && !std::isfinite(*final_loss))) {
-    run.end_progress();
-    throw Error(ExitCode::numerical,
-                detail::concat("the final validation loss at step ", final_step, " is ",
-                               final_loss ? *final_loss : NAN));
-  }
+  // Every update passed the finite-parameter check: the last step is saved before the final
+  // evaluation, which can then fail or be stopped without losing a step.
   if (run.last_saved() != final_step) run.save(final_step);
+  // The whole split, always. Stopped during it, the same command runs it again.
+  const std::optional<double> final_loss = run.evaluate(final_step, /*full=*/true);
   if (!final_loss)
     return run.stopped(detail::concat("during the final evaluation of step ", final_step,
                                       "; the same command finishes it"));
   run.end_progress();
+  if (agree_max(!std::isfinite(*final_loss)))
+    throw Error(ExitCode::numerical,
+                detail::concat("the final validation loss at step ", final_step, " is ",
+                               *final_loss, "; step ", final_step, " is saved in ",
+                               checkpoint_path(config.output_dir, final_step).string()));
   return run.report_and_sample(final_step);
 }
 

@@ -149,7 +149,8 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
 /// advisory lock on the run directory (<output_dir>/train.lock) meanwhile. Returns the process exit
 /// code: 0, or 130 / 143 after writing a checkpoint when stopped by SIGINT / SIGTERM. Throws
 /// Error(usage) for a run directory it cannot create, lock or move aside, Error(numerical) for a
-/// non-finite loss or gradient under nan_policy "abort", Error(checkpoint) when a referenced model
+/// non-finite loss or gradient under nan_policy "abort" or a non-finite final validation loss (the
+/// last step is saved before the final evaluation), Error(checkpoint) when a referenced model
 /// changed since the checkpoint.
 int run_training(const RunConfig& config, const std::vector<RunModel>& models,
                  optim::Optimizer& optimizer, const Recipe& recipe);

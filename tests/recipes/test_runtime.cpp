@@ -283,10 +283,11 @@ TEST(InitFrom, RenamesAllowsMissingAndUnexpectedAndNamesTheOffender) {
 }
 
 // A one-weight model trained with plain SGD on loss = w * x; `evaluate` is the recipe's.
-int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate) {
+int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate,
+                 int64_t save_every = 1) {
   RunConfig config = tiny_run(dir, 3);
   config.optimizer.lr = lr;
-  config.train.save_every = 1;
+  config.train.save_every = save_every;
   Generator gen(1);
   nn::Linear model(1, 1, false, gen);
   optim::OptimizerSpec spec;
@@ -308,11 +309,16 @@ TEST(Runtime, AnUpdateThatOverflowsTheWeightsStopsBeforeAnythingIsSaved) {
   EXPECT_FALSE(latest_checkpoint(dir.path()));
 }
 
-TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalError) {
+// Every update passed the finite-parameter check, so the steps since the last periodic save (step
+// 2) reach a checkpoint before the final evaluation fails.
+TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalErrorAfterTheLastStepIsSaved) {
   testing::TempDir dir;
   testing::expect_error(ExitCode::numerical, "the final validation loss at step 3 is nan", [&] {
-    train_linear(dir.path(), 0.1, [](bool full) { return Metrics{{"loss", full ? NAN : 0.0}}; });
+    train_linear(
+        dir.path(), 0.1, [](bool full) { return Metrics{{"loss", full ? NAN : 0.0}}; },
+        /*save_every=*/2);
   });
+  EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_path(dir.path(), 3));
 }
 
 // The stopped final evaluation is cut short and not logged; the checkpoint of the last step is
