@@ -209,6 +209,13 @@ void save_run(const RunConfig& config, int64_t step, const RunModels& models,
   progress.message("saved " + file.string());
 }
 
+// The updates of one step: under nan_policy: skip some may have been skipped. A step is logged
+// and evaluated when any applied, with the lr and gradient norm of its last applied update.
+struct StepUpdates {
+  int64_t applied = 0, skipped = 0;
+  UpdateResult last_applied{};
+};
+
 // The shared update policy behind both step forms.
 class Updater final : public StepContext {
  public:
@@ -226,6 +233,7 @@ class Updater final : public StepContext {
   void begin(int64_t step) {
     step_ = step;
     forwards_ = 0;
+    updates_ = {};
     seed_dropout(config_, step_, forwards_);
   }
   int64_t step() const override { return step_; }
@@ -252,7 +260,8 @@ class Updater final : public StepContext {
     return update(std::move(acc));
   }
 
-  const UpdateResult& last() const { return last_; }
+  // The updates of the step begun last.
+  const StepUpdates& updates() const { return updates_; }
 
  private:
   UpdateResult update(AccumulatedLoss acc) {
@@ -289,7 +298,12 @@ class Updater final : public StepContext {
                                        ": too high?)"));
     }
     seed_dropout(config_, step_, forwards_);
-    last_ = r;
+    if (r.skipped) {
+      updates_.skipped++;
+    } else {
+      updates_.applied++;
+      updates_.last_applied = r;
+    }
     return r;
   }
 
@@ -309,7 +323,7 @@ class Updater final : public StepContext {
   optim::GradArena arena_;
   const std::function<void(int64_t step, int64_t micro)> skip_;
   int64_t step_ = 0, forwards_ = 0;
-  UpdateResult last_{};
+  StepUpdates updates_{};
 };
 
 std::string describe_metrics(const Metrics& metrics) {
@@ -393,13 +407,15 @@ class TrainingRun {
     return {r.accumulated.loss, r.accumulated.sums};
   }
 
-  // Shows step `step` unless train.nan_policy: skip skipped its last update, and writes its train
-  // line when `log`: the outcome's loss, the lr and gradient norm of its last update, and over the
-  // steps since the previous line the throughput and the all-reduce waits. Returns whether the
-  // last update applied.
+  // Shows step `step` unless train.nan_policy: skip skipped all its updates, and writes its train
+  // line when `log`: the outcome's loss, the lr and gradient norm of its last applied update, and
+  // over the steps since the previous line the throughput, the all-reduce waits and the updates
+  // skipped. Returns whether any update of the step applied.
   bool show_step(int64_t step, const StepOutcome& outcome, bool log) {
-    const UpdateResult& last = updater_->last();
-    if (last.skipped) return false;
+    const StepUpdates& updates = updater_->updates();
+    window_.skipped_updates += updates.skipped;
+    if (updates.applied == 0) return false;
+    const UpdateResult& last = updates.last_applied;
     window_.tokens += recipe_.tokens_per_step;
     window_.wait_s += last.accumulated.allreduce_wait_s;
     window_.exposed_s += last.accumulated.allreduce_exposed_s;
@@ -417,6 +433,8 @@ class TrainingRun {
       line.push_back({"allreduce_wait_s", window_.wait_s / steps});
       line.push_back({"allreduce_exposed_s", window_.exposed_s / steps});
     }
+    if (config_.train.nan_policy == "skip")
+      line.push_back({"skipped_updates", window_.skipped_updates});
     if (recipe_.train_metrics) {
       Metrics extra = recipe_.train_metrics(outcome.sums);
       line.insert(line.end(), extra.begin(), extra.end());
@@ -522,7 +540,7 @@ class TrainingRun {
   // The steps since the previous train line.
   struct Window {
     double start_s = 0, wait_s = 0, exposed_s = 0;
-    int64_t tokens = 0, steps = 0;
+    int64_t tokens = 0, steps = 0, skipped_updates = 0;
   } window_;
 };
 

@@ -92,7 +92,9 @@ class StepContext {
 };
 
 /// What a custom step reports for its train line: the loss shown and logged, and the sums handed
-/// to Recipe::train_metrics. grad_norm and lr come from its last update.
+/// to Recipe::train_metrics. grad_norm and lr come from its last applied update: a step is logged
+/// and evaluated when any of its updates applied. An update skipped under train.nan_policy: skip
+/// has a non-finite loss; leave it out of both.
 struct StepOutcome {
   double loss = 0;
   std::map<std::string, double> sums = {};

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <csignal>
 #include <functional>
+#include <map>
+#include <optional>
 
 #include "core/ops.h"
 #include "nn/layers.h"
@@ -206,6 +208,54 @@ TEST(Runtime, ACustomStepWithSeveralUpdatesResumesExactly) {
       found = true;
     }
   EXPECT_TRUE(found);
+}
+
+// Three updates a step under nan_policy: skip; the last update of step 2 and every update of step 3
+// have a non-finite loss. Step 2 applied two updates: it is logged and evaluated like any other,
+// its lr and grad_norm those of its last applied update; step 3 applied none.
+TEST(Runtime, ACustomStepIsLoggedAndEvaluatedWhenAnyOfItsUpdatesApplied) {
+  testing::TempDir dir;
+  RunConfig config = tiny_run(dir.path(), 4);
+  config.train.nan_policy = "skip";
+  config.train.eval_every = 2;
+  Generator gen(5);
+  nn::Linear model(2, 1, true, gen);
+  auto optimizer = adamw(model.named_parameters());
+  Recipe recipe;
+  recipe.custom_step = [&](StepContext& ctx) {
+    const int64_t step = ctx.step() + 1;
+    double total = 0;
+    int applied = 0;
+    for (int u = 0; u < 3; ++u) {
+      Tensor y = model.forward(ones({1, 2}));
+      Tensor loss = sum(y * y);
+      if ((step == 2 && u == 2) || step == 3) loss = mul(loss, NAN);
+      UpdateResult r = ctx.backward_and_update(MicroBatchLoss{loss, 1});
+      if (r.skipped) continue;
+      total += r.accumulated.loss;
+      applied++;
+    }
+    return StepOutcome{applied > 0 ? total / applied : 0.0};
+  };
+  recipe.evaluate = [](bool) { return Metrics{{"loss", 0.0}}; };
+  ASSERT_EQ(run_training(config, model, *optimizer, recipe), 0);
+
+  std::map<int64_t, MetricsRecord> train;
+  std::vector<int64_t> val_steps;
+  for (const MetricsRecord& r : read_metrics(dir.path() / "metrics.jsonl")) {
+    if (r.split == "train") train.emplace(r.step, r);
+    if (r.split == "val") val_steps.push_back(r.step);
+  }
+  ASSERT_EQ(train.size(), 3u);
+  ASSERT_EQ(train.count(2), 1u);
+  EXPECT_EQ(val_steps, (std::vector<int64_t>{2, 4}));
+  // Updates skipped since the previous train line: step 3's three are counted in step 4's.
+  EXPECT_EQ(train.at(1).number("skipped_updates"), std::optional<double>(0.0));
+  EXPECT_EQ(train.at(2).number("skipped_updates"), std::optional<double>(1.0));
+  EXPECT_EQ(train.at(4).number("skipped_updates"), std::optional<double>(3.0));
+  EXPECT_GT(*train.at(2).number("lr"), 0.0);
+  EXPECT_GT(*train.at(2).number("grad_norm"), 0.0);
+  EXPECT_TRUE(std::isfinite(*train.at(2).number("loss")));
 }
 
 TEST(Runtime, AdaptersOnlyModelsSaveTheTrainedTensorsAndReferenceTheirBase) {
