@@ -393,7 +393,7 @@ class TrainingRun {
   int64_t start() const { return start_; }
   bool complete() const { return complete_; }
   int64_t last_saved() const { return last_save_; }
-  /// The agreed stop request: the signal, or 0.
+  // The agreed stop request: the signal, or 0.
   int stop() const { return stop_; }
   int check_stop() { return stop_ = agree_on_stop(); }
 
