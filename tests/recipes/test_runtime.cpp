@@ -1,8 +1,9 @@
 // The runtime for runs of several models (recipes/trainer.h) and for initialising a model from
 // another one's checkpoint (recipes/components.h): frozen models stay untouched, in eval mode and
 // out of checkpoints, which reference them by digest; a custom step with several updates resumes
-// exactly; adapters-only saves hold just the trained tensors; init_from maps names and names the
-// offending file and tensor.
+// exactly and is logged when any of its updates applied; adapters-only saves hold just the trained
+// tensors; init_from maps names and names the offending file and tensor; a non-finite final
+// evaluation fails after the last step is saved.
 #include <gtest/gtest.h>
 
 #include <cmath>
