@@ -495,11 +495,20 @@ std::vector<int64_t> teacher_blocks_for_student(const RunConfig& config, int64_t
 
 InitReport init_student_from_teacher(nn::Module& student, const fs::path& teacher_file,
                                      const std::vector<int64_t>& blocks) {
-  // The teacher's blocks, from its tensor names ("blocks.<t>.<...>").
-  int64_t teacher_layers = 0;
+  // The teacher's blocks are those its stored config declares; its tensor names come from a file
+  // and are checked against them ("blocks.<t>.<...>").
+  const int64_t teacher_layers = stored_config(teacher_file).model.n_layers;
+  std::set<std::string> block_prefixes;
+  for (int64_t t = 0; t < teacher_layers; ++t)
+    block_prefixes.insert("blocks." + std::to_string(t) + ".");
   for (const TensorSpec& spec : read_checkpoint_info(teacher_file).main_model())
-    if (spec.name.rfind("blocks.", 0) == 0)
-      teacher_layers = std::max<int64_t>(teacher_layers, std::stoll(spec.name.substr(7)) + 1);
+    if (spec.name.rfind("blocks.", 0) == 0 &&
+        !block_prefixes.count(spec.name.substr(0, spec.name.find('.', 7) + 1)))
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(teacher_file.string(), ": tensor '", spec.name,
+                                 "' is not in one of the teacher's blocks 0 to ",
+                                 teacher_layers - 1, " (its model.n_layers is ", teacher_layers,
+                                 ")"));
   InitOptions options;
   for (int64_t t = 0; t < teacher_layers; ++t) {
     const std::string from = "blocks." + std::to_string(t) + ".";

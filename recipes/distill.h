@@ -35,7 +35,8 @@ std::vector<int64_t> teacher_blocks_for_student(const RunConfig& config, int64_t
 
 /// Copies the teacher's checkpoint into `student`: teacher block blocks[s] into student block s,
 /// every tensor outside the blocks (embeddings, final norm, heads) by its name; the other teacher
-/// blocks are not read. Error(checkpoint) naming the file and the tensor when a shape differs.
+/// blocks are not read. Error(checkpoint) naming the file and the tensor when a shape differs or a
+/// tensor's block is not one of the model.n_layers blocks the teacher's stored config declares.
 InitReport init_student_from_teacher(nn::Module& student, const std::filesystem::path& teacher_file,
                                      const std::vector<int64_t>& blocks);
 

@@ -3,24 +3,18 @@
 // stream ("dropout", step) before each forward. A checkpoint therefore needs only the trained
 // parameters, optimizer state, the step and, for recipes whose loader keeps a cursor, that cursor,
 // to continue exactly the trajectory of an uninterrupted run; frozen models and LoRA bases are
-// reloaded from their sources, whose digests the checkpoint records.
+// reloaded from their sources, whose digests the checkpoint records. What a run needs besides the
+// loop lives beside it: the run directory (run_directory.h), the ranks' agreements and the stop
+// flag (rank_agreement.h), and the tests' fault injection (fault_injection.h).
 #include "runtime/trainer.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <set>
-#include <string_view>
 
 #include "core/allocator.h"
 #include "core/checksum.h"
@@ -32,56 +26,15 @@
 #include "optim/groups.h"
 #include "optim/schedule.h"
 #include "runtime/checkpoint.h"
+#include "runtime/fault_injection.h"
+#include "runtime/rank_agreement.h"
 #include "runtime/report.h"
+#include "runtime/run_directory.h"
 
 namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int sig) { g_stop_signal = sig; }
-bool g_setup_joined = false;
-
-// The largest of the ranks' values: how the ranks of a data-parallel run take one decision.
-int64_t agree_max(int64_t value) {
-  world_comm().allreduce_max(&value, 1);
-  return value;
-}
-
-// The stop request the run acts on. A signal may reach one rank only (kill, a scheduler) and at any
-// moment: the ranks read their flags at the same points of the run and adopt the strongest request
-// any of them saw, so that every decision to stop is taken by all of them after the same step.
-int agree_on_stop() {
-  const int64_t signal = g_stop_signal;
-  return int(world_comm().size() == 1 ? signal : agree_max(signal));
-}
-
-// The ranks apply the same updates to the same weights. A checksum of every trained tensor,
-// compared across ranks, catches a divergence (a rank that resumed another checkpoint, a kernel
-// that is not deterministic) before the run trains N different models in silence.
-void check_ranks_agree(const NamedTensors& params, int64_t step) {
-  Comm& comm = world_comm();
-  if (comm.size() == 1) return;
-  uint32_t crc = 0;
-  for (const NamedTensor& p : params) {
-    Tensor t = p.tensor.contiguous();
-    crc = crc32(t.raw_data(), size_t(t.numel()) * dtype_size(t.dtype()), crc);
-  }
-  int64_t v[4] = {step, -step, int64_t(crc), -int64_t(crc)};
-  comm.allreduce_max(v, 4);
-  if (v[0] != -v[1])
-    throw AgreedError(
-        ExitCode::checkpoint,
-        detail::concat("the ranks resumed from different steps (", -v[1], " to ", v[0],
-                       "): every rank must see the same run directory (a shared filesystem, "
-                       "docs/distributed.md)"));
-  if (v[2] != -v[3])
-    throw AgreedError(ExitCode::internal,
-                      detail::concat("the ranks' weights differ at step ", step, " (rank ",
-                                     comm.rank(), " has checksum ", crc,
-                                     "): they no longer train one model"));
-}
 
 // Data parallelism shards each step's micro-batches over the ranks and keeps one update per step.
 void check_data_parallel(const RunConfig& config, const Recipe& recipe, int ranks) {
@@ -107,106 +60,6 @@ void check_data_parallel(const RunConfig& config, const Recipe& recipe, int rank
                              " ranks: each rank runs grad_accum / ranks of a step's micro-batches",
                              hint));
 }
-
-const char* stop_signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
-int stop_exit_code(int signal) { return signal == SIGINT ? 130 : 143; }
-
-// Under mpirun, FORGE_TEST_RANK=<r> limits the fault injection below to rank r.
-bool fault_rank() {
-  const char* rank = std::getenv("FORGE_TEST_RANK");
-  return !rank || std::atoi(rank) == world_comm().rank();
-}
-
-// Fault injection for the signal tests: FORGE_TEST_RAISE=<SIGINT|SIGTERM>@<point> raises the signal
-// whenever the run reaches <point> (setup, eval, final_eval, sample, report), so a test stops a run
-// inside one deterministically instead of racing a kill against it; ERROR@<point> throws a data
-// error there instead (an error of one rank under mpirun).
-void fault_point(std::string_view point) {
-  const char* spec = std::getenv("FORGE_TEST_RAISE");
-  if (!spec || !fault_rank()) return;
-  const std::string_view s = spec;
-  const size_t at = s.find('@');
-  if (at == std::string_view::npos || s.substr(at + 1) != point) return;
-  if (s.substr(0, at) == "ERROR")
-    throw Error(ExitCode::data, detail::concat("FORGE_TEST_RAISE: an error at ", point));
-  std::raise(s.substr(0, at) == "SIGINT" ? SIGINT : SIGTERM);
-}
-
-// Installs SIGINT/SIGTERM handlers for the lifetime of a run, restoring the previous ones after;
-// a stop request outlives neither.
-class SignalScope {
- public:
-  SignalScope() {
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~SignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    g_stop_signal = 0;
-  }
-
- private:
-  struct sigaction old_int_ = {}, old_term_ = {};
-};
-
-// output_dir is the user's choice: a path under a read-only directory, or below a file, is a usage
-// error naming it, not a filesystem exception.
-void create_run_directory(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);  // also fails (ENOTDIR) when dir exists as a file
-  if (ec)
-    throw Error(ExitCode::usage, detail::concat("output_dir ", dir.string(),
-                                                ": cannot create the run directory: ", ec.message()));
-}
-
-// An advisory lock on the run directory while a trainer uses it: flock(2) on <run>/train.lock,
-// which holds the owner's pid for the message a second trainer prints. The kernel drops the lock
-// when its process dies, however it dies, so a killed run resumes at once. The file stays behind:
-// removing it would let a waiting and a new trainer lock two different files.
-class RunDirectoryLock {
- public:
-  RunDirectoryLock(const fs::path& dir, ProgressPrinter& progress) {
-    const fs::path file = dir / "train.lock";
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      throw Error(ExitCode::usage, detail::concat(file.string(), ": cannot create the lock file: ",
-                                                  std::strerror(errno)));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
-      const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
-        progress.message(detail::concat("forge: warning: ", file.string(),
-                                        ": cannot record this process's pid: ", std::strerror(errno)));
-      return;
-    }
-    const int err = errno;
-    if (err != EWOULDBLOCK) {  // a filesystem without flock (some network mounts): train unguarded
-      progress.message(detail::concat("forge: warning: ", file.string(), ": cannot lock (",
-                                      std::strerror(err),
-                                      "); a second trainer on this directory would not be noticed"));
-      return;
-    }
-    char buf[32] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-    std::string holder(buf, size_t(std::max<ssize_t>(n, 0)));
-    holder.erase(holder.find_last_not_of("\n") + 1);
-    ::close(fd_);
-    throw Error(ExitCode::usage,
-                detail::concat(dir.string(), ": in use by another forge train (pid ",
-                               holder.empty() ? "unknown" : holder, ", holding ", file.string(),
-                               "); wait for it or stop it, or choose another output_dir"));
-  }
-  ~RunDirectoryLock() { ::close(fd_); }
-  RunDirectoryLock(const RunDirectoryLock&) = delete;
-  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 optim::ScheduleSpec schedule_spec(const RunConfig& c) {
   optim::ScheduleSpec s;
@@ -341,58 +194,8 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
   return data.step;
 }
 
-// A fresh directory for an earlier run's record: <run>/previous-<UTC time>, with -2, -3 ... when
-// that name is taken, so an earlier moved-aside run is never overwritten.
-fs::path claim_previous_directory(const fs::path& dir) {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc = {};
-  gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
-  for (int n = 1;; ++n) {
-    std::string name = std::string("previous-") + stamp;
-    if (n > 1) name += '-' + std::to_string(n);
-    const fs::path candidate = dir / name;
-    std::error_code ec;
-    if (fs::create_directory(candidate, ec)) return candidate;
-    if (ec)
-      throw Error(ExitCode::usage,
-                  detail::concat(candidate.string(), ": cannot create it to move the earlier run "
-                                 "aside (train.resume: never): ", ec.message(),
-                                 "; nothing was moved"));
-  }
-}
-
-// train.resume: never starts over without losing the earlier run: its record moves into
-// previous-<UTC time>/ by one rename per entry. A crash between two renames leaves every file in
-// one of the two places. checkpoints/ goes last: moved first, a crash would leave metrics.jsonl
-// beside no checkpoint, and the next run, starting from step 0, would overwrite it.
-void move_earlier_run_aside(const fs::path& dir, ProgressPrinter& progress) {
-  std::vector<std::string> entries;
-  std::error_code ec;
-  for (const char* name : {"metrics.jsonl", "report.html", "checkpoints"})
-    if (fs::symlink_status(dir / name, ec).type() != fs::file_type::not_found) entries.push_back(name);
-  if (entries.empty()) return;  // a config.yaml alone records nothing worth keeping
-  if (fs::exists(fs::symlink_status(dir / "config.yaml", ec)))
-    entries.insert(entries.begin(), "config.yaml");
-  const fs::path previous = claim_previous_directory(dir);
-  std::string moved;
-  for (const std::string& name : entries) {
-    fs::rename(dir / name, previous / name, ec);
-    if (ec)
-      throw Error(ExitCode::usage,
-                  detail::concat(dir.string(), ": cannot move ", name, " aside to ",
-                                 previous.string(), " (train.resume: never): ", ec.message(),
-                                 moved.empty() ? "; nothing was moved" : "; moved already:" + moved,
-                                 "; nothing was deleted"));
-    moved += " " + name + (name == "checkpoints" ? "/" : "");
-  }
-  progress.message(detail::concat("train.resume is never: moved the earlier run (", moved.substr(1),
-                                  ") to ", previous.string()));
-}
-
-void save(const RunConfig& config, int64_t step, const RunModels& models,
-          optim::Optimizer& optimizer, const Recipe& recipe, ProgressPrinter& progress) {
+void save_run(const RunConfig& config, int64_t step, const RunModels& models,
+              optim::Optimizer& optimizer, const Recipe& recipe, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
@@ -405,6 +208,13 @@ void save(const RunConfig& config, int64_t step, const RunModels& models,
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));
   progress.message("saved " + file.string());
 }
+
+// The updates of one step: under nan_policy: skip some may have been skipped. A step is logged
+// and evaluated when any applied, with the lr and gradient norm of its last applied update.
+struct StepUpdates {
+  int64_t applied = 0, skipped = 0;
+  UpdateResult last_applied{};
+};
 
 // The shared update policy behind both step forms.
 class Updater final : public StepContext {
@@ -423,6 +233,7 @@ class Updater final : public StepContext {
   void begin(int64_t step) {
     step_ = step;
     forwards_ = 0;
+    updates_ = {};
     seed_dropout(config_, step_, forwards_);
   }
   int64_t step() const override { return step_; }
@@ -449,7 +260,8 @@ class Updater final : public StepContext {
     return update(std::move(acc));
   }
 
-  const UpdateResult& last() const { return last_; }
+  // The updates of the step begun last.
+  const StepUpdates& updates() const { return updates_; }
 
  private:
   UpdateResult update(AccumulatedLoss acc) {
@@ -486,7 +298,12 @@ class Updater final : public StepContext {
                                        ": too high?)"));
     }
     seed_dropout(config_, step_, forwards_);
-    last_ = r;
+    if (r.skipped) {
+      updates_.skipped++;
+    } else {
+      updates_.applied++;
+      updates_.last_applied = r;
+    }
     return r;
   }
 
@@ -506,15 +323,8 @@ class Updater final : public StepContext {
   optim::GradArena arena_;
   const std::function<void(int64_t step, int64_t micro)> skip_;
   int64_t step_ = 0, forwards_ = 0;
-  UpdateResult last_{};
+  StepUpdates updates_{};
 };
-
-// Whether metrics.jsonl holds a val line for `step`.
-bool has_val_line(const fs::path& metrics_path, int64_t step) {
-  for (const MetricsRecord& r : read_metrics(metrics_path))
-    if (r.split == "val" && r.step == step) return true;
-  return false;
-}
 
 std::string describe_metrics(const Metrics& metrics) {
   std::string s;
@@ -530,6 +340,209 @@ std::string describe_metrics(const Metrics& metrics) {
   }
   return s;
 }
+
+// One call of run_training, set up: the run directory (rank 0's), the models resumed or fresh, and
+// what the loop does besides training: progress and train lines, evaluations, samples, checkpoints
+// and stopping. Under mpirun every rank trains; rank 0 alone reads the terminal's attention and
+// writes the run directory (config.yaml, metrics, report, checkpoints), and it alone evaluates and
+// samples; the others wait for it at the agreements on stopping.
+class TrainingRun {
+ public:
+  TrainingRun(const RunConfig& config, const std::vector<RunModel>& model_list,
+              optim::Optimizer& optimizer, const Recipe& recipe)
+      : config_(config),
+        optimizer_(optimizer),
+        recipe_(recipe),
+        dir_(config.output_dir),
+        lead_(world_comm().rank() == 0),
+        quiet_(lead_ ? nullptr : std::fopen("/dev/null", "w"), &std::fclose),
+        progress_(config.train.max_steps, lead_ && ProgressPrinter::is_terminal(stderr),
+                  lead_ ? stderr : quiet_.get()) {
+    if (lead_) directory_.emplace(dir_, progress_);  // before anything in the directory is read
+    signals_.emplace();
+    models_.emplace(model_list, optimizer);
+    // Nothing in the directory is written before the checkpoint to continue from has loaded.
+    if (config.train.resume == "auto")
+      start_ = resume(config, *models_, optimizer, recipe, progress_);
+    else if (lead_)
+      move_earlier_run_aside(dir_, progress_);
+    if (start_ < 0)
+      throw Error(ExitCode::checkpoint,
+                  detail::concat((dir_ / "checkpoints").string(), ": the latest checkpoint has step ",
+                                 start_, "; a step is never negative"));
+    complete_ = run_complete(dir_, start_, config.train.max_steps);
+    fault_point("setup");
+    if (const SetupOutcome setup = join_setup(0); setup.failed_rank >= 0)
+      throw PeerSetupFailed{setup.exit_code};
+    check_ranks_agree(optimizer.parameters(), start_);
+    if (lead_) write_file_atomic(dir_ / "config.yaml", to_yaml(config), ExitCode::usage);
+    last_save_ = start_;
+    if (complete_) {
+      progress_.message(detail::concat("the run in ", dir_.string(), " is complete at step ",
+                                       start_, "; raise train.max_steps to train further"));
+      return;
+    }
+    const fs::path metrics_path = dir_ / "metrics.jsonl";
+    if (start_ > 0 && lead_) truncate_after_step(metrics_path, start_);
+    if (lead_) metrics_.emplace(metrics_path, /*append=*/start_ > 0);
+    updater_.emplace(config, optimizer, progress_, recipe.skip_micro_batch);
+    models_->set_training();
+    t0_ = std::chrono::steady_clock::now();
+  }
+
+  int64_t start() const { return start_; }
+  bool complete() const { return complete_; }
+  int64_t last_saved() const { return last_save_; }
+  // The agreed stop request: the signal, or 0.
+  int stop() const { return stop_; }
+  int check_stop() { return stop_ = agree_on_stop(); }
+
+  StepOutcome train_step(int64_t i) {
+    optim::apply_unfreezing(optimizer_.groups(), i);
+    if (recipe_.begin_step) recipe_.begin_step(i);
+    updater_->begin(i);
+    if (recipe_.custom_step) return recipe_.custom_step(*updater_);
+    const UpdateResult r = updater_->accumulate_and_update(
+        config_.train.grad_accum, [&](int64_t micro) { return recipe_.micro_batch(i, micro); });
+    return {r.accumulated.loss, r.accumulated.sums};
+  }
+
+  // Shows step `step` unless train.nan_policy: skip skipped all its updates, and writes its train
+  // line when `log`: the outcome's loss, the lr and gradient norm of its last applied update, and
+  // over the steps since the previous line the throughput, the all-reduce waits and the updates
+  // skipped. Returns whether any update of the step applied.
+  bool show_step(int64_t step, const StepOutcome& outcome, bool log) {
+    const StepUpdates& updates = updater_->updates();
+    window_.skipped_updates += updates.skipped;
+    if (updates.applied == 0) return false;
+    const UpdateResult& last = updates.last_applied;
+    window_.tokens += recipe_.tokens_per_step;
+    window_.wait_s += last.accumulated.allreduce_wait_s;
+    window_.exposed_s += last.accumulated.allreduce_exposed_s;
+    window_.steps++;
+    const double now = elapsed();
+    ProgressStats stats{step, outcome.loss, last.lr,
+                        double(window_.tokens) / std::max(now - window_.start_s, 1e-9), now};
+    progress_.step(stats);
+    if (!log) return true;
+    Metrics line = {{"loss", outcome.loss}, {"lr", last.lr}, {"grad_norm", last.grad_norm},
+                    {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
+                    {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
+    if (world_comm().size() > 1) {
+      const double steps = double(std::max<int64_t>(window_.steps, 1));
+      line.push_back({"allreduce_wait_s", window_.wait_s / steps});
+      line.push_back({"allreduce_exposed_s", window_.exposed_s / steps});
+    }
+    if (config_.train.nan_policy == "skip")
+      line.push_back({"skipped_updates", window_.skipped_updates});
+    if (recipe_.train_metrics) {
+      Metrics extra = recipe_.train_metrics(outcome.sums);
+      line.insert(line.end(), extra.begin(), extra.end());
+    }
+    const Metrics& aux = last.accumulated.aux;
+    line.insert(line.end(), aux.begin(), aux.end());
+    if (lead_) metrics_->write(step, "train", line);
+    progress_.log(stats);
+    window_ = {now};
+    return true;
+  }
+
+  // Returns the evaluation's "loss", or nullopt when a stop request cut it short: a partial
+  // evaluation is not logged.
+  std::optional<double> evaluate(int64_t step, bool full) {
+    fault_point(step == config_.train.max_steps ? "final_eval" : "eval");
+    Metrics val;
+    if (lead_) {
+      NoGradGuard no_grad;
+      models_->set_eval();
+      val = recipe_.evaluate(full);
+      models_->set_training();
+    }
+    if (check_stop()) return std::nullopt;
+    // tokens_per_s measures training: the next window starts after the evaluation.
+    window_.start_s = elapsed();
+    window_.tokens = 0;
+    if (!lead_) return 0.0;
+    metrics_->write(step, "val", val);
+    progress_.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
+    for (const Metric& m : val)
+      if (m.key == "loss") return m.value.as_double();
+    return 0.0;
+  }
+
+  void show_sample() {
+    if (std::optional<std::string> text = sample(); text && lead_) progress_.text(*text);
+  }
+
+  // After a save the other ranks wait for rank 0: an exit while it still writes would make mpirun
+  // end the job, and the checkpoint with it.
+  void save(int64_t step) {
+    if (lead_) save_run(config_, step, *models_, optimizer_, recipe_, progress_);
+    agree_max(0);
+    last_save_ = step;
+  }
+
+  int stopped(const std::string& when) {
+    progress_.finish();
+    if (lead_)
+      std::fprintf(stderr, "forge: stopped by %s %s\n", stop_signal_name(stop_), when.c_str());
+    return stop_exit_code(stop_);
+  }
+
+  void end_progress() { progress_.finish(); }
+
+  // The end of a run: the report, then a sample of the model's text.
+  int report_and_sample(int64_t final_step) {
+    if (lead_) {
+      fault_point("report");
+      write_report(dir_);
+    }
+    std::optional<std::string> text;
+    if (!check_stop() && recipe_.sample) text = sample();
+    if (stop_)
+      return stopped(detail::concat("after the final evaluation of step ", final_step));
+    if (text && lead_) std::printf("%s\n", text->c_str());
+    return 0;
+  }
+
+ private:
+  // A sample of the model's text: rank 0's only.
+  std::optional<std::string> sample() {
+    std::optional<std::string> text;
+    if (lead_) {
+      fault_point("sample");
+      text = recipe_.sample();
+    }
+    if (check_stop()) return std::nullopt;
+    return text;
+  }
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+  const RunConfig& config_;
+  optim::Optimizer& optimizer_;
+  const Recipe& recipe_;
+  const fs::path dir_;
+  const bool lead_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet_;
+  ProgressPrinter progress_;
+  std::optional<RunDirectory> directory_;
+  std::optional<SignalScope> signals_;
+  std::optional<RunModels> models_;
+  std::optional<MetricsWriter> metrics_;
+  std::optional<Updater> updater_;
+  int64_t start_ = 0, last_save_ = 0;
+  bool complete_ = false;
+  int stop_ = 0;
+  std::chrono::steady_clock::time_point t0_{};
+  // The steps since the previous train line.
+  struct Window {
+    double start_s = 0, wait_s = 0, exposed_s = 0;
+    int64_t tokens = 0, steps = 0, skipped_updates = 0;
+  } window_;
+};
 
 }  // namespace
 
@@ -612,18 +625,6 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
           std::move(aux), sum_squares, waited.waited, waited.exposed};
 }
 
-SetupOutcome join_setup(int exit_code) {
-  Comm& comm = world_comm();
-  g_setup_joined = true;
-  if (comm.size() == 1) return exit_code ? SetupOutcome{0, exit_code} : SetupOutcome{};
-  int64_t v[2] = {exit_code, exit_code ? comm.size() - comm.rank() : 0};
-  comm.allreduce_max(v, 2);
-  if (v[1] == 0) return {};
-  return {int(comm.size() - v[1]), int(v[0])};
-}
-
-bool setup_joined() { return g_setup_joined; }
-
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,
                  const Recipe& recipe) {
   return run_training(config, std::vector<RunModel>{RunModel{"", &model}}, optimizer, recipe);
@@ -633,208 +634,50 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
                  optim::Optimizer& optimizer, const Recipe& recipe) {
   FORGE_CHECK(bool(recipe.micro_batch) != bool(recipe.custom_step),
               "run_training: a recipe has either micro_batch or custom_step");
-  Comm& comm = world_comm();
-  // Under mpirun every rank trains; rank 0 alone reads the terminal's attention and writes the
-  // run directory (config.yaml, metrics, report, checkpoints), and it alone evaluates and samples.
-  const bool lead = comm.rank() == 0;
-  if (comm.size() > 1) check_data_parallel(config, recipe, comm.size());
+  if (world_comm().size() > 1) check_data_parallel(config, recipe, world_comm().size());
   const TrainConfig& tc = config.train;
-  const fs::path dir = config.output_dir;
-  if (lead) create_run_directory(dir);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(
-      lead ? nullptr : std::fopen("/dev/null", "w"), &std::fclose);
-  ProgressPrinter progress(tc.max_steps, lead && ProgressPrinter::is_terminal(stderr),
-                           lead ? stderr : quiet.get());
-  std::optional<RunDirectoryLock> lock;
-  if (lead) lock.emplace(dir, progress);  // before anything in the directory is read
-  SignalScope signals;
-  const RunModels models(model_list, optimizer);
+  TrainingRun run(config, model_list, optimizer, recipe);
+  if (run.complete()) return 0;
 
-  // Nothing in the directory is written before the checkpoint to continue from has loaded.
-  int64_t start = 0;
-  if (tc.resume == "auto")
-    start = resume(config, models, optimizer, recipe, progress);
-  else if (lead)
-    move_earlier_run_aside(dir, progress);
-  if (start < 0)
-    throw Error(ExitCode::checkpoint,
-                detail::concat((dir / "checkpoints").string(), ": the latest checkpoint has step ",
-                               start, "; a step is never negative"));
-  const fs::path metrics_path = dir / "metrics.jsonl";
-  // A run stopped during its final evaluation has its last checkpoint but no final val line: the
-  // same command finishes it.
-  const bool complete =
-      start > tc.max_steps || (start == tc.max_steps && has_val_line(metrics_path, start));
-  fault_point("setup");
-  if (const SetupOutcome setup = join_setup(0); setup.failed_rank >= 0)
-    throw PeerSetupFailed{setup.exit_code};
-  check_ranks_agree(optimizer.parameters(), start);
-  if (lead) write_file_atomic(dir / "config.yaml", to_yaml(config), ExitCode::usage);
-  if (complete) {
-    progress.message(detail::concat("the run in ", dir.string(), " is complete at step ", start,
-                                    "; raise train.max_steps to train further"));
-    return 0;
-  }
-  if (start > 0 && lead) truncate_after_step(metrics_path, start);
-  std::optional<MetricsWriter> metrics;
-  if (lead) metrics.emplace(metrics_path, /*append=*/start > 0);
-  // After a save the other ranks wait for rank 0: an exit while it still writes would make mpirun
-  // end the job, and the checkpoint with it.
-  auto save_all = [&](int64_t step) {
-    if (lead) save(config, step, models, optimizer, recipe, progress);
-    agree_max(0);
-  };
-
-  // Fault injection for the kill-and-resume test: die by SIGKILL right after this step.
-  const char* crash_env = std::getenv("FORGE_TEST_SIGKILL_AFTER_STEP");
-  const int64_t crash_at = crash_env && fault_rank() ? std::atoll(crash_env) : -1;
-  Updater updater(config, optimizer, progress, recipe.skip_micro_batch);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  double window_start = 0.0, window_wait = 0.0, window_exposed = 0.0;
-  int64_t window_tokens = 0, window_steps = 0, last_save = start;
-
-  // Returns the evaluation's "loss", or nullopt when a stop request cut it short: a partial
-  // evaluation is not logged. Under mpirun the other ranks wait at the agreement on stopping.
-  int stop = 0;  // the agreed stop request: the signal, or 0
-  auto run_eval = [&](int64_t step, bool full) -> std::optional<double> {
-    fault_point(step == tc.max_steps ? "final_eval" : "eval");
-    Metrics val;
-    if (lead) {
-      NoGradGuard no_grad;
-      models.set_eval();
-      val = recipe.evaluate(full);
-      models.set_training();
-    }
-    if ((stop = agree_on_stop())) return std::nullopt;
-    // tokens_per_s measures training: the next window starts after the evaluation.
-    window_start = elapsed();
-    window_tokens = 0;
-    if (!lead) return 0.0;
-    metrics->write(step, "val", val);
-    progress.message(detail::concat("step ", step, ": val ", describe_metrics(val)));
-    for (const Metric& m : val)
-      if (m.key == "loss") return m.value.as_double();
-    return 0.0;
-  };
-  auto stopped = [&](const std::string& when) {
-    progress.finish();
-    if (lead)
-      std::fprintf(stderr, "forge: stopped by %s %s\n", stop_signal_name(stop), when.c_str());
-    return stop_exit_code(stop);
-  };
-  // A sample of the model's text: rank 0's only.
-  auto sample = [&]() -> std::optional<std::string> {
-    std::optional<std::string> text;
-    if (lead) {
-      fault_point("sample");
-      text = recipe.sample();
-    }
-    if ((stop = agree_on_stop())) return std::nullopt;
-    return text;
-  };
-
-  if (start == 0 && recipe.eval_at_start) {
-    run_eval(0, /*full=*/true);
-    if (stop)
-      return stopped("during the evaluation before the first step (no step to save); the same "
-                     "command starts over");
-  }
-  models.set_training();
-  for (int64_t i = start; i < tc.max_steps; ++i) {
+  if (run.start() == 0 && recipe.eval_at_start && !run.evaluate(0, /*full=*/true))
+    return run.stopped("during the evaluation before the first step (no step to save); the same "
+                       "command starts over");
+  for (int64_t i = run.start(); i < tc.max_steps; ++i) {
     const int64_t step = i + 1;  // steps completed after this iteration
-    optim::apply_unfreezing(optimizer.groups(), i);
-    if (recipe.begin_step) recipe.begin_step(i);
-    updater.begin(i);
-
-    StepOutcome outcome;
-    if (recipe.custom_step) {
-      outcome = recipe.custom_step(updater);
-    } else {
-      UpdateResult r = updater.accumulate_and_update(
-          tc.grad_accum, [&](int64_t micro) { return recipe.micro_batch(i, micro); });
-      outcome = {r.accumulated.loss, r.accumulated.sums};
-    }
-    stop = agree_on_stop();
-    const UpdateResult& last = updater.last();
+    const StepOutcome outcome = run.train_step(i);
+    run.check_stop();
     const bool log_step = step % tc.log_every == 0 || step == tc.max_steps;
     if (log_step) check_ranks_agree(optimizer.parameters(), step);
-    if (!last.skipped) {
-      window_tokens += recipe.tokens_per_step;
-      window_wait += last.accumulated.allreduce_wait_s;
-      window_exposed += last.accumulated.allreduce_exposed_s;
-      window_steps++;
-      double now = elapsed();
-      ProgressStats stats{step, outcome.loss, last.lr,
-                          double(window_tokens) / std::max(now - window_start, 1e-9), now};
-      progress.step(stats);
-      if (log_step) {
-        Metrics line = {{"loss", outcome.loss}, {"lr", last.lr}, {"grad_norm", last.grad_norm},
-                        {"tokens_per_s", stats.tokens_per_s}, {"elapsed_s", now},
-                        {"peak_mem_mb", double(allocator::stats().peak_bytes) / 1048576.0}};
-        if (comm.size() > 1) {
-          const double steps = double(std::max<int64_t>(window_steps, 1));
-          line.push_back({"allreduce_wait_s", window_wait / steps});
-          line.push_back({"allreduce_exposed_s", window_exposed / steps});
-        }
-        if (recipe.train_metrics) {
-          Metrics extra = recipe.train_metrics(outcome.sums);
-          line.insert(line.end(), extra.begin(), extra.end());
-        }
-        const Metrics& aux = last.accumulated.aux;
-        line.insert(line.end(), aux.begin(), aux.end());
-        if (lead) metrics->write(step, "train", line);
-        progress.log(stats);
-        window_start = now;
-        window_tokens = 0;
-        window_wait = window_exposed = 0.0;
-        window_steps = 0;
-      }
-      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps && !stop)
-        run_eval(step, false);
-      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0 && !stop)
-        if (std::optional<std::string> text = sample(); text && lead) progress.text(*text);
+    if (run.show_step(step, outcome, log_step)) {
+      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps && !run.stop())
+        run.evaluate(step, /*full=*/false);
+      if (tc.sample_every > 0 && recipe.sample && step % tc.sample_every == 0 && !run.stop())
+        run.show_sample();
     }
-    if (stop) {
-      save_all(step);
-      return stopped(detail::concat("at step ", step, "; resume with the same command"));
+    if (run.stop()) {
+      run.save(step);
+      return run.stopped(detail::concat("at step ", step, "; resume with the same command"));
     }
-    if (tc.save_every > 0 && step % tc.save_every == 0) {
-      save_all(step);
-      last_save = step;
-    }
-    if (step == crash_at) std::raise(SIGKILL);
+    if (tc.save_every > 0 && step % tc.save_every == 0) run.save(step);
+    fault_after_step(step);
   }
 
   const int64_t final_step = tc.max_steps;
-  // The whole split, always. Stopped during it, the run saves its final step and exits; resuming
-  // runs the evaluation again.
-  const std::optional<double> final_loss = run_eval(final_step, /*full=*/true);
-  if (agree_max(final_loss && !std::isfinite(*final_loss))) {
-    progress.finish();
+  // Every update passed the finite-parameter check: the last step is saved before the final
+  // evaluation, which can then fail or be stopped without losing a step.
+  if (run.last_saved() != final_step) run.save(final_step);
+  // The whole split, always. Stopped during it, the same command runs it again.
+  const std::optional<double> final_loss = run.evaluate(final_step, /*full=*/true);
+  if (!final_loss)
+    return run.stopped(detail::concat("during the final evaluation of step ", final_step,
+                                      "; the same command finishes it"));
+  run.end_progress();
+  if (agree_max(!std::isfinite(*final_loss)))
     throw Error(ExitCode::numerical,
                 detail::concat("the final validation loss at step ", final_step, " is ",
-                               final_loss ? *final_loss : NAN));
-  }
-  if (last_save != final_step) save_all(final_step);
-  if (!final_loss)
-    return stopped(detail::concat("during the final evaluation of step ", final_step,
-                                  "; the same command finishes it"));
-  progress.finish();
-  if (lead) {
-    fault_point("report");
-    write_report(dir);
-  }
-  std::optional<std::string> text;
-  if (!(stop = agree_on_stop()) && recipe.sample) text = sample();
-  if (stop)
-    return stopped(detail::concat("after the final evaluation of step ", final_step));
-  if (text && lead) std::printf("%s\n", text->c_str());
-  return 0;
+                               *final_loss, "; step ", final_step, " is saved in ",
+                               checkpoint_path(config.output_dir, final_step).string()));
+  return run.report_and_sample(final_step);
 }
-
-bool stop_requested() { return g_stop_signal != 0; }
 
 }  // namespace forge

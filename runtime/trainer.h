@@ -18,6 +18,7 @@
 #include "optim/optimizer.h"
 #include "runtime/config.h"
 #include "runtime/metrics.h"
+#include "runtime/rank_agreement.h"  // stop_requested() and join_setup(), for recipes and main()
 
 namespace forge {
 
@@ -91,7 +92,9 @@ class StepContext {
 };
 
 /// What a custom step reports for its train line: the loss shown and logged, and the sums handed
-/// to Recipe::train_metrics. grad_norm and lr come from its last update.
+/// to Recipe::train_metrics. grad_norm and lr come from its last applied update: a step is logged
+/// and evaluated when any of its updates applied. An update skipped under train.nan_policy: skip
+/// has a non-finite loss; leave it out of both.
 struct StepOutcome {
   double loss = 0;
   std::map<std::string, double> sums = {};
@@ -142,44 +145,14 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
                                      const std::function<MicroBatchLoss(int64_t micro)>& micro,
                                      const std::function<void(int64_t micro)>& skip = {});
 
-/// Under mpirun, the first collective of a run: every rank says whether its set-up (config, data,
-/// models, the checkpoint to resume) succeeded, with 0 or its error's exit code. run_training
-/// calls it once set up; main() calls it when set-up threw on this rank, so that the ranks still
-/// setting up do not wait for it forever. Set-up errors are usually the same on every rank: the
-/// lowest failing rank reports, the others end quietly with the highest exit code. Trivial in one
-/// process.
-struct SetupOutcome {
-  int failed_rank = -1;  ///< the lowest rank whose set-up failed, or -1
-  int exit_code = 0;
-};
-SetupOutcome join_setup(int exit_code);
-/// Whether this process has passed join_setup: an error after it is this rank's own.
-bool setup_joined();
-/// An error every rank of a data-parallel run raises at the same point, after agreeing on it (the
-/// ranks' weights differ, they resumed different steps): rank 0 reports it and every rank ends
-/// normally with its code, rather than one rank ending the job under the others.
-class AgreedError : public Error {
- public:
-  using Error::Error;
-};
-/// Thrown on the ranks whose set-up succeeded when another's failed: end with `exit_code`,
-/// printing nothing (the failing rank reported).
-struct PeerSetupFailed {
-  int exit_code;
-};
-
-/// True once SIGINT or SIGTERM arrived during run_training. Loops that can take long (evaluation
-/// over many batches, sampling) poll it and return early; the trainer then writes a checkpoint and
-/// exits 130 / 143. Always false outside run_training (`forge eval` keeps the default handlers).
-bool stop_requested();
-
 /// Runs `config.train.max_steps` steps of `recipe` over `models` with `optimizer` (which holds the
 /// trained parameters), resuming from the run directory's latest checkpoint unless train.resume is
 /// "never", which moves the earlier run aside into <output_dir>/previous-<UTC time>/. Holds an
 /// advisory lock on the run directory (<output_dir>/train.lock) meanwhile. Returns the process exit
 /// code: 0, or 130 / 143 after writing a checkpoint when stopped by SIGINT / SIGTERM. Throws
 /// Error(usage) for a run directory it cannot create, lock or move aside, Error(numerical) for a
-/// non-finite loss or gradient under nan_policy "abort", Error(checkpoint) when a referenced model
+/// non-finite loss or gradient under nan_policy "abort" or a non-finite final validation loss (the
+/// last step is saved before the final evaluation), Error(checkpoint) when a referenced model
 /// changed since the checkpoint.
 int run_training(const RunConfig& config, const std::vector<RunModel>& models,
                  optim::Optimizer& optimizer, const Recipe& recipe);

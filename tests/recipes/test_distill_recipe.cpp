@@ -327,6 +327,33 @@ TEST_F(DistillRecipe, InitFromTeacherCopiesTheChosenBlocksAndTheRest) {
                         [&] { init_student_from_teacher(narrow, teacher_file_, {0, 2}); });
 }
 
+// A teacher file is untrusted input: a tensor whose block number is malformed, out of range or
+// beyond the teacher's model.n_layers is a checkpoint error naming the file and the tensor.
+TEST_F(DistillRecipe, ATeacherTensorWithABadBlockNumberIsACheckpointErrorNamingIt) {
+  const LoadedGPT teacher = load_gpt(teacher_file_);
+  const CheckpointInfo info = read_checkpoint_info(teacher_file_);
+  nn::GPTConfig g = teacher.model->config();
+  g.n_layers = 2;
+  int n = 0;
+  for (const std::string block : {"x", "99999999999999999999", "-1", "4", "03"}) {
+    CheckpointData data;
+    data.step = 1;
+    data.config_yaml = info.config_yaml;
+    data.model = teacher.model->named_state();
+    std::string bad;
+    for (NamedTensor& t : data.model)
+      if (bad.empty() && t.name.rfind("blocks.3.", 0) == 0) {
+        t.name = "blocks." + block + "." + t.name.substr(9);
+        bad = t.name;
+      }
+    const fs::path file = save_checkpoint(dir_ / ("bad_blocks_" + std::to_string(n++)), data, 0);
+    Generator gen(1);
+    nn::GPT student(g, gen);
+    testing::expect_error(ExitCode::checkpoint, file.string() + ": tensor '" + bad + "'",
+                          [&] { init_student_from_teacher(student, file, {0, 2}); });
+  }
+}
+
 TEST_F(DistillRecipe, InitFromTeacherErrorsNameTheKeyOrTheTensor) {
   auto run = [&](const std::string& name, const std::string& distill,
                  const std::string& overrides = "") {

@@ -1,13 +1,16 @@
 // The runtime for runs of several models (runtime/trainer.h) and for initialising a model from
 // another one's checkpoint (runtime/components.h): frozen models stay untouched, in eval mode and
 // out of checkpoints, which reference them by digest; a custom step with several updates resumes
-// exactly; adapters-only saves hold just the trained tensors; init_from maps names and names the
-// offending file and tensor.
+// exactly and is logged when any of its updates applied; adapters-only saves hold just the trained
+// tensors; init_from maps names and names the offending file and tensor; a non-finite final
+// evaluation fails after the last step is saved.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <csignal>
 #include <functional>
+#include <map>
+#include <optional>
 
 #include "core/ops.h"
 #include "nn/layers.h"
@@ -208,6 +211,54 @@ TEST(Runtime, ACustomStepWithSeveralUpdatesResumesExactly) {
   EXPECT_TRUE(found);
 }
 
+// Three updates a step under nan_policy: skip; the last update of step 2 and every update of step 3
+// have a non-finite loss. Step 2 applied two updates: it is logged and evaluated like any other,
+// its lr and grad_norm those of its last applied update; step 3 applied none.
+TEST(Runtime, ACustomStepIsLoggedAndEvaluatedWhenAnyOfItsUpdatesApplied) {
+  testing::TempDir dir;
+  RunConfig config = tiny_run(dir.path(), 4);
+  config.train.nan_policy = "skip";
+  config.train.eval_every = 2;
+  Generator gen(5);
+  nn::Linear model(2, 1, true, gen);
+  auto optimizer = adamw(model.named_parameters());
+  Recipe recipe;
+  recipe.custom_step = [&](StepContext& ctx) {
+    const int64_t step = ctx.step() + 1;
+    double total = 0;
+    int applied = 0;
+    for (int u = 0; u < 3; ++u) {
+      Tensor y = model.forward(ones({1, 2}));
+      Tensor loss = sum(y * y);
+      if ((step == 2 && u == 2) || step == 3) loss = mul(loss, NAN);
+      UpdateResult r = ctx.backward_and_update(MicroBatchLoss{loss, 1});
+      if (r.skipped) continue;
+      total += r.accumulated.loss;
+      applied++;
+    }
+    return StepOutcome{applied > 0 ? total / applied : 0.0};
+  };
+  recipe.evaluate = [](bool) { return Metrics{{"loss", 0.0}}; };
+  ASSERT_EQ(run_training(config, model, *optimizer, recipe), 0);
+
+  std::map<int64_t, MetricsRecord> train;
+  std::vector<int64_t> val_steps;
+  for (const MetricsRecord& r : read_metrics(dir.path() / "metrics.jsonl")) {
+    if (r.split == "train") train.emplace(r.step, r);
+    if (r.split == "val") val_steps.push_back(r.step);
+  }
+  ASSERT_EQ(train.size(), 3u);
+  ASSERT_EQ(train.count(2), 1u);
+  EXPECT_EQ(val_steps, (std::vector<int64_t>{2, 4}));
+  // Updates skipped since the previous train line: step 3's three are counted in step 4's.
+  EXPECT_EQ(train.at(1).number("skipped_updates"), std::optional<double>(0.0));
+  EXPECT_EQ(train.at(2).number("skipped_updates"), std::optional<double>(1.0));
+  EXPECT_EQ(train.at(4).number("skipped_updates"), std::optional<double>(3.0));
+  EXPECT_GT(*train.at(2).number("lr"), 0.0);
+  EXPECT_GT(*train.at(2).number("grad_norm"), 0.0);
+  EXPECT_TRUE(std::isfinite(*train.at(2).number("loss")));
+}
+
 TEST(Runtime, AdaptersOnlyModelsSaveTheTrainedTensorsAndReferenceTheirBase) {
   testing::TempDir base_dir, run_dir;
   Generator gen(2);
@@ -283,10 +334,11 @@ TEST(InitFrom, RenamesAllowsMissingAndUnexpectedAndNamesTheOffender) {
 }
 
 // A one-weight model trained with plain SGD on loss = w * x; `evaluate` is the recipe's.
-int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate) {
+int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate,
+                 int64_t save_every = 1) {
   RunConfig config = tiny_run(dir, 3);
   config.optimizer.lr = lr;
-  config.train.save_every = 1;
+  config.train.save_every = save_every;
   Generator gen(1);
   nn::Linear model(1, 1, false, gen);
   optim::OptimizerSpec spec;
@@ -308,11 +360,16 @@ TEST(Runtime, AnUpdateThatOverflowsTheWeightsStopsBeforeAnythingIsSaved) {
   EXPECT_FALSE(latest_checkpoint(dir.path()));
 }
 
-TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalError) {
+// Every update passed the finite-parameter check, so the steps since the last periodic save (step
+// 2) reach a checkpoint before the final evaluation fails.
+TEST(Runtime, ANonFiniteFinalEvaluationIsANumericalErrorAfterTheLastStepIsSaved) {
   testing::TempDir dir;
   testing::expect_error(ExitCode::numerical, "the final validation loss at step 3 is nan", [&] {
-    train_linear(dir.path(), 0.1, [](bool full) { return Metrics{{"loss", full ? NAN : 0.0}}; });
+    train_linear(
+        dir.path(), 0.1, [](bool full) { return Metrics{{"loss", full ? NAN : 0.0}}; },
+        /*save_every=*/2);
   });
+  EXPECT_EQ(latest_checkpoint(dir.path()), checkpoint_path(dir.path(), 3));
 }
 
 // The stopped final evaluation is cut short and not logged; the checkpoint of the last step is

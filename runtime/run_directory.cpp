@@ -1,0 +1,128 @@
+// The run directory's creation, lock and move-aside. A crash at any point leaves a directory the
+// next trainer can use: the lock dies with its process, and moving aside is one rename per entry.
+#include "runtime/run_directory.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "core/error.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+// output_dir is the user's choice: a path under a read-only directory, or below a file, is a usage
+// error naming it, not a filesystem exception.
+void create_run_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);  // also fails (ENOTDIR) when dir exists as a file
+  if (ec)
+    throw Error(ExitCode::usage, detail::concat("output_dir ", dir.string(),
+                                                ": cannot create the run directory: ", ec.message()));
+}
+
+// A fresh directory for an earlier run's record: <run>/previous-<UTC time>, with -2, -3 ... when
+// that name is taken, so an earlier moved-aside run is never overwritten.
+fs::path claim_previous_directory(const fs::path& dir) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc = {};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  for (int n = 1;; ++n) {
+    std::string name = std::string("previous-") + stamp;
+    if (n > 1) name += '-' + std::to_string(n);
+    const fs::path candidate = dir / name;
+    std::error_code ec;
+    if (fs::create_directory(candidate, ec)) return candidate;
+    if (ec)
+      throw Error(ExitCode::usage,
+                  detail::concat(candidate.string(), ": cannot create it to move the earlier run "
+                                 "aside (train.resume: never): ", ec.message(),
+                                 "; nothing was moved"));
+  }
+}
+
+}  // namespace
+
+// The lock file stays behind: removing it would let a waiting and a new trainer lock two different
+// files.
+RunDirectory::RunDirectory(const fs::path& dir, ProgressPrinter& progress) {
+  create_run_directory(dir);
+  const fs::path file = dir / "train.lock";
+  fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw Error(ExitCode::usage, detail::concat(file.string(), ": cannot create the lock file: ",
+                                                std::strerror(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+      progress.message(detail::concat("forge: warning: ", file.string(),
+                                      ": cannot record this process's pid: ", std::strerror(errno)));
+    return;
+  }
+  const int err = errno;
+  if (err != EWOULDBLOCK) {  // a filesystem without flock (some network mounts): train unguarded
+    progress.message(detail::concat("forge: warning: ", file.string(), ": cannot lock (",
+                                    std::strerror(err),
+                                    "); a second trainer on this directory would not be noticed"));
+    return;
+  }
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+  std::string holder(buf, size_t(std::max<ssize_t>(n, 0)));
+  holder.erase(holder.find_last_not_of("\n") + 1);
+  ::close(fd_);
+  throw Error(ExitCode::usage,
+              detail::concat(dir.string(), ": in use by another forge train (pid ",
+                             holder.empty() ? "unknown" : holder, ", holding ", file.string(),
+                             "); wait for it or stop it, or choose another output_dir"));
+}
+
+RunDirectory::~RunDirectory() { ::close(fd_); }
+
+// One rename per entry: a crash between two renames leaves every file in one of the two places.
+// checkpoints/ goes last: moved first, a crash would leave metrics.jsonl beside no checkpoint, and
+// the next run, starting from step 0, would overwrite it.
+void move_earlier_run_aside(const fs::path& dir, ProgressPrinter& progress) {
+  std::vector<std::string> entries;
+  std::error_code ec;
+  for (const char* name : {"metrics.jsonl", "report.html", "checkpoints"})
+    if (fs::symlink_status(dir / name, ec).type() != fs::file_type::not_found) entries.push_back(name);
+  if (entries.empty()) return;  // a config.yaml alone records nothing worth keeping
+  if (fs::exists(fs::symlink_status(dir / "config.yaml", ec)))
+    entries.insert(entries.begin(), "config.yaml");
+  const fs::path previous = claim_previous_directory(dir);
+  std::string moved;
+  for (const std::string& name : entries) {
+    fs::rename(dir / name, previous / name, ec);
+    if (ec)
+      throw Error(ExitCode::usage,
+                  detail::concat(dir.string(), ": cannot move ", name, " aside to ",
+                                 previous.string(), " (train.resume: never): ", ec.message(),
+                                 moved.empty() ? "; nothing was moved" : "; moved already:" + moved,
+                                 "; nothing was deleted"));
+    moved += " " + name + (name == "checkpoints" ? "/" : "");
+  }
+  progress.message(detail::concat("train.resume is never: moved the earlier run (", moved.substr(1),
+                                  ") to ", previous.string()));
+}
+
+bool run_complete(const fs::path& dir, int64_t start, int64_t max_steps) {
+  if (start != max_steps) return start > max_steps;
+  for (const MetricsRecord& r : read_metrics(dir / "metrics.jsonl"))
+    if (r.split == "val" && r.step == start) return true;
+  return false;
+}
+
+}  // namespace forge
