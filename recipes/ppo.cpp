@@ -646,15 +646,11 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
   const nn::LoRAConfig lora = lora_settings(config);
   const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
   const bool shared = config.get<std::string>("ppo.value") == "shared";
-  // The reward model's size (and the separate value model's, its copy) from its stored config; a
-  // config is often validated before its reward model is trained: then the policy's shape's.
-  int64_t reward = params + g.d_model;
-  try {
-    const RunConfig rm =
-        stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
-    reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
-  } catch (const Error&) {
-  }
+  // The reward model's size (and the separate value model's, its copy) from its stored config. The
+  // loader has found the checkpoint; one that does not read stops validate as it would train.
+  const RunConfig rm =
+      stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+  const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
   const int64_t value = shared ? g.d_model : reward;
   const int64_t total = params * (lora.rank > 0 ? 1 : 2) + adapters + reward + value;
   const int64_t trainable =
