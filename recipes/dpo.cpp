@@ -228,19 +228,11 @@ int eval_dpo(const RunConfig& config, const fs::path& checkpoint, const CommandO
 }
 
 MemoryEstimate estimate_dpo(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  const bool copy = lora.rank == 0 && !config.get<bool>("dpo.precompute_reference");
-  const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
-  const int64_t trained = lora.rank > 0 ? lora_trainable_parameters(g, config) : params;
-  // Both rows of every pair run at once, and their logits are kept for backward.
-  RunConfig rows = config;
-  rows.train.batch_size = 2 * config.train.batch_size;
-  rows.model.context = preference_truncation(config).max_length;
-  return estimate_memory(rows, params * (copy ? 2 : 1) + adapters, trained,
-                         double(rows.train.batch_size * rows.model.context));
+  // Both rows of every pair run at once.
+  return estimate_policy_memory(
+      config, {.reference_copy = !config.get<bool>("dpo.precompute_reference"),
+               .rows = 2 * config.train.batch_size,
+               .row_length = preference_truncation(config).max_length});
 }
 
 void check_dpo(ConfigChecker& checker) {

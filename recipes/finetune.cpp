@@ -25,6 +25,7 @@
 #include "recipes/components.h"
 #include "recipes/lm_objective.h"
 #include "recipes/lora_config.h"
+#include "recipes/policy.h"
 #include "recipes/trainer.h"
 
 namespace forge {
@@ -146,19 +147,6 @@ Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size,
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
-MemoryEstimate estimate_finetune(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  if (lora.rank == 0)
-    return estimate_memory(config, params, params,
-                           double(config.train.batch_size * config.model.context));
-  const int64_t trained = lora_trainable_parameters(g, config);
-  return estimate_memory(config, params + nn::lora_parameter_count(g, lora), trained,
-                         double(config.train.batch_size * config.model.context));
-}
-
 void check_finetune(ConfigChecker& checker) {
   check_model_family(checker);
   check_lora(checker);
@@ -200,7 +188,7 @@ RecipeSpec finetune_recipe() {
           .check = check_finetune,
           .train = train_finetune,
           .eval = eval_finetune,
-          .estimate = estimate_finetune,
+          .estimate = [](const RunConfig& c) { return estimate_policy_memory(c); },
           .data_directories = true};
 }
 

@@ -76,6 +76,27 @@ NamedTensors policy_trained_parameters(const RunConfig& config, const Policy& po
   return nn::select_trainable(policy.model->named_parameters(), lora_trainable_patterns(config));
 }
 
+MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemory& extra) {
+  const nn::GPTConfig g = gpt_config(config.model);
+  nn::check_config(g);
+  const int64_t params = nn::gpt_num_parameters(g);
+  const nn::LoRAConfig lora = lora_settings(config);
+  int64_t total = params + extra.frozen_parameters + extra.trained_parameters;
+  int64_t trained = extra.trained_parameters;
+  if (lora.rank > 0) {
+    total += nn::lora_parameter_count(g, lora);
+    trained += lora_trainable_parameters(g, config);
+  } else {
+    total += extra.reference_copy ? params : 0;
+    trained += params;
+  }
+  RunConfig rows = config;
+  if (extra.rows > 0) rows.train.batch_size = extra.rows;
+  if (extra.row_length > 0) rows.model.context = extra.row_length;
+  return estimate_memory(rows, total, trained,
+                         double(rows.train.batch_size * rows.model.context));
+}
+
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
                                          const std::string& fraction_key) {
   const std::string text = config.get<std::string>(text_key);

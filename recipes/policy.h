@@ -89,6 +89,22 @@ LoadedPolicy load_policy(const RunConfig& config, const std::filesystem::path& c
 /// The parameters the policy's optimizer trains: all of them, or LoRA's adapters and train_also.
 NamedTensors policy_trained_parameters(const RunConfig& config, const Policy& policy);
 
+/// What a recipe holds and trains besides its policy, for estimate_policy_memory.
+struct PolicyMemory {
+  /// The reference is a frozen copy of the base. Only a full policy's can be: a LoRA policy's
+  /// reference is itself with its adapters off.
+  bool reference_copy = false;
+  int64_t frozen_parameters = 0;   ///< other frozen models (ppo's reward model)
+  int64_t trained_parameters = 0;  ///< other trained ones (ppo's value model or head)
+  int64_t rows = 0;                ///< rows one forward runs; 0: train.batch_size
+  int64_t row_length = 0;          ///< tokens a row; 0: model.context
+};
+
+/// `forge validate`'s estimate of a recipe that trains a policy from model.init_from (finetune, dpo,
+/// ppo): the policy, every weight trained or LoRA's adapters (and lora.train_also), plus `extra`;
+/// the logits of every row are kept for backward.
+MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemory& extra = {});
+
 /// The held-out end of the text file named by key `text_key` (fraction `fraction_key`) as LM
 /// windows, as data.val_fraction splits a pretraining text; nothing when the key is empty.
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,

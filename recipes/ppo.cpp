@@ -640,26 +640,18 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
 }
 
 MemoryEstimate estimate_ppo(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
-  const bool shared = config.get<std::string>("ppo.value") == "shared";
   // The reward model's size (and the separate value model's, its copy) from its stored config. The
   // loader has found the checkpoint; one that does not read stops validate as it would train.
   const RunConfig rm =
       stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
   const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
-  const int64_t value = shared ? g.d_model : reward;
-  const int64_t total = params * (lora.rank > 0 ? 1 : 2) + adapters + reward + value;
-  const int64_t trainable =
-      (lora.rank > 0 ? lora_trainable_parameters(g, config) : params) + value;
-  RunConfig rows = config;
-  rows.train.batch_size =
-      std::max(config.train.batch_size, config.get<int64_t>("ppo.generation_batch_size"));
-  return estimate_memory(rows, total, trainable,
-                         double(rows.train.batch_size * config.model.context));
+  const bool shared = config.get<std::string>("ppo.value") == "shared";
+  return estimate_policy_memory(
+      config, {.reference_copy = true,
+               .frozen_parameters = reward,
+               .trained_parameters = shared ? config.model.d_model : reward,
+               .rows = std::max(config.train.batch_size,
+                                config.get<int64_t>("ppo.generation_batch_size"))});
 }
 
 void check_ppo(ConfigChecker& checker) {
