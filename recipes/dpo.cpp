@@ -236,13 +236,9 @@ MemoryEstimate estimate_dpo(const RunConfig& config) {
 }
 
 void check_dpo(ConfigChecker& checker) {
-  check_model_family(checker);
+  check_policy(checker, "a trained policy (its reference)");
   check_preference(checker);
-  check_lora(checker);
   const RunConfig& c = checker.config();
-  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
-                "model.init_from: recipe dpo starts from a trained policy (its reference); name "
-                "its run directory or checkpoint");
   checker.cross({"dpo.label_smoothing", "dpo.loss_type"},
                 c.get<double>("dpo.label_smoothing") == 0 ||
                     c.get<std::string>("dpo.loss_type") == "sigmoid",

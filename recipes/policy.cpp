@@ -1,4 +1,5 @@
-// The policy and its reference, held-out text and `forge eval --prompts`, shared by dpo and ppo.
+// The policy of finetune, dpo and ppo: its set-up, rules and memory estimate; its reference,
+// held-out text and `forge eval --prompts`, shared by dpo and ppo.
 #include "recipes/policy.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ std::unique_ptr<nn::GPT> load_frozen_base(const RunConfig& config, const fs::pat
   return copy;
 }
 
-Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_copy) {
+Policy build_policy(const RunConfig& config, bool resuming) {
   Policy p;
   p.base = resolve_checkpoint(config.model.init_from);
   Generator init(uint64_t(config.seed), rng_stream("init"));
@@ -38,15 +39,28 @@ Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_
   const nn::LoRAConfig lora = lora_settings(config);
   p.lora = lora.rank > 0;
   if (p.lora || !resuming) load_initial_weights(*p.model, p.base);
-  std::unique_ptr<nn::GPT> copy;
   if (p.lora) {
     Generator adapters(uint64_t(config.seed), rng_stream("lora"));
     nn::inject_lora(*p.model, lora, adapters);
-  } else if (need_reference_copy) {
-    copy = load_frozen_base(config, p.base);
   }
+  return p;
+}
+
+Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_copy) {
+  Policy p = build_policy(config, resuming);
+  std::unique_ptr<nn::GPT> copy;
+  if (!p.lora && need_reference_copy) copy = load_frozen_base(config, p.base);
   p.reference = std::make_unique<ReferencePolicy>(*p.model, std::move(copy));
   return p;
+}
+
+void check_policy(ConfigChecker& checker, const std::string& starts_from) {
+  check_model_family(checker);
+  check_lora(checker);
+  const RunConfig& c = checker.config();
+  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
+                "model.init_from: recipe " + c.recipe + " starts from " + starts_from +
+                    "; name its run directory or checkpoint");
 }
 
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy) {
@@ -56,7 +70,7 @@ std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent
     models[0].source = policy.base;
     return models;
   }
-  nn::Module* copy = policy.reference->copy();
+  nn::Module* copy = policy.reference ? policy.reference->copy() : nullptr;
   if (!copy) copy = absent_copy;
   if (copy) models.push_back({"reference", copy, false, false, policy.base});
   return models;

@@ -1,8 +1,9 @@
-// What the recipes that align a pretrained policy (dpo, ppo) share: the policy from
-// model.init_from, full or with LoRA adapters, and its frozen reference (a copy of the base, or the
-// policy itself with its adapters off); held-out text to check that the policy still writes the
-// base's language; and `forge eval --prompts`, which samples policy and reference with the same
-// draws and reports their KL and their rewards (docs/recipes/preference.md).
+// What the recipes that train a pretrained policy (finetune, dpo, ppo) share: the policy from
+// model.init_from, full or with LoRA adapters, its rules and memory estimate, and for the aligning
+// ones (dpo, ppo) its frozen reference (a copy of the base, or the policy itself with its adapters
+// off); held-out text to check that the policy still writes the base's language; and `forge eval
+// --prompts`, which samples policy and reference with the same draws and reports their KL and
+// their rewards (docs/recipes/preference.md).
 #pragma once
 
 #include <filesystem>
@@ -59,23 +60,35 @@ class ReferencePolicy {
 std::unique_ptr<nn::GPT> load_frozen_base(const RunConfig& config,
                                           const std::filesystem::path& base);
 
+/// The model finetune, dpo and ppo train: a GPT from model.init_from, every weight or (lora.rank >
+/// 0) LoRA adapters on it, and for dpo and ppo its frozen reference.
 struct Policy {
   std::unique_ptr<nn::GPT> model;
-  std::unique_ptr<ReferencePolicy> reference;
+  std::unique_ptr<ReferencePolicy> reference;  ///< none for finetune
   std::filesystem::path base;  ///< model.init_from resolved to a checkpoint file
   bool lora = false;
 };
 
-/// The policy from model.init_from (with adapters when lora.rank > 0) and its reference. A full
-/// fine-tune's resume overwrites the policy from its checkpoint, so the base is read then only for
-/// the reference; `need_reference_copy` false (DPO's precomputed reference) skips even that.
+/// The policy from model.init_from (with adapters when lora.rank > 0), without a reference. A full
+/// fine-tune's checkpoints hold every weight, so its resume does not read the base; LoRA
+/// checkpoints hold the adapters only, so the base is read every time (and its digest checked).
+Policy build_policy(const RunConfig& config, bool resuming);
+
+/// The same with its reference: a frozen copy of the base, read even on resume, or for LoRA the
+/// policy with its adapters off. `need_reference_copy` false (DPO's precomputed reference) skips
+/// the copy.
 Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_copy);
+
+/// The rules of a recipe that trains a policy: the model family's and lora.*'s, and model.init_from
+/// given; `starts_from` says what the recipe takes from it ("a trained model").
+void check_policy(ConfigChecker& checker, const std::string& starts_from);
 
 /// The policy and its reference as a run's models: the policy is the main model (saved whole, or
 /// for LoRA its adapters with the base referenced), the reference copy a frozen "reference"
 /// referenced by the base's path and digest, so a resume against another base fails. With no copy
-/// (LoRA: the policy with adapters off), no reference entry; `absent_copy` (an empty module) stands
-/// for a full policy's reference the run does not hold (DPO's precomputed one).
+/// (LoRA: the policy with adapters off; finetune: no reference), no reference entry; `absent_copy`
+/// (an empty module) stands for a full policy's reference the run does not hold (DPO's precomputed
+/// one).
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy = nullptr);
 
 /// The policy of a dpo or ppo checkpoint (a LoRA run's: its base with the adapters) and its
