@@ -183,9 +183,7 @@ int train_dpo(const RunConfig& config) {
     Metrics m = evaluate_pairs(model, *policy.reference, val_table ? &*val_table : nullptr,
                                *data.val, B, pairs, options);
     if (text && !stop_requested())
-      m.push_back({"text_loss", lm_eval(model, *text, B, config.train.eval_batches, full)
-                                    .front()
-                                    .value.as_double()});
+      m.push_back(text_loss(model, *text, B, config.train.eval_batches, full));
     return m;
   };
   recipe.data_state = [&] { return loader.cursor().to_counters("data."); };
@@ -206,25 +204,15 @@ int train_dpo(const RunConfig& config) {
 // ---- forge eval ----------------------------------------------------------------------------------
 
 int eval_dpo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
-  // A LoRA run's checkpoint loads as its base with the adapters, which off are the reference.
-  const LoadedPolicy policy = load_policy(config, checkpoint);
-  const LoadedGPT& loaded = policy.loaded;
-  const ReferencePolicy& reference = *policy.reference;
-  PreferenceData data = load_preference_data(config);
-  Metrics m = evaluate_pairs(*loaded.model, reference, nullptr, *data.val, config.train.batch_size,
-                             0, dpo_options(config));
-  if (std::unique_ptr<LMWindows> text =
-          held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction")) {
-    NoGradGuard no_grad;
-    m.push_back({"text_loss", lm_eval(*loaded.model, *text, config.train.batch_size, 0, true)
-                                  .front()
-                                  .value.as_double()});
-  }
-  if (options.has("prompts"))
-    for (Metric& metric : evaluate_policy(config, *loaded.model, reference, options))
-      m.push_back(std::move(metric));
-  print_eval(checkpoint.string(), loaded.step, m);
-  return 0;
+  return eval_policy(config, checkpoint, options, [&](nn::GPT& policy, const ReferencePolicy& ref) {
+    PreferenceData data = load_preference_data(config);
+    const int64_t B = config.train.batch_size;
+    Metrics m = evaluate_pairs(policy, ref, nullptr, *data.val, B, 0, dpo_options(config));
+    if (std::unique_ptr<LMWindows> text =
+            held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction"))
+      m.push_back(text_loss(policy, *text, B, 0, true));
+    return m;
+  });
 }
 
 MemoryEstimate estimate_dpo(const RunConfig& config) {

@@ -122,6 +122,12 @@ std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::str
   return std::move(load_lm_splits(c).val);
 }
 
+Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
+                 bool full) {
+  NoGradGuard no_grad;
+  return {"text_loss", lm_eval(model, text, batch_size, batches, full).front().value};
+}
+
 std::vector<double> completion_logprobs(const nn::GPT& model,
                                         const std::vector<std::vector<int64_t>>& prompts,
                                         const std::vector<nn::Completion>& completions,
@@ -234,6 +240,19 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   std::fprintf(stderr, "eval: %zu samples from each model in %.1f s\n", mine.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return m;
+}
+
+int eval_policy(
+    const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options,
+    const std::function<Metrics(nn::GPT& policy, const ReferencePolicy& reference)>& metrics) {
+  // A LoRA run's checkpoint loads as its base with the adapters, which off are the reference.
+  const LoadedPolicy policy = load_policy(config, checkpoint);
+  Metrics m = metrics(*policy.loaded.model, *policy.reference);
+  if (options.has("prompts"))
+    for (Metric& metric : evaluate_policy(config, *policy.loaded.model, *policy.reference, options))
+      m.push_back(std::move(metric));
+  print_eval(checkpoint.string(), policy.loaded.step, m);
+  return 0;
 }
 
 std::vector<std::pair<std::string, std::string>> policy_eval_options() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -123,6 +124,11 @@ MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemor
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
                                          const std::string& fraction_key);
 
+/// "text_loss": the LM loss of `model` on held-out text (lm_eval's windows and batches), without
+/// gradient: does the policy still write the base's language?
+Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
+                 bool full);
+
 /// The summed log-probability of each completion (its prompt not scored) under `model`, in batches
 /// of `batch_size` rows, without gradient.
 std::vector<double> completion_logprobs(const nn::GPT& model,
@@ -141,6 +147,12 @@ std::vector<double> completion_rewards(const LoadedRewardModel& rm,
 /// both models' mean reward and the policy's win rate by reward (ties half).
 Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const ReferencePolicy& reference,
                         const CommandOptions& options);
+
+/// forge eval of a dpo or ppo checkpoint: its policy and reference (load_policy), the recipe's
+/// `metrics` of them, then with --prompts evaluate_policy's, printed as print_eval does.
+int eval_policy(
+    const RunConfig& config, const std::filesystem::path& checkpoint, const CommandOptions& options,
+    const std::function<Metrics(nn::GPT& policy, const ReferencePolicy& reference)>& metrics);
 
 /// The options of evaluate_policy, for RecipeSpec::eval_options.
 std::vector<std::pair<std::string, std::string>> policy_eval_options();

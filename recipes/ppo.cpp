@@ -619,24 +619,18 @@ int train_ppo(const RunConfig& config) {
 
 int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
   const PPOSettings s = ppo_settings(config);
-  const LoadedPolicy policy = load_policy(config, checkpoint);
-  const LoadedGPT& loaded = policy.loaded;
-  const ReferencePolicy& reference = *policy.reference;
-  std::unique_ptr<Tokenizer> tokenizer =
-      make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const PromptSplits prompts = load_prompts(config, *tokenizer);
-  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
-  const LoadedRewardModel reward = load_reward_model(rm_file);
-  const Critic no_critic;
-  const PPOModels m{*loaded.model, reference, reward, no_critic, *tokenizer};
-  Evaluator evaluator(config, s, prompts.val,
-                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
-  Metrics metrics = evaluator.evaluate(m, 0, s.kl.init_kl_coef);
-  if (options.has("prompts"))
-    for (Metric& metric : evaluate_policy(config, *loaded.model, reference, options))
-      metrics.push_back(std::move(metric));
-  print_eval(checkpoint.string(), loaded.step, metrics);
-  return 0;
+  return eval_policy(config, checkpoint, options, [&](nn::GPT& policy, const ReferencePolicy& ref) {
+    std::unique_ptr<Tokenizer> tokenizer =
+        make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+    const PromptSplits prompts = load_prompts(config, *tokenizer);
+    const LoadedRewardModel reward =
+        load_reward_model(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+    const Critic no_critic;
+    const PPOModels m{policy, ref, reward, no_critic, *tokenizer};
+    Evaluator evaluator(config, s, prompts.val,
+                        held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+    return evaluator.evaluate(m, 0, s.kl.init_kl_coef);
+  });
 }
 
 MemoryEstimate estimate_ppo(const RunConfig& config) {
