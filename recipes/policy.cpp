@@ -111,15 +111,20 @@ MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemor
                          double(rows.train.batch_size * rows.model.context));
 }
 
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key) {
-  const std::string text = config.get<std::string>(text_key);
+std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text,
+                                         double fraction) {
   if (text.empty()) return nullptr;
   RunConfig c = config;
   c.data.train = text;
   c.data.val.clear();
-  c.data.val_fraction = config.get<double>(fraction_key);
+  c.data.val_fraction = fraction;
   return std::move(load_lm_splits(c).val);
+}
+
+std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
+                                         const std::string& fraction_key) {
+  return held_out_text(config, config.get<std::string>(text_key),
+                       config.get<double>(fraction_key));
 }
 
 Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,

@@ -119,8 +119,11 @@ struct PolicyMemory {
 /// the logits of every row are kept for backward.
 MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemory& extra = {});
 
-/// The held-out end of the text file named by key `text_key` (fraction `fraction_key`) as LM
-/// windows, as data.val_fraction splits a pretraining text; nothing when the key is empty.
+/// The held-out end (`fraction`) of text file `text` as LM windows, as data.val_fraction splits a
+/// pretraining text; nothing when `text` is empty.
+std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text,
+                                         double fraction);
+/// The same for the file named by key `text_key` and the fraction by key `fraction_key`.
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
                                          const std::string& fraction_key);
 

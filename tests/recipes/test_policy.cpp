@@ -136,6 +136,33 @@ TEST_F(PolicyMemory, PPOHoldsTheRewardModelAndTrainsAValueModelOrHead) {
   EXPECT_EQ(lora_shared.trainable_parameters, kAdapters + 32);
 }
 
+TEST(DPOSection, HoldsEveryKeyOfTheSection) {
+  const auto load = [](const std::vector<std::string>& overrides) {
+    return dpo_settings(load_config_string(
+        "recipe: dpo\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n",
+        "x.yaml", overrides, ConfigFiles::skip));
+  };
+  // A field a key: a key added to the section without one fails here first.
+  EXPECT_EQ(dpo_section().keys.size(), 6u);
+  const DPOSection defaults = load({});
+  EXPECT_EQ(defaults.beta, 0.1);
+  EXPECT_EQ(defaults.loss_type, nn::DPOLossType::sigmoid);
+  EXPECT_EQ(defaults.label_smoothing, 0.0);
+  EXPECT_FALSE(defaults.precompute_reference);
+  EXPECT_EQ(defaults.eval_text, "");
+  EXPECT_EQ(defaults.eval_text_fraction, 0.1);
+  const DPOSection set =
+      load({"dpo.beta=0.5", "dpo.loss_type=ipo", "dpo.precompute_reference=true",
+            "dpo.eval_text=text.txt", "dpo.eval_text_fraction=0.25"});
+  EXPECT_EQ(set.beta, 0.5);
+  EXPECT_EQ(set.loss_type, nn::DPOLossType::ipo);
+  EXPECT_TRUE(set.precompute_reference);
+  EXPECT_EQ(set.eval_text, "text.txt");
+  EXPECT_EQ(set.eval_text_fraction, 0.25);
+  EXPECT_EQ(load({"dpo.loss_type=hinge"}).loss_type, nn::DPOLossType::hinge);
+  EXPECT_EQ(load({"dpo.label_smoothing=0.2"}).label_smoothing, 0.2);
+}
+
 class PolicyValidate : public testing::RecipeTest {};
 
 // The reward model is read for its size: a file that is not a readable checkpoint stops validate
