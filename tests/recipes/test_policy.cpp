@@ -1,7 +1,8 @@
 // What finetune, dpo and ppo share through recipes/policy.h, checked per recipe: the memory
 // estimate of `forge validate` for each one's case (full or LoRA, a reference copy or not, ppo's
-// reward and value models and generation rows), the dpo: section read into its struct, and a ppo
-// config whose reward model is not a readable checkpoint refused by `forge validate` with exit 4.
+// reward and value models and generation rows), the dpo: section read into its struct, forge eval
+// of a dpo run, and a ppo config whose reward model is not a readable checkpoint refused by
+// `forge validate` with exit 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,6 +162,38 @@ TEST(DPOSection, HoldsEveryKeyOfTheSection) {
   EXPECT_EQ(set.eval_text_fraction, 0.25);
   EXPECT_EQ(load({"dpo.loss_type=hinge"}).loss_type, nn::DPOLossType::hinge);
   EXPECT_EQ(load({"dpo.label_smoothing=0.2"}).label_smoothing, 0.2);
+}
+
+class PolicyEval : public testing::RecipeTest {};
+
+// forge eval of a dpo run: the recipe's metrics, the held-out text's loss as the run's final
+// evaluation logged it (text_loss serves both), then --prompts' samples of policy and reference.
+TEST_F(PolicyEval, DPOEvalRepeatsTheRunsLastTextLossAndAddsThePromptsMetrics) {
+  train_tiny_base(40);
+  ASSERT_FALSE(HasFatalFailure());
+  write_word_pairs(dir_ / "pairs.jsonl", 24, 1);
+  testing::write_file(dir_ / "dpo.yaml",
+                      "recipe: dpo\nseed: 3\noutput_dir: " + (dir_ / "dpo").string() +
+                          "\nmodel: {init_from: " + (dir_ / "base").string() +
+                          "}\ndata: {train: " + (dir_ / "pairs.jsonl").string() +
+                          ", val_fraction: 0.25}\npreference: {max_prompt_length: 16}\n"
+                          "dpo: {eval_text: " + (dir_ / "corpus.txt").string() +
+                          ", eval_text_fraction: 0.05}\n"
+                          "train: {batch_size: 6, max_steps: 3, eval_every: 3, log_every: 1}\n");
+  ASSERT_EQ(forge("train " + (dir_ / "dpo.yaml").string()), 0);
+  const double text_loss = losses(dir_ / "dpo", "val", "text_loss").at(3);
+  testing::write_file(dir_ / "prompts.txt", "ROMEO:\n");
+  auto [code, out] = forge_output("eval " + (dir_ / "dpo").string() + " --prompts " +
+                                  (dir_ / "prompts.txt").string() +
+                                  " --num-samples 2 --max-new-tokens 4");
+  ASSERT_EQ(code, 0) << out;
+  const size_t own = out.find("val_text_loss " + g6(text_loss) + "\n");
+  const size_t prompts = out.find("val_kl_per_token ");
+  EXPECT_NE(own, std::string::npos) << out;
+  EXPECT_NE(out.find("val_rewards_acc "), std::string::npos) << out;
+  EXPECT_NE(prompts, std::string::npos) << out;
+  EXPECT_LT(own, prompts) << out;
+  EXPECT_NE(out.find("val_samples 2\n"), std::string::npos) << out;
 }
 
 class PolicyValidate : public testing::RecipeTest {};
