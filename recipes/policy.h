@@ -1,9 +1,8 @@
 // What the recipes that train a pretrained policy (finetune, dpo, ppo) share: the policy from
-// model.init_from, full or with LoRA adapters, its rules and memory estimate, and for the aligning
-// ones (dpo, ppo) its frozen reference (a copy of the base, or the policy itself with its adapters
-// off); held-out text to check that the policy still writes the base's language; and `forge eval
-// --prompts`, which samples policy and reference with the same draws and reports their KL and
-// their rewards (docs/recipes/preference.md).
+// model.init_from, full or with LoRA adapters, its rules and memory estimate; for dpo and ppo its
+// frozen reference (a copy of the base, or the policy with its adapters off), held-out text the
+// policy must still write, and `forge eval`, whose --prompts samples policy and reference with the
+// same draws and reports their KL and rewards (docs/recipes/preference.md).
 #pragma once
 
 #include <filesystem>
