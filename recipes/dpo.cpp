@@ -26,15 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-nn::DPOOptions dpo_options(const RunConfig& c) {
-  nn::DPOOptions o;
-  o.beta = c.get<double>("dpo.beta");
-  o.label_smoothing = c.get<double>("dpo.label_smoothing");
-  const std::string type = c.get<std::string>("dpo.loss_type");
-  o.loss_type = type == "ipo"     ? nn::DPOLossType::ipo
-                : type == "hinge" ? nn::DPOLossType::hinge
-                                  : nn::DPOLossType::sigmoid;
-  return o;
+nn::DPOOptions loss_options(const DPOSection& dpo) {
+  return {.beta = dpo.beta, .label_smoothing = dpo.label_smoothing, .loss_type = dpo.loss_type};
 }
 
 // The summed response log-probabilities of a batch's 2B rows, [2B].
@@ -136,17 +129,17 @@ Metrics evaluate_pairs(const nn::GPT& policy, const ReferencePolicy& reference,
 }
 
 int train_dpo(const RunConfig& config) {
+  const DPOSection dpo = dpo_settings(config);
   PreferenceData data = load_preference_data(config);
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
-  const bool precomputed = config.get<bool>("dpo.precompute_reference");
-  Policy policy = build_policy(config, resuming, !precomputed);
+  Policy policy = build_policy(config, resuming, !dpo.precompute_reference);
   nn::GPT& model = *policy.model;
   std::unique_ptr<optim::Optimizer> optimizer =
       build_optimizer(config, policy_trained_parameters(config, policy), lora_lr_scale(config));
 
   const int64_t B = config.train.batch_size;
   std::optional<ReferenceTable> train_table, val_table;
-  if (precomputed) {
+  if (dpo.precompute_reference) {
     // A full fine-tune computes the table with the base itself, loaded only for this and freed.
     std::unique_ptr<ReferencePolicy> once;
     const ReferencePolicy* ref = policy.reference.get();
@@ -162,10 +155,9 @@ int train_dpo(const RunConfig& config) {
   nn::Module precomputed_reference;
   const std::vector<RunModel> models = policy_run_models(policy, &precomputed_reference);
 
-  const nn::DPOOptions options = dpo_options(config);
+  const nn::DPOOptions options = loss_options(dpo);
   PreferenceLoader loader(data.train, B, uint64_t(config.seed));
-  std::unique_ptr<LMWindows> text =
-      held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction");
+  std::unique_ptr<LMWindows> text = held_out_text(config, dpo.eval_text, dpo.eval_text_fraction);
   Recipe recipe;
   recipe.eval_at_start = true;
   recipe.tokens_per_step =
@@ -183,9 +175,7 @@ int train_dpo(const RunConfig& config) {
     Metrics m = evaluate_pairs(model, *policy.reference, val_table ? &*val_table : nullptr,
                                *data.val, B, pairs, options);
     if (text && !stop_requested())
-      m.push_back({"text_loss", lm_eval(model, *text, B, config.train.eval_batches, full)
-                                    .front()
-                                    .value.as_double()});
+      m.push_back(text_loss(model, *text, B, config.train.eval_batches, full));
     return m;
   };
   recipe.data_state = [&] { return loader.cursor().to_counters("data."); };
@@ -206,54 +196,32 @@ int train_dpo(const RunConfig& config) {
 // ---- forge eval ----------------------------------------------------------------------------------
 
 int eval_dpo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
-  // A LoRA run's checkpoint loads as its base with the adapters, which off are the reference.
-  const LoadedPolicy policy = load_policy(config, checkpoint);
-  const LoadedGPT& loaded = policy.loaded;
-  const ReferencePolicy& reference = *policy.reference;
-  PreferenceData data = load_preference_data(config);
-  Metrics m = evaluate_pairs(*loaded.model, reference, nullptr, *data.val, config.train.batch_size,
-                             0, dpo_options(config));
-  if (std::unique_ptr<LMWindows> text =
-          held_out_text(config, "dpo.eval_text", "dpo.eval_text_fraction")) {
-    NoGradGuard no_grad;
-    m.push_back({"text_loss", lm_eval(*loaded.model, *text, config.train.batch_size, 0, true)
-                                  .front()
-                                  .value.as_double()});
-  }
-  if (options.has("prompts"))
-    for (Metric& metric : evaluate_policy(config, *loaded.model, reference, options))
-      m.push_back(std::move(metric));
-  print_eval(checkpoint.string(), loaded.step, m);
-  return 0;
+  const DPOSection dpo = dpo_settings(config);
+  return eval_policy(config, checkpoint, options, [&](nn::GPT& policy, const ReferencePolicy& ref) {
+    PreferenceData data = load_preference_data(config);
+    const int64_t B = config.train.batch_size;
+    Metrics m = evaluate_pairs(policy, ref, nullptr, *data.val, B, 0, loss_options(dpo));
+    if (std::unique_ptr<LMWindows> text =
+            held_out_text(config, dpo.eval_text, dpo.eval_text_fraction))
+      m.push_back(text_loss(policy, *text, B, 0, true));
+    return m;
+  });
 }
 
 MemoryEstimate estimate_dpo(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  const bool copy = lora.rank == 0 && !config.get<bool>("dpo.precompute_reference");
-  const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
-  const int64_t trained = lora.rank > 0 ? lora_trainable_parameters(g, config) : params;
-  // Both rows of every pair run at once, and their logits are kept for backward.
-  RunConfig rows = config;
-  rows.train.batch_size = 2 * config.train.batch_size;
-  rows.model.context = preference_truncation(config).max_length;
-  return estimate_memory(rows, params * (copy ? 2 : 1) + adapters, trained,
-                         double(rows.train.batch_size * rows.model.context));
+  // Both rows of every pair run at once.
+  return estimate_policy_memory(
+      config, {.reference_copy = !dpo_settings(config).precompute_reference,
+               .rows = 2 * config.train.batch_size,
+               .row_length = preference_truncation(config).max_length});
 }
 
 void check_dpo(ConfigChecker& checker) {
-  check_model_family(checker);
+  check_policy(checker, "a trained policy (its reference)");
   check_preference(checker);
-  check_lora(checker);
-  const RunConfig& c = checker.config();
-  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
-                "model.init_from: recipe dpo starts from a trained policy (its reference); name "
-                "its run directory or checkpoint");
+  const DPOSection dpo = dpo_settings(checker.config());
   checker.cross({"dpo.label_smoothing", "dpo.loss_type"},
-                c.get<double>("dpo.label_smoothing") == 0 ||
-                    c.get<std::string>("dpo.loss_type") == "sigmoid",
+                dpo.label_smoothing == 0 || dpo.loss_type == nn::DPOLossType::sigmoid,
                 "dpo.label_smoothing: conservative DPO smooths the sigmoid loss only");
 }
 
@@ -282,6 +250,18 @@ ConfigSection dpo_section() {
        section_key("dpo.eval_text_fraction", number_key(0.1, "(0, 1)"),
                    "the last fraction of dpo.eval_text scored, as data.val_fraction splits a "
                    "pretraining text")}};
+}
+
+DPOSection dpo_settings(const RunConfig& config) {
+  const std::string type = config.get<std::string>("dpo.loss_type");
+  return {.beta = config.get<double>("dpo.beta"),
+          .loss_type = type == "ipo"     ? nn::DPOLossType::ipo
+                       : type == "hinge" ? nn::DPOLossType::hinge
+                                         : nn::DPOLossType::sigmoid,
+          .label_smoothing = config.get<double>("dpo.label_smoothing"),
+          .precompute_reference = config.get<bool>("dpo.precompute_reference"),
+          .eval_text = config.get<std::string>("dpo.eval_text"),
+          .eval_text_fraction = config.get<double>("dpo.eval_text_fraction")};
 }
 
 RecipeSpec dpo_recipe() {

@@ -4,6 +4,9 @@
 // log-probabilities may be computed once before training (dpo.precompute_reference).
 #pragma once
 
+#include <string>
+
+#include "nn/preference.h"
 #include "runtime/config.h"
 #include "runtime/registry.h"
 
@@ -11,5 +14,17 @@ namespace forge {
 
 RecipeSpec dpo_recipe();
 ConfigSection dpo_section();
+
+/// The dpo: section, a field a key of dpo_section (its docs and defaults are there).
+struct DPOSection {
+  double beta{};
+  nn::DPOLossType loss_type{};
+  double label_smoothing{};
+  bool precompute_reference{};
+  std::string eval_text;
+  double eval_text_fraction{};
+};
+/// What `config` says in its dpo: section.
+DPOSection dpo_settings(const RunConfig& config);
 
 }  // namespace forge

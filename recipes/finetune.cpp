@@ -20,11 +20,11 @@
 #include "data/sft.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
-#include "nn/lora.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "recipes/lm_objective.h"
 #include "runtime/lora_config.h"
+#include "recipes/policy.h"
 #include "runtime/trainer.h"
 
 namespace forge {
@@ -146,28 +146,6 @@ Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size,
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
-MemoryEstimate estimate_finetune(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  if (lora.rank == 0)
-    return estimate_memory(config, params, params,
-                           double(config.train.batch_size * config.model.context));
-  const int64_t trained = lora_trainable_parameters(g, config);
-  return estimate_memory(config, params + nn::lora_parameter_count(g, lora), trained,
-                         double(config.train.batch_size * config.model.context));
-}
-
-void check_finetune(ConfigChecker& checker) {
-  check_model_family(checker);
-  check_lora(checker);
-  const RunConfig& c = checker.config();
-  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
-                "model.init_from: recipe finetune starts from a trained model; name its run "
-                "directory or checkpoint");
-}
-
 }  // namespace
 
 MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch) {
@@ -197,38 +175,20 @@ RecipeSpec finetune_recipe() {
                  "fully or with LoRA adapters",
           .families = {"gpt"},
           .sections = {"lora", "finetune"},
-          .check = check_finetune,
+          .check = [](ConfigChecker& c) { check_policy(c, "a trained model"); },
           .train = train_finetune,
           .eval = eval_finetune,
-          .estimate = estimate_finetune,
+          .estimate = [](const RunConfig& c) { return estimate_policy_memory(c); },
           .data_directories = true};
 }
 
 int train_finetune(const RunConfig& config) {
   FinetuneData data = load_data(config);
-  const fs::path base = resolve_checkpoint(config.model.init_from);
-  Generator init(uint64_t(config.seed), rng_stream("init"));
-  nn::GPT model(gpt_config(config.model), init);
-  model.set_activation_checkpointing(config.train.activation_checkpointing);
-
-  const nn::LoRAConfig lora = lora_settings(config);
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
-  // A full fine-tune's checkpoints hold every weight: the base is read only to start. LoRA
-  // checkpoints hold the adapters only, so the base is read every time (and its digest checked).
-  if (lora.rank > 0 || !resuming) load_initial_weights(model, base);
-  NamedTensors trained = model.named_parameters();
-  if (lora.rank > 0) {
-    Generator adapters(uint64_t(config.seed), rng_stream("lora"));
-    nn::inject_lora(model, lora, adapters);
-    trained = nn::select_trainable(model.named_parameters(), lora_trainable_patterns(config));
-  }
+  const Policy policy = build_policy(config, resuming);
+  nn::GPT& model = *policy.model;
   std::unique_ptr<optim::Optimizer> optimizer =
-      build_optimizer(config, trained, lora_lr_scale(config));
-  RunModel run_model{"", &model};
-  if (lora.rank > 0) {
-    run_model.adapters_only = true;
-    run_model.source = base;
-  }
+      build_optimizer(config, policy_trained_parameters(config, policy), lora_lr_scale(config));
 
   const int64_t B = config.train.batch_size;
   const auto seed = uint64_t(config.seed);
@@ -265,7 +225,7 @@ int train_finetune(const RunConfig& config) {
            data.sft_val->tokens[0].begin() + data.sft_val->prompt_len[0]});
     return sample_text(model, *data.tokenizer, prompt, config);
   };
-  return run_training(config, {run_model}, *optimizer, recipe);
+  return run_training(config, policy_run_models(policy), *optimizer, recipe);
 }
 
 int eval_finetune(const RunConfig& config, const fs::path& checkpoint_file, const CommandOptions&) {

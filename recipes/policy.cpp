@@ -1,4 +1,5 @@
-// The policy and its reference, held-out text and `forge eval --prompts`, shared by dpo and ppo.
+// The policy of finetune, dpo and ppo: its set-up, rules and memory estimate; its reference,
+// held-out text and `forge eval --prompts`, shared by dpo and ppo.
 #include "recipes/policy.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ std::unique_ptr<nn::GPT> load_frozen_base(const RunConfig& config, const fs::pat
   return copy;
 }
 
-Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_copy) {
+Policy build_policy(const RunConfig& config, bool resuming) {
   Policy p;
   p.base = resolve_checkpoint(config.model.init_from);
   Generator init(uint64_t(config.seed), rng_stream("init"));
@@ -38,15 +39,28 @@ Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_
   const nn::LoRAConfig lora = lora_settings(config);
   p.lora = lora.rank > 0;
   if (p.lora || !resuming) load_initial_weights(*p.model, p.base);
-  std::unique_ptr<nn::GPT> copy;
   if (p.lora) {
     Generator adapters(uint64_t(config.seed), rng_stream("lora"));
     nn::inject_lora(*p.model, lora, adapters);
-  } else if (need_reference_copy) {
-    copy = load_frozen_base(config, p.base);
   }
+  return p;
+}
+
+Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_copy) {
+  Policy p = build_policy(config, resuming);
+  std::unique_ptr<nn::GPT> copy;
+  if (!p.lora && need_reference_copy) copy = load_frozen_base(config, p.base);
   p.reference = std::make_unique<ReferencePolicy>(*p.model, std::move(copy));
   return p;
+}
+
+void check_policy(ConfigChecker& checker, const std::string& starts_from) {
+  check_model_family(checker);
+  check_lora(checker);
+  const RunConfig& c = checker.config();
+  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
+                "model.init_from: recipe " + c.recipe + " starts from " + starts_from +
+                    "; name its run directory or checkpoint");
 }
 
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy) {
@@ -56,7 +70,7 @@ std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent
     models[0].source = policy.base;
     return models;
   }
-  nn::Module* copy = policy.reference->copy();
+  nn::Module* copy = policy.reference ? policy.reference->copy() : nullptr;
   if (!copy) copy = absent_copy;
   if (copy) models.push_back({"reference", copy, false, false, policy.base});
   return models;
@@ -76,15 +90,47 @@ NamedTensors policy_trained_parameters(const RunConfig& config, const Policy& po
   return nn::select_trainable(policy.model->named_parameters(), lora_trainable_patterns(config));
 }
 
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key) {
-  const std::string text = config.get<std::string>(text_key);
+MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemory& extra) {
+  const nn::GPTConfig g = gpt_config(config.model);
+  nn::check_config(g);
+  const int64_t params = nn::gpt_num_parameters(g);
+  const nn::LoRAConfig lora = lora_settings(config);
+  int64_t total = params + extra.frozen_parameters + extra.trained_parameters;
+  int64_t trained = extra.trained_parameters;
+  if (lora.rank > 0) {
+    total += nn::lora_parameter_count(g, lora);
+    trained += lora_trainable_parameters(g, config);
+  } else {
+    total += extra.reference_copy ? params : 0;
+    trained += params;
+  }
+  RunConfig rows = config;
+  if (extra.rows > 0) rows.train.batch_size = extra.rows;
+  if (extra.row_length > 0) rows.model.context = extra.row_length;
+  return estimate_memory(rows, total, trained,
+                         double(rows.train.batch_size * rows.model.context));
+}
+
+std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text,
+                                         double fraction) {
   if (text.empty()) return nullptr;
   RunConfig c = config;
   c.data.train = text;
   c.data.val.clear();
-  c.data.val_fraction = config.get<double>(fraction_key);
+  c.data.val_fraction = fraction;
   return std::move(load_lm_splits(c).val);
+}
+
+std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
+                                         const std::string& fraction_key) {
+  return held_out_text(config, config.get<std::string>(text_key),
+                       config.get<double>(fraction_key));
+}
+
+Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
+                 bool full) {
+  NoGradGuard no_grad;
+  return {"text_loss", lm_eval(model, text, batch_size, batches, full).front().value};
 }
 
 std::vector<double> completion_logprobs(const nn::GPT& model,
@@ -199,6 +245,19 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   std::fprintf(stderr, "eval: %zu samples from each model in %.1f s\n", mine.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return m;
+}
+
+int eval_policy(
+    const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options,
+    const std::function<Metrics(nn::GPT& policy, const ReferencePolicy& reference)>& metrics) {
+  // A LoRA run's checkpoint loads as its base with the adapters, which off are the reference.
+  const LoadedPolicy policy = load_policy(config, checkpoint);
+  Metrics m = metrics(*policy.loaded.model, *policy.reference);
+  if (options.has("prompts"))
+    for (Metric& metric : evaluate_policy(config, *policy.loaded.model, *policy.reference, options))
+      m.push_back(std::move(metric));
+  print_eval(checkpoint.string(), policy.loaded.step, m);
+  return 0;
 }
 
 std::vector<std::pair<std::string, std::string>> policy_eval_options() {

@@ -619,51 +619,33 @@ int train_ppo(const RunConfig& config) {
 
 int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandOptions& options) {
   const PPOSettings s = ppo_settings(config);
-  const LoadedPolicy policy = load_policy(config, checkpoint);
-  const LoadedGPT& loaded = policy.loaded;
-  const ReferencePolicy& reference = *policy.reference;
-  std::unique_ptr<Tokenizer> tokenizer =
-      make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const PromptSplits prompts = load_prompts(config, *tokenizer);
-  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
-  const LoadedRewardModel reward = load_reward_model(rm_file);
-  const Critic no_critic;
-  const PPOModels m{*loaded.model, reference, reward, no_critic, *tokenizer};
-  Evaluator evaluator(config, s, prompts.val,
-                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
-  Metrics metrics = evaluator.evaluate(m, 0, s.kl.init_kl_coef);
-  if (options.has("prompts"))
-    for (Metric& metric : evaluate_policy(config, *loaded.model, reference, options))
-      metrics.push_back(std::move(metric));
-  print_eval(checkpoint.string(), loaded.step, metrics);
-  return 0;
+  return eval_policy(config, checkpoint, options, [&](nn::GPT& policy, const ReferencePolicy& ref) {
+    std::unique_ptr<Tokenizer> tokenizer =
+        make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+    const PromptSplits prompts = load_prompts(config, *tokenizer);
+    const LoadedRewardModel reward =
+        load_reward_model(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+    const Critic no_critic;
+    const PPOModels m{policy, ref, reward, no_critic, *tokenizer};
+    Evaluator evaluator(config, s, prompts.val,
+                        held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+    return evaluator.evaluate(m, 0, s.kl.init_kl_coef);
+  });
 }
 
 MemoryEstimate estimate_ppo(const RunConfig& config) {
-  nn::GPTConfig g = gpt_config(config.model);
-  nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g);
-  const nn::LoRAConfig lora = lora_settings(config);
-  const int64_t adapters = lora.rank > 0 ? nn::lora_parameter_count(g, lora) : 0;
+  // The reward model's size (and the separate value model's, its copy) from its stored config. The
+  // loader has found the checkpoint; one that does not read stops validate as it would train.
+  const RunConfig rm =
+      stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+  const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
   const bool shared = config.get<std::string>("ppo.value") == "shared";
-  // The reward model's size (and the separate value model's, its copy) from its stored config; a
-  // config is often validated before its reward model is trained: then the policy's shape's.
-  int64_t reward = params + g.d_model;
-  try {
-    const RunConfig rm =
-        stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
-    reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
-  } catch (const Error&) {
-  }
-  const int64_t value = shared ? g.d_model : reward;
-  const int64_t total = params * (lora.rank > 0 ? 1 : 2) + adapters + reward + value;
-  const int64_t trainable =
-      (lora.rank > 0 ? lora_trainable_parameters(g, config) : params) + value;
-  RunConfig rows = config;
-  rows.train.batch_size =
-      std::max(config.train.batch_size, config.get<int64_t>("ppo.generation_batch_size"));
-  return estimate_memory(rows, total, trainable,
-                         double(rows.train.batch_size * config.model.context));
+  return estimate_policy_memory(
+      config, {.reference_copy = true,
+               .frozen_parameters = reward,
+               .trained_parameters = shared ? config.model.d_model : reward,
+               .rows = std::max(config.train.batch_size,
+                                config.get<int64_t>("ppo.generation_batch_size"))});
 }
 
 void check_ppo(ConfigChecker& checker) {
