@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/kernels/isa.h"
+#include "core/output_path.h"
 #include "data/bpe_train.h"
 #include "data/jsonl.h"
 #include "data/prepare.h"
@@ -349,9 +350,13 @@ int cmd_predict(const std::vector<std::string>& args) {
 // stdout or, written atomically at the end, in --output.
 int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
                      nn::BatchOptions options) {
+  if (p.options.count("output")) {
+    std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
+    inputs.push_back(p.options.at("prompts"));
+    check_output_path("generate", p.options.at("output"), inputs, OutputShape::file);
+  }
   const std::vector<std::string> prompts =
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
-  if (p.options.count("output")) check_output_directory("generate", p.options.at("output"));
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
@@ -473,6 +478,12 @@ int cmd_export(const std::vector<std::string>& args) {
     usage_error("export: give either --merge or --format hf|peft|gguf (see forge export --help)");
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
+  // The tokenizer's files are copied into a Hugging Face export: an input like the weights.
+  std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
+  inputs.push_back(stored_config(file).data.tokenizer);
+  const bool into_directory = format == "hf" || format == "peft";
+  check_output_path("export", output, inputs,
+                    into_directory ? OutputShape::directory : OutputShape::file);
   if (merge) {
     export_merged(file, output);
     std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(),
@@ -586,6 +597,8 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   int64_t vocab = integer_option(p, "vocab-size", 0);
   if (vocab < 257 || vocab > INT32_MAX)
     usage_error(detail::concat("tokenizer train: --vocab-size must be in [257, 2^31), got ", vocab));
+  check_output_path("tokenizer train", p.options.at("output"), {inputs.begin(), inputs.end()},
+                    OutputShape::directory);
   train_bpe({inputs.begin(), inputs.end()}, int32_t(vocab), p.options.at("output"));
   std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("output"));
   std::printf("%s: vocabulary %d (encoder.json, vocab.bpe)\n", p.options.at("output").c_str(),

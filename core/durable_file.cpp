@@ -35,15 +35,20 @@ void fsync_path(const fs::path& path, bool directory, ExitCode code) {
 }
 
 void rename_durably(const fs::path& from, const fs::path& to, ExitCode code) {
-  if (::rename(from.c_str(), to.c_str()) != 0)
-    fail(to, std::string("cannot rename temp file into place: ") + std::strerror(errno), code);
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(from.c_str());
+    fail(to, std::string("cannot rename temp file into place: ") + std::strerror(err), code);
+  }
   fs::path dir = to.parent_path().empty() ? fs::path(".") : to.parent_path();
   fsync_path(dir, true, code);
 }
 
 void write_file_atomic(const fs::path& file, const std::string& content, ExitCode code) {
-  fs::path tmp = fs::path(file.string() + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL under a name of this process: a file of the user's that happens to be called OUT.tmp
+  // is never truncated.
+  fs::path tmp = fs::path(file.string() + ".tmp." + std::to_string(::getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno), code);
   const char* p = content.data();
   size_t left = content.size();

@@ -15,11 +15,13 @@ namespace forge {
 void fsync_path(const std::filesystem::path& path, bool directory, ExitCode code);
 
 /// rename(2) of `from` onto `to` (atomic within a file system), then fsync of `to`'s directory.
+/// `from` is a temp file the caller wrote: when the rename fails it is removed, so a refused
+/// output leaves nothing behind.
 void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to,
                     ExitCode code);
 
-/// Replaces `file` with `content` atomically and durably: a temp file in the same directory,
-/// fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.
+/// Replaces `file` with `content` atomically and durably: a temp file of this process in the same
+/// directory (`<file>.tmp.<pid>`, created exclusively), fsync, rename, fsync of the directory. Readers see the old or the new content, never a mix.
 void write_file_atomic(const std::filesystem::path& file, const std::string& content,
                        ExitCode code);
 

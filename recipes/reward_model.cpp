@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/ops.h"
+#include "core/output_path.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
 #include "data/sft.h"
@@ -231,9 +233,14 @@ int score_command(const CommandOptions& options) {
   const int64_t batch = options.integer("batch-size", 64);
   if (batch < 1) throw Error(ExitCode::usage, "score: --batch-size must be at least 1");
   const fs::path output = options.text("output", "");
-  if (!output.empty()) check_output_directory("score", output);
-  return score_records(resolve_checkpoint(options.text("checkpoint", "")),
-                       options.text("input", ""), output, batch);
+  const fs::path checkpoint = options.text("checkpoint", "");
+  const fs::path input = options.text("input", "");
+  if (!output.empty()) {
+    std::vector<fs::path> inputs = checkpoint_inputs(checkpoint);
+    inputs.push_back(input);
+    check_output_path("score", output, inputs, OutputShape::file);
+  }
+  return score_records(resolve_checkpoint(checkpoint), input, output, batch);
 }
 
 }  // namespace

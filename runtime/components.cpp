@@ -192,12 +192,13 @@ std::unique_ptr<optim::Optimizer> build_optimizer(
   return optim::make_optimizer(spec, optim::build_param_groups(params, groups));
 }
 
-void check_output_directory(const std::string& command, const std::filesystem::path& file) {
-  const std::filesystem::path dir =
-      file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
-  if (!std::filesystem::is_directory(dir))
-    throw Error(ExitCode::usage, command + ": --output " + quoted_path(file.string()) +
-                                     ": no directory " + quoted_path(dir.string()));
+std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path& path) {
+  std::vector<std::filesystem::path> inputs = {path};
+  const std::filesystem::path file = resolve_checkpoint(path);
+  inputs.push_back(file);
+  for (const auto& [name, reference] : read_checkpoint_info(file).references)
+    inputs.push_back(reference.path);
+  return inputs;
 }
 
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {

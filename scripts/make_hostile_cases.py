@@ -11,6 +11,7 @@ Only the standard library and h5py (Debian: python3-h5py).
 """
 import json
 import os
+import stat
 import shutil
 import sys
 
@@ -23,10 +24,11 @@ CKPT_DIR = os.path.join(RUN, "checkpoints")
 cases = []
 
 
-def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=10):
+def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=10,
+         same_listing=()):
     cases.append(dict(category=category, name=name, argv=argv, allowed=sorted(allowed),
                       unchanged=[os.path.abspath(p) for p in unchanged], copy_run=copy_run,
-                      timeout=timeout))
+                      timeout=timeout, same_listing=[os.path.abspath(d) for d in same_listing]))
 
 
 def path(*parts):
@@ -722,6 +724,64 @@ special("generate-max-tokens-huge", ["FORGE", "generate", "--checkpoint", GOOD, 
                                      "--max-new-tokens", "99999999999999999999"], (2,), [GOOD])
 special("generate-top-p-nan", ["FORGE", "generate", "--checkpoint", GOOD, "--prompt", "a",
                                "--top-p", "nan", "--max-new-tokens", "1"], (2,), [GOOD])
+
+# Outputs (docs/reliability.md, "Outputs"): a command never writes onto what it reads, nor onto a
+# path that is not a regular file, and a refused output leaves no temp file behind.
+def refused_output(name, argv, unchanged, listing=()):
+    case("outputs", name, argv, (2,), unchanged, same_listing=listing)
+
+
+HF = os.path.join(BASE, "hf")
+HF_FILES = [os.path.join(HF, f) for f in sorted(os.listdir(HF))]
+prompts = write(path("outputs", "prompts.txt"), b"To be\n")
+scored = shutil.copyfile(os.path.join(BASE, "pairs.jsonl"), path("outputs", "pairs.jsonl"))
+link = path("outputs", "link.h5")
+os.symlink(GOOD, link)
+hard = path("outputs", "hard.h5")
+os.link(GOOD, hard)
+out_fifo = path("outputs", "out.fifo")
+os.mkfifo(out_fifo)
+for fmt in ["gguf", "hf"]:
+    refused_output(f"export-{fmt}-onto-its-checkpoint",
+                   ["FORGE", "export", "--checkpoint", GOOD, "--format", fmt, "--output", GOOD],
+                   [GOOD], [CKPT_DIR])
+refused_output("export-merge-onto-its-checkpoint",
+               ["FORGE", "export", "--checkpoint", GOOD, "--merge", "--output", GOOD], [GOOD],
+               [CKPT_DIR])
+refused_output("export-into-its-run", ["FORGE", "export", "--checkpoint", RUN, "--format", "gguf",
+                                       "--output", os.path.join(CKPT_DIR, "LATEST")],
+               [os.path.join(CKPT_DIR, "LATEST")], [CKPT_DIR])
+refused_output("export-hf-onto-its-directory",
+               ["FORGE", "export", "--checkpoint", HF, "--format", "hf", "--output", HF], HF_FILES,
+               [HF])
+refused_output("export-gguf-into-its-hf-directory",
+               ["FORGE", "export", "--checkpoint", HF, "--format", "gguf", "--output",
+                os.path.join(HF, "model.safetensors")], HF_FILES, [HF])
+refused_output("export-through-a-symlink", ["FORGE", "export", "--checkpoint", GOOD, "--format",
+                                            "gguf", "--output", link], [GOOD], [CKPT_DIR])
+refused_output("export-onto-a-hard-link", ["FORGE", "export", "--checkpoint", GOOD, "--format",
+                                           "gguf", "--output", hard], [GOOD, hard])
+refused_output("export-onto-a-fifo", ["FORGE", "export", "--checkpoint", GOOD, "--format", "gguf",
+                                      "--output", out_fifo], [out_fifo],
+               [os.path.dirname(out_fifo)])
+refused_output("export-onto-a-directory", ["FORGE", "export", "--checkpoint", GOOD, "--format",
+                                           "gguf", "--output", path("outputs", "dir", "x")[:-2]],
+               [], [os.path.dirname(out_fifo)])
+if os.geteuid() == 0:  # a character device of our own, like /dev/null (mknod needs root)
+    device = path("outputs", "null")
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    refused_output("export-onto-a-device", ["FORGE", "export", "--checkpoint", GOOD, "--format",
+                                            "gguf", "--output", device], [device],
+                   [os.path.dirname(device)])
+refused_output("generate-output-onto-its-prompts",
+               ["FORGE", "generate", "--checkpoint", RUN, "--prompts", prompts,
+                "--max-new-tokens", "2", "--output", prompts], [prompts])
+refused_output("generate-output-onto-its-checkpoint",
+               ["FORGE", "generate", "--checkpoint", RUN, "--prompts", prompts,
+                "--max-new-tokens", "2", "--output", GOOD], [GOOD], [CKPT_DIR])
+refused_output("score-output-onto-its-input",
+               ["FORGE", "score", "--checkpoint", os.path.join(BASE, "reward_model"), "--input",
+                scored, "--output", scored], [scored])
 
 with open(os.path.join(OUT, "manifest.jsonl"), "w") as f:
     for c in cases:

@@ -5,7 +5,8 @@ usage: run_hostile_cases.py FORGE BASE OUT [CATEGORY...]
 A case passes when forge ends by itself within its timeout (no signal, no hang), with an exit code
 the case allows (never 1: that is an internal error), with stderr holding exactly one error line
 ("forge: ..."; "forge: warning: ..." lines may precede it; none of it with control characters),
-and with every file the case names byte-identical afterwards. Prints a summary per category and
+with every file the case names byte-identical afterwards, and the directories it names holding the
+same files (no temp file left behind). Prints a summary per category and
 exits 1 when any case failed.
 """
 import collections
@@ -75,6 +76,7 @@ def run_case(c, scratch):
         argv.append("output_dir=" + os.path.join(copy_root, "run"))
     metrics = os.path.join(copy_root, "run", "metrics.jsonl") if copy_root else None
     before = {p: digest(p) for p in unchanged + ([metrics] if metrics else [])}
+    listings = {d: sorted(os.listdir(d)) for d in c.get("same_listing", [])}
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, timeout=c["timeout"], cwd=scratch,
@@ -96,6 +98,9 @@ def run_case(c, scratch):
             continue  # a successful resume appends to its metrics
         if digest(path) != d:
             problems.append(f"modified: {path}")
+    for d, names in listings.items():
+        if sorted(os.listdir(d)) != names:
+            problems.append(f"files added or removed in {d}")
     return ("; ".join(problems) or None), err
 
 
