@@ -63,6 +63,18 @@ void check_policy(ConfigChecker& checker, const std::string& starts_from) {
                     "; name its run directory or checkpoint");
 }
 
+void check_policy_dropout(ConfigChecker& checker) {
+  const RunConfig& c = checker.config();
+  const std::string why = " runs without dropout, as TRL's: the policy's log-probabilities must "
+                          "equal the reference's before any update; set 0";
+  checker.cross({"model.dropout"}, c.model.dropout == 0.0,
+                detail::concat("model.dropout: ", c.model.dropout, ": ", c.recipe, "'s policy",
+                               why));
+  checker.cross({"lora.dropout"}, c.get<double>("lora.dropout") == 0.0,
+                detail::concat("lora.dropout: ", c.get<double>("lora.dropout"), ": ", c.recipe,
+                               "'s policy (its adapters)", why));
+}
+
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy) {
   std::vector<RunModel> models = {{"", policy.model.get()}};
   if (policy.lora) {

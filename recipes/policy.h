@@ -83,6 +83,12 @@ Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_
 /// given; `starts_from` says what the recipe takes from it ("a trained model").
 void check_policy(ConfigChecker& checker, const std::string& starts_from);
 
+/// Config errors at model.dropout and lora.dropout when either is not 0: the policy trains in
+/// train mode, and its log-probabilities must equal the reference's (and PPO's rollout's) before
+/// an update, as TRL runs every model without dropout. Refused rather than overridden so that the
+/// config stored with the run says how it ran.
+void check_policy_dropout(ConfigChecker& checker);
+
 /// The policy and its reference as a run's models: the policy is the main model (saved whole, or
 /// for LoRA its adapters with the base referenced), the reference copy a frozen "reference"
 /// referenced by the base's path and digest, so a resume against another base fails. With no copy

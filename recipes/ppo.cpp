@@ -10,6 +10,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -162,6 +163,8 @@ uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_
 // V(s_t) for every position: a separate model, the reward model's backbone with a fresh head
 // (InstructGPT), or a head on the policy's final hidden state (ppo.value: shared). The fresh head
 // is zero, so the values start at 0 and the first updates fit the head before they move the rest.
+// The value model trains in train mode, so it is built without the reward model's dropout: the
+// updates must see the values the rollout saw (TRL disables dropout in every model too).
 struct Critic {
   std::unique_ptr<nn::GPTRewardModel> model;
   std::unique_ptr<nn::Linear> head;
@@ -174,7 +177,8 @@ struct Critic {
   }
 };
 
-Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const fs::path& reward_model) {
+Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const LoadedRewardModel& reward,
+                    const fs::path& reward_file) {
   Critic c;
   NoGradGuard no_grad;
   if (s.shared_value) {
@@ -182,7 +186,12 @@ Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const fs::path&
     c.head = std::make_unique<nn::Linear>(policy.config().d_model, 1, false, unused);
     c.head->weight.zero_();
   } else {
-    c.model = std::move(load_reward_model(reward_model).model);
+    if (reward.config.model.dropout > 0)
+      std::fprintf(stderr,
+                   "forge: warning: %s: the value model from ppo.reward_model runs without its "
+                   "stored model.dropout %g (PPO's updates must reproduce the rollout's values)\n",
+                   printable(reward_file.string()).c_str(), reward.config.model.dropout);
+    c.model = std::move(load_reward_model(reward_file, false).model);
     c.model->score->weight.zero_();
   }
   return c;
@@ -511,7 +520,7 @@ int train_ppo(const RunConfig& config) {
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, true);
   nn::GPT& model = *policy.model;
-  const Critic critic = build_critic(s, model, rm_file);
+  const Critic critic = build_critic(s, model, reward, rm_file);
   NamedTensors trained = policy_trained_parameters(config, policy);
   for (const NamedTensor& t : critic.module().named_parameters())
     trained.push_back({"value." + t.name, t.tensor});
@@ -651,6 +660,7 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
 void check_ppo(ConfigChecker& checker) {
   check_model_family(checker);
   check_lora(checker);
+  check_policy_dropout(checker);
   const RunConfig& c = checker.config();
   checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
                 "model.init_from: recipe ppo starts from a trained policy "
@@ -668,11 +678,6 @@ void check_ppo(ConfigChecker& checker) {
                                " rows must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
-  checker.cross({"model.dropout"}, c.model.dropout == 0.0,
-                "model.dropout: ppo needs 0: with dropout the policy's "
-                "log-probabilities in the "
-                "updates differ from the rollout's even before any update (TRL "
-                "turns it off too)");
   checker.cross({"ppo.max_new_tokens", "model.context"},
                 c.get<int64_t>("ppo.max_new_tokens") < c.model.context,
                 "ppo.max_new_tokens: completions must leave room for a prompt "

@@ -126,6 +126,33 @@ TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
         << out;
 }
 
+TEST_F(PPORecipe, EachUpdatePassStartsFromTheRolloutsLogProbabilitiesAndValues) {
+  // A reward model trained with dropout: the separate value model starts from it and trains, so
+  // its stored dropout would make the update's values differ from the rollout's by noise.
+  std::string rm = testing::read_file(dir_ / "rm.yaml");
+  rm.replace(rm.find("/rm\n"), 4, "/rm_drop\n");
+  rm.replace(rm.find("model: {"), 8, "model: {dropout: 0.1, ");
+  testing::write_file(dir_ / "rm_drop.yaml", rm);
+  ASSERT_EQ(forge("train " + (dir_ / "rm_drop.yaml").string()), 0);
+  // One epoch of one minibatch: every step's train line is the pass before its only update. With
+  // clip ranges of 1e-12, any difference from the rollout's log-probabilities or values counts as
+  // clipped.
+  const fs::path config = write_config("exact", ", clip_range: 1.0e-12, clip_range_value: 1.0e-12",
+                                       "{batch_size: 8, max_steps: 4, log_every: 1}");
+  auto [code, out] = forge_output("train " + config.string() + " ppo.ppo_epochs=1 ppo.reward_model=" +
+                                  (dir_ / "rm_drop").string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("the value model from ppo.reward_model"), std::string::npos) << out;
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(losses(dir_ / "exact", "train", "ratio").at(step), 1.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "approx_kl").at(step), 0.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "clip_frac").at(step), 0.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "value_clip_frac").at(step), 0.0) << step;
+  }
+  // The values moved from the fresh head's zeros, so the last check could have failed.
+  EXPECT_NE(losses(dir_ / "exact", "train", "explained_variance").at(4), 0.0);
+}
+
 TEST_F(PPORecipe, TheRolloutDoesNotDependOnTheGenerationBatch) {
   const std::string train = "{batch_size: 4, max_steps: 2, log_every: 1}";
   ASSERT_EQ(forge("train " + write_config("eight", "", train).string()), 0);
@@ -209,7 +236,11 @@ TEST_F(PPORecipe, BadInputsExitWithTheirCodesAndOneLine) {
     testing::write_file(dir_ / (name + ".yaml"), yaml);
     return dir_ / (name + ".yaml");
   };
-  expect(edited("drop", "dropout: 0.0", "dropout: 0.1"), 2, "model.dropout: ppo needs 0");
+  expect(edited("drop", "dropout: 0.0", "dropout: 0.1"), 2,
+         "model.dropout: 0.1: ppo's policy runs without dropout");
+  expect(edited("lora_drop", "dropout: 0.0}\n",
+                "dropout: 0.0}\nlora: {rank: 4, targets: [\"*.mlp.*\"], dropout: 0.1}\n"),
+         2, "lora.dropout: 0.1: ppo's policy (its adapters) runs without dropout");
   // A prompt that leaves no room for the completion: the file and the prompt's number.
   testing::write_file(dir_ / "long.jsonl",
                       "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" + std::string(30, 'a') + "\"}\n");
