@@ -678,6 +678,12 @@ void check_ppo(ConfigChecker& checker) {
                                " rows must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
+  // Evaluation at step 0 and at the end samples held-out prompts, whatever train.eval_every.
+  checker.cross({"data.val_fraction", "data.val"},
+                !c.data.val.empty() || c.data.val_fraction > 0,
+                "data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts (at step "
+                "0 and at the end); name a prompt file in data.val or hold out data.val_fraction "
+                "> 0 of data.train");
   checker.cross({"ppo.max_new_tokens", "model.context"},
                 c.get<int64_t>("ppo.max_new_tokens") < c.model.context,
                 "ppo.max_new_tokens: completions must leave room for a prompt "

@@ -241,6 +241,15 @@ TEST_F(PPORecipe, BadInputsExitWithTheirCodesAndOneLine) {
   expect(edited("lora_drop", "dropout: 0.0}\n",
                 "dropout: 0.0}\nlora: {rank: 4, targets: [\"*.mlp.*\"], dropout: 0.1}\n"),
          2, "lora.dropout: 0.1: ppo's policy (its adapters) runs without dropout");
+  // No held-out prompts, and no periodic evaluation that would ask for them: refused before
+  // anything loads, not NaN metrics at step 0 and exit 5 at the end.
+  const fs::path no_val = edited("no_val", ", val: " + (dir_ / "val_prompts.jsonl").string(),
+                                 ", val_fraction: 0.0");
+  auto [nv, nv_out] = forge_output("train " + no_val.string() + " train.eval_every=0");
+  EXPECT_EQ(nv, 2) << nv_out;
+  EXPECT_NE(nv_out.find("data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts"),
+            std::string::npos)
+      << nv_out;
   // A prompt that leaves no room for the completion: the file and the prompt's number.
   testing::write_file(dir_ / "long.jsonl",
                       "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" + std::string(30, 'a') + "\"}\n");
