@@ -88,19 +88,54 @@ struct Prompts {
   std::vector<std::vector<int64_t>> ids;
 };
 
+// A model that reads a prompt with its completion of up to ppo.max_new_tokens: a row is the
+// prompt's tokens + max_new_tokens + `extra` long and must fit `context`.
+struct PromptLimit {
+  std::string model;                     // "model.context", "the value model's context", ...
+  int64_t context = 0;
+  int64_t extra = 0;
+  const Tokenizer* tokenizer = nullptr;  // one that re-tokenizes the text; null: the policy's ids
+  std::string extra_text = {};           // what `extra` is, for the message
+};
+
+// The reward model's and the separate value model's limits. The reward model scores prompt +
+// completion re-tokenized with its tokenizer and its preference.end_of_text after them (counted as
+// the prompt's tokens + max_new_tokens: exact for byte tokenizers and for the policy's own one up
+// to merges across the seam); the value model reads the policy's rows, less their last token.
+std::vector<PromptLimit> reward_limits(const LoadedRewardModel& reward,
+                                       const Tokenizer& reward_tokenizer, bool separate_value) {
+  const int64_t context = reward.config.model.context;
+  const int64_t eot =
+      int64_t(end_of_text_ids(reward_tokenizer,
+                              reward.config.get<std::string>("preference.end_of_text"))
+                  .size());
+  std::vector<PromptLimit> limits;
+  if (separate_value) limits.push_back({"the value model's context", context, -1});
+  limits.push_back({"the reward model's context", context, eot, &reward_tokenizer,
+                    detail::concat(" and the reward model's preference.end_of_text (", eot,
+                                   eot == 1 ? " token)" : " tokens)")});
+  return limits;
+}
+
 // Prompts of `file` (JSONL {"prompt"} records or one a line), each checked to leave room for the
-// completion in the context: Error(data) naming the file and the record otherwise.
+// completion in every model's context (`limits`), before the first step rather than at the step
+// that samples it: Error(data) naming the file, the record and the context otherwise.
 Prompts read_prompts(const fs::path& file, const Tokenizer& tokenizer, int64_t max_new_tokens,
-                     int64_t context) {
+                     const std::vector<PromptLimit>& limits) {
   Prompts p;
   p.text = read_texts(file, {"prompt", "a prompt record", {"prompt"}}, "prompt");
   p.ids = encode_prompts(p.text, tokenizer);
   for (size_t i = 0; i < p.ids.size(); ++i)
-    if (int64_t(p.ids[i].size()) + max_new_tokens > context)
-      throw Error(ExitCode::data,
-                  detail::concat(file.string(), ": prompt ", i + 1, " is ", p.ids[i].size(),
-                                 " tokens; with ppo.max_new_tokens ", max_new_tokens,
-                                 " it does not fit model.context ", context));
+    for (const PromptLimit& limit : limits) {
+      const int64_t n = limit.tokenizer ? int64_t(limit.tokenizer->encode(p.text[i]).size())
+                                        : int64_t(p.ids[i].size());
+      if (n + max_new_tokens + limit.extra > limit.context)
+        throw Error(ExitCode::data,
+                    detail::concat(file.string(), ": prompt ", i + 1, " is ", n,
+                                   " tokens; with ppo.max_new_tokens ", max_new_tokens,
+                                   limit.extra_text, " it does not fit ", limit.model, " ",
+                                   limit.context));
+    }
   return p;
 }
 
@@ -117,14 +152,16 @@ struct PromptSplits {
   Prompts train, val;
 };
 
-// data.train's prompts, and data.val's or data.val_fraction of data.train's.
-PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer) {
+// data.train's prompts, and data.val's or data.val_fraction of data.train's, each fitting the
+// policy's context and `limits`.
+PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer,
+                          std::vector<PromptLimit> limits = {}) {
   const int64_t new_tokens = config.get<int64_t>("ppo.max_new_tokens");
-  const int64_t context = config.model.context;
+  limits.insert(limits.begin(), {"model.context", config.model.context});
   PromptSplits s;
-  s.train = read_prompts(config.data.train, tokenizer, new_tokens, context);
+  s.train = read_prompts(config.data.train, tokenizer, new_tokens, limits);
   if (!config.data.val.empty()) {
-    s.val = read_prompts(config.data.val, tokenizer, new_tokens, context);
+    s.val = read_prompts(config.data.val, tokenizer, new_tokens, limits);
     return s;
   }
   const auto [train, val] =
@@ -513,9 +550,12 @@ int train_ppo(const RunConfig& config) {
   const PPOSettings s = ppo_settings(config);
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const PromptSplits prompts = load_prompts(config, *tokenizer);
   const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
   const LoadedRewardModel reward = load_reward_model(rm_file);
+  const std::unique_ptr<Tokenizer> reward_tokenizer =
+      make_tokenizer(reward.config.data.tokenizer, reward.config.data.special_tokens);
+  const PromptSplits prompts =
+      load_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value));
 
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, true);

@@ -153,6 +153,46 @@ TEST_F(PPORecipe, EachUpdatePassStartsFromTheRolloutsLogProbabilitiesAndValues) 
   EXPECT_NE(losses(dir_ / "exact", "train", "explained_variance").at(4), 0.0);
 }
 
+TEST_F(PPORecipe, PromptsThatOutgrowTheRewardOrValueModelsContextAreRefusedAtSetUp) {
+  // A reward model of context 24 (trained from scratch: one from the base has its 40), with an
+  // end of text of one token. A row the value model reads is prompt + completion less the last
+  // token; one the reward model scores is prompt + completion + its end of text.
+  std::ofstream(dir_ / "small_rm.yaml")
+      << "recipe: reward_model\nseed: 3\noutput_dir: " << (dir_ / "small_rm").string() << "\n"
+      << "model: {arch: gpt, vocab_size: 256, context: 24, d_model: 16, n_layers: 1, n_heads: 2}\n"
+      << "data: {tokenizer: bytes, train: " << (dir_ / "pairs.jsonl").string()
+      << ", val_fraction: 0.25}\n"
+      << "preference: {max_prompt_length: 12, end_of_text: \"%\"}\n"
+      << "train: {batch_size: 8, max_steps: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "small_rm.yaml").string()), 0);
+  const std::string rm = " ppo.reward_model=" + (dir_ / "small_rm").string();
+  auto expect_refused = [&](const std::string& name, const std::string& prompt,
+                            const std::string& args, const std::string& what) {
+    testing::write_file(dir_ / (name + ".jsonl"), "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" +
+                                                      prompt + "\"}\n");
+    const std::string file = (dir_ / (name + ".jsonl")).string();
+    auto [code, out] = forge_output("train " + write_config(name).string() + rm + args +
+                                    " data.train=" + file + " data.val=" + file);
+    EXPECT_EQ(code, 3) << out;
+    EXPECT_NE(out.find(name + ".jsonl: prompt 2 is " + std::to_string(prompt.size()) +
+                       " tokens; with ppo.max_new_tokens 12 " + what),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(fs::exists(dir_ / name / "metrics.jsonl")) << "refused after the run began";
+  };
+  // 12 + 12 - 1 fits the value model; 12 + 12 + 1 does not fit the reward model.
+  expect_refused("rm_long", std::string(12, 'a'), "",
+                 "and the reward model's preference.end_of_text (1 token) it does not fit the "
+                 "reward model's context 24");
+  // 14 + 12 - 1 does not fit the value model (a copy of the reward model), nor the reward model:
+  // the value model is named first; with a shared value head only the reward model's is.
+  expect_refused("value_long", std::string(14, 'a'), "",
+                 "it does not fit the value model's context 24");
+  expect_refused("shared_long", std::string(14, 'a'), " ppo.value=shared",
+                 "and the reward model's preference.end_of_text (1 token) it does not fit the "
+                 "reward model's context 24");
+}
+
 TEST_F(PPORecipe, TheRolloutDoesNotDependOnTheGenerationBatch) {
   const std::string train = "{batch_size: 4, max_steps: 2, log_every: 1}";
   ASSERT_EQ(forge("train " + write_config("eight", "", train).string()), 0);
