@@ -11,6 +11,7 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/ops.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
 #include "nn/preference.h"
@@ -148,7 +149,7 @@ Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size
 std::vector<double> completion_logprobs(const nn::GPT& model,
                                         const std::vector<std::vector<int64_t>>& prompts,
                                         const std::vector<nn::Completion>& completions,
-                                        int64_t batch_size) {
+                                        int64_t batch_size, double temperature) {
   NoGradGuard no_grad;
   std::vector<double> out;
   for (size_t first = 0; first < completions.size(); first += size_t(batch_size)) {
@@ -163,9 +164,10 @@ std::vector<double> completion_logprobs(const nn::GPT& model,
     }
     std::vector<std::span<const int32_t>> spans(rows.begin(), rows.end());
     const NextTokenRows scored = next_token_rows(spans, prompt_len);
-    for (float v : nn::sequence_logprobs(model.forward(scored.ids), scored.targets)
-                       .contiguous()
-                       .to_vector<float>())
+    Tensor logits = model.forward(scored.ids);
+    if (temperature != 1.0) logits = mul(logits, 1.0 / temperature);
+    for (float v :
+         nn::sequence_logprobs(logits, scored.targets).contiguous().to_vector<float>())
       out.push_back(double(v));
   }
   return out;

@@ -137,12 +137,12 @@ std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::str
 Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
                  bool full);
 
-/// The summed log-probability of each completion (its prompt not scored) under `model`, in batches
-/// of `batch_size` rows, without gradient.
+/// The summed log-probability of each completion (its prompt not scored) under `model`, its logits
+/// divided by `temperature`, in batches of `batch_size` rows, without gradient.
 std::vector<double> completion_logprobs(const nn::GPT& model,
                                         const std::vector<std::vector<int64_t>>& prompts,
                                         const std::vector<nn::Completion>& completions,
-                                        int64_t batch_size);
+                                        int64_t batch_size, double temperature = 1.0);
 
 /// What the reward model gives each completion after its prompt.
 std::vector<double> completion_rewards(const LoadedRewardModel& rm,

@@ -502,11 +502,16 @@ class Evaluator {
     }
     const std::vector<double>& theirs = reference_scores_[n];
     const std::vector<double> scores = completion_rewards(m.reward, p.text, mine, m.tokenizer, B);
-    const std::vector<double> ref_logp = m.reference.with_model(
-        [&](const nn::GPT& ref) { return completion_logprobs(ref, p.ids, mine, B); });
+    // The KL of the distribution the samples were drawn from (the policy's at ppo.temperature,
+    // top_k and top_p) to the reference at the same temperature. The reference is not truncated:
+    // its own top-k/top-p would make the KL infinite as soon as the policy draws a token outside
+    // them, the common case once it has learned.
+    const std::vector<double> ref_logp = m.reference.with_model([&](const nn::GPT& ref) {
+      return completion_logprobs(ref, p.ids, mine, B, s_.sampling.temperature);
+    });
     double kl = 0, tokens = 0, score = 0, ref_score = 0, wins = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
-      kl += mine[i].logprob - ref_logp[i];
+      kl += mine[i].sampling_logprob - ref_logp[i];
       tokens += double(mine[i].tokens.size());
       score += scores[i];
       ref_score += theirs[i];

@@ -193,6 +193,21 @@ TEST_F(PPORecipe, PromptsThatOutgrowTheRewardOrValueModelsContextAreRefusedAtSet
                  "reward model's context 24");
 }
 
+TEST_F(PPORecipe, TheEvaluationKLIsThatOfTheSamplingDistribution) {
+  // At step 0 the policy is its reference. Sampled at temperature 0.7 without a filter, both sides
+  // are the same tempered distribution: KL 0. With top-k 3 the policy's samples come from the
+  // truncated distribution, whose KL to the tempered reference is the filter's own cost,
+  // -log(the kept mass) per token; the model's temperature-1 log-probabilities said 0 for both.
+  const std::string train = "{batch_size: 8, max_steps: 1, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("tempered", ", temperature: 0.7", train).string()), 0);
+  EXPECT_NEAR(losses(dir_ / "tempered", "val", "kl").at(0), 0.0, 1e-5);
+  ASSERT_EQ(
+      forge("train " + write_config("top_k", ", temperature: 0.7, top_k: 3", train).string()), 0);
+  const double kl = losses(dir_ / "top_k", "val", "kl_per_token").at(0);
+  EXPECT_GT(kl, 0.05);
+  EXPECT_LT(kl, std::log(256.0 / 3));  // at most that of a uniform distribution cut to 3 of 256
+}
+
 TEST_F(PPORecipe, TheRolloutDoesNotDependOnTheGenerationBatch) {
   const std::string train = "{batch_size: 4, max_steps: 2, log_every: 1}";
   ASSERT_EQ(forge("train " + write_config("eight", "", train).string()), 0);
