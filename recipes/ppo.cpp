@@ -45,39 +45,24 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-struct PPOSettings {
-  int64_t rollout_batch, ppo_epochs, generation_batch_size;
+// The ppo: section with the nn option structs its rollout and KL keys make.
+struct PPOSettings : PPOConfig {
   nn::SamplingOptions sampling;  // without the seed, which is the step's
-  std::string stop_text;
-  double missing_eos_penalty;
   nn::KLControllerOptions kl;
-  double gamma, lam, clip_range, clip_range_value, vf_coef, entropy_coef;
-  bool whiten_rewards, shared_value;
+  bool shared_value() const { return value == Value::shared; }
 };
 
 PPOSettings ppo_settings(const RunConfig& c) {
   PPOSettings s;
-  s.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
-  s.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
-  s.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");
-  s.sampling.max_new_tokens = c.get<int64_t>("ppo.max_new_tokens");
-  s.sampling.temperature = c.get<double>("ppo.temperature");
-  s.sampling.top_k = c.get<int64_t>("ppo.top_k");
-  s.sampling.top_p = c.get<double>("ppo.top_p");
-  s.stop_text = c.get<std::string>("ppo.stop_text");
-  s.missing_eos_penalty = c.get<double>("ppo.missing_eos_penalty");
-  s.kl.init_kl_coef = c.get<double>("ppo.kl_coef");
-  s.kl.adaptive = c.get<bool>("ppo.adaptive_kl");
-  s.kl.target = c.get<double>("ppo.target_kl");
-  s.kl.horizon = c.get<double>("ppo.kl_horizon");
-  s.gamma = c.get<double>("ppo.gamma");
-  s.lam = c.get<double>("ppo.lam");
-  s.clip_range = c.get<double>("ppo.clip_range");
-  s.clip_range_value = c.get<double>("ppo.clip_range_value");
-  s.vf_coef = c.get<double>("ppo.vf_coef");
-  s.entropy_coef = c.get<double>("ppo.entropy_coef");
-  s.whiten_rewards = c.get<bool>("ppo.whiten_rewards");
-  s.shared_value = c.get<std::string>("ppo.value") == "shared";
+  static_cast<PPOConfig&>(s) = ppo_config(c);
+  s.sampling.max_new_tokens = s.max_new_tokens;
+  s.sampling.temperature = s.temperature;
+  s.sampling.top_k = s.top_k;
+  s.sampling.top_p = s.top_p;
+  s.kl.init_kl_coef = s.kl_coef;
+  s.kl.adaptive = s.adaptive_kl;
+  s.kl.target = s.target_kl;
+  s.kl.horizon = s.kl_horizon;
   return s;
 }
 
@@ -156,7 +141,7 @@ struct PromptSplits {
 // policy's context and `limits`.
 PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer,
                           std::vector<PromptLimit> limits = {}) {
-  const int64_t new_tokens = config.get<int64_t>("ppo.max_new_tokens");
+  const int64_t new_tokens = ppo_config(config).max_new_tokens;
   limits.insert(limits.begin(), {"model.context", config.model.context});
   PromptSplits s;
   s.train = read_prompts(config.data.train, tokenizer, new_tokens, limits);
@@ -218,7 +203,7 @@ Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const LoadedRew
                     const fs::path& reward_file) {
   Critic c;
   NoGradGuard no_grad;
-  if (s.shared_value) {
+  if (s.shared_value()) {
     Generator unused(0, rng_stream("value_head"));
     c.head = std::make_unique<nn::Linear>(policy.config().d_model, 1, false, unused);
     c.head->weight.zero_();
@@ -555,12 +540,12 @@ int train_ppo(const RunConfig& config) {
   const PPOSettings s = ppo_settings(config);
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
+  const fs::path rm_file = resolve_checkpoint(s.reward_model);
   const LoadedRewardModel reward = load_reward_model(rm_file);
   const std::unique_ptr<Tokenizer> reward_tokenizer =
       make_tokenizer(reward.config.data.tokenizer, reward.config.data.special_tokens);
   const PromptSplits prompts =
-      load_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value));
+      load_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value()));
 
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, true);
@@ -707,16 +692,17 @@ void check_ppo(ConfigChecker& checker) {
   check_lora(checker);
   check_policy_dropout(checker);
   const RunConfig& c = checker.config();
+  const PPOConfig p = ppo_config(c);
   checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
                 "model.init_from: recipe ppo starts from a trained policy "
                 "(also its reference); "
                 "name its run directory or checkpoint");
-  checker.cross({"ppo.reward_model"}, !c.get<std::string>("ppo.reward_model").empty(),
+  checker.cross({"ppo.reward_model"}, !p.reward_model.empty(),
                 "ppo.reward_model: name the reward_model run (or checkpoint) "
                 "that scores the "
                 "rollouts");
   const int64_t minibatch = c.train.batch_size * c.train.grad_accum;
-  const int64_t rollout = c.get<int64_t>("ppo.rollout_batch");
+  const int64_t rollout = p.rollout_batch;
   checker.cross({"ppo.rollout_batch", "train.batch_size", "train.grad_accum"},
                 rollout % minibatch == 0,
                 detail::concat("ppo.rollout_batch: ", rollout,
@@ -730,17 +716,47 @@ void check_ppo(ConfigChecker& checker) {
                 "0 and at the end); name a prompt file in data.val or hold out data.val_fraction "
                 "> 0 of data.train");
   checker.cross({"ppo.max_new_tokens", "model.context"},
-                c.get<int64_t>("ppo.max_new_tokens") < c.model.context,
+                p.max_new_tokens < c.model.context,
                 "ppo.max_new_tokens: completions must leave room for a prompt "
                 "in model.context");
   checker.cross(
       {"ppo.missing_eos_penalty", "ppo.stop_text"},
-      c.get<double>("ppo.missing_eos_penalty") == 0 || !c.get<std::string>("ppo.stop_text").empty(),
+      p.missing_eos_penalty == 0 || !p.stop_text.empty(),
       "ppo.missing_eos_penalty: a completion can only miss "
       "ppo.stop_text when it is set");
 }
 
 }  // namespace
+
+PPOConfig ppo_config(const RunConfig& c) {
+  PPOConfig p;
+  p.reward_model = c.get<std::string>("ppo.reward_model");
+  p.value = c.get<std::string>("ppo.value") == "shared" ? PPOConfig::Value::shared
+                                                         : PPOConfig::Value::separate;
+  p.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
+  p.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
+  p.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");
+  p.max_new_tokens = c.get<int64_t>("ppo.max_new_tokens");
+  p.temperature = c.get<double>("ppo.temperature");
+  p.top_k = c.get<int64_t>("ppo.top_k");
+  p.top_p = c.get<double>("ppo.top_p");
+  p.stop_text = c.get<std::string>("ppo.stop_text");
+  p.missing_eos_penalty = c.get<double>("ppo.missing_eos_penalty");
+  p.kl_coef = c.get<double>("ppo.kl_coef");
+  p.adaptive_kl = c.get<bool>("ppo.adaptive_kl");
+  p.target_kl = c.get<double>("ppo.target_kl");
+  p.kl_horizon = c.get<double>("ppo.kl_horizon");
+  p.gamma = c.get<double>("ppo.gamma");
+  p.lam = c.get<double>("ppo.lam");
+  p.clip_range = c.get<double>("ppo.clip_range");
+  p.clip_range_value = c.get<double>("ppo.clip_range_value");
+  p.vf_coef = c.get<double>("ppo.vf_coef");
+  p.entropy_coef = c.get<double>("ppo.entropy_coef");
+  p.whiten_rewards = c.get<bool>("ppo.whiten_rewards");
+  p.eval_text = c.get<std::string>("ppo.eval_text");
+  p.eval_text_fraction = c.get<double>("ppo.eval_text_fraction");
+  return p;
+}
 
 ConfigSection ppo_section() {
   return {

@@ -1,10 +1,13 @@
 // Recipe ppo through the forge binary, from a tiny base GPT and a tiny reward model that prefers
 // completions with "good" words (both trained in SetUp): a fixed-seed run with asserted metrics;
 // the first rollout's KL is exactly 0 (the policy is its reference); the reference and the reward
-// model never change (forge eval, which reloads both, reproduces the run's last val line); the
-// rollout does not depend on the generation batch; a minibatch split into micro-batches gives the
-// same updates; kill-and-resume is exact with the adaptive KL controller; a LoRA policy with a
-// shared value head saves adapters and the head only; bad input exits with its code and one line.
+// model never change (forge eval, which reloads both, reproduces the run's last val line); each
+// step's first pass reproduces the rollout bitwise, even from a reward model trained with dropout;
+// prompts that outgrow the reward or value model are refused at set-up; the evaluation KL is that
+// of the sampling distribution; the rollout does not depend on the generation batch; a minibatch
+// split into micro-batches gives the same updates; kill-and-resume is exact with the adaptive KL
+// controller; a LoRA policy with a shared value head saves adapters and the head only; bad input
+// exits with its code and one line; every ppo: key arrives in its PPOConfig field.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,8 +16,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "recipes/ppo.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
+#include "runtime/config.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 
@@ -80,6 +85,47 @@ class PPORecipe : public testing::RecipeTest {
   const std::vector<std::string> keys_ = {"loss",      "score",      "kl",        "kl_coef",
                                           "approx_kl", "value_loss", "grad_norm", "entropy"};
 };
+
+// ppo_config fills one field per key of the section: every key set away from its default arrives.
+TEST(PPOConfigStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
+  const RunConfig c = load_config_string(
+      "recipe: ppo\nmodel: {arch: gpt, vocab_size: 256, context: 64, init_from: base.h5}\n"
+      "data: {tokenizer: bytes, train: p.jsonl, val: v.jsonl}\n"
+      "train: {batch_size: 2}\n"
+      "ppo: {reward_model: rm.h5, value: shared, rollout_batch: 6, ppo_epochs: 3, "
+      "generation_batch_size: 5, max_new_tokens: 7, temperature: 0.7, top_k: 9, top_p: 0.9, "
+      "stop_text: '%', missing_eos_penalty: 1.5, kl_coef: 0.2, adaptive_kl: true, target_kl: 2.0, "
+      "kl_horizon: 300.0, gamma: 0.99, lam: 0.9, clip_range: 0.3, clip_range_value: 0.4, "
+      "vf_coef: 0.5, entropy_coef: 0.01, whiten_rewards: true, eval_text: t.txt, "
+      "eval_text_fraction: 0.2}\n",
+      "ppo.yaml", {}, ConfigFiles::skip);
+  const PPOConfig p = ppo_config(c);
+  EXPECT_EQ(ppo_section().keys.size(), 24u) << "a key was added: give it a field and a line here";
+  EXPECT_EQ(p.reward_model, "rm.h5");
+  EXPECT_EQ(p.value, PPOConfig::Value::shared);
+  EXPECT_EQ(p.rollout_batch, 6);
+  EXPECT_EQ(p.ppo_epochs, 3);
+  EXPECT_EQ(p.generation_batch_size, 5);
+  EXPECT_EQ(p.max_new_tokens, 7);
+  EXPECT_EQ(p.temperature, 0.7);
+  EXPECT_EQ(p.top_k, 9);
+  EXPECT_EQ(p.top_p, 0.9);
+  EXPECT_EQ(p.stop_text, "%");
+  EXPECT_EQ(p.missing_eos_penalty, 1.5);
+  EXPECT_EQ(p.kl_coef, 0.2);
+  EXPECT_TRUE(p.adaptive_kl);
+  EXPECT_EQ(p.target_kl, 2.0);
+  EXPECT_EQ(p.kl_horizon, 300.0);
+  EXPECT_EQ(p.gamma, 0.99);
+  EXPECT_EQ(p.lam, 0.9);
+  EXPECT_EQ(p.clip_range, 0.3);
+  EXPECT_EQ(p.clip_range_value, 0.4);
+  EXPECT_EQ(p.vf_coef, 0.5);
+  EXPECT_EQ(p.entropy_coef, 0.01);
+  EXPECT_TRUE(p.whiten_rewards);
+  EXPECT_EQ(p.eval_text, "t.txt");
+  EXPECT_EQ(p.eval_text_fraction, 0.2);
+}
 
 TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
   ASSERT_EQ(forge("train " + write_config("ppo").string()), 0);
