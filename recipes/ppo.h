@@ -32,6 +32,7 @@ struct PPOConfig {
   bool whiten_rewards = false;
   std::string eval_text;
   double eval_text_fraction = 0;
+  bool operator==(const PPOConfig&) const = default;
 };
 /// The ppo: section of `config` (validated by the loader against ppo_section()).
 PPOConfig ppo_config(const RunConfig& config);

@@ -203,16 +203,18 @@ TEST(NnSampleToken, TopKDrawsAmongTheKLargestInProportionToTheirProbability) {
   }
 }
 
-// The log-probability is the model's own (temperature 1, unfiltered), not that of the tempered,
-// top-k distribution the tokens were drawn from: one full forward over prompt + completion,
-// log_softmax, summed at the completion's tokens.
-TEST(NnGenerateBatch, LogprobIsTheSumOfTheModelsLogSoftmax) {
+// The log-probability is the model's own (temperature 1, unfiltered): one full forward over prompt
+// + completion, log_softmax, summed at the completion's tokens; the sampling log-probability is
+// that of the tempered, top-k and top-p distribution the tokens were drawn from, read off the same
+// forward's logits with sampling_log_probability.
+TEST(NnGenerateBatch, LogprobsAreTheModelsAndTheSamplingDistributions) {
   const std::unique_ptr<GPT> m = make_model(false);
   const GPT& model = *m;
   const Prompts prompts = mixed_prompts();
   SamplingOptions o = sampling(12);
   o.temperature = 0.5;
   o.top_k = 3;
+  o.top_p = 0.9;
   BatchOptions b;
   b.num_samples = 2;
   b.batch_size = 4;
@@ -221,13 +223,18 @@ TEST(NnGenerateBatch, LogprobIsTheSumOfTheModelsLogSoftmax) {
     std::vector<int64_t> seq = prompts[size_t(c.prompt_index)];
     const int64_t P = int64_t(seq.size());
     seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
-    Tensor lp = log_softmax(model.forward(ids_of(seq)), -1).contiguous();  // [1, T, V]
-    const int64_t V = lp.size(2);
-    double want = 0;
-    for (size_t i = 0; i < c.tokens.size(); ++i)
-      want += lp.to_vector<double>()[size_t((P - 1 + int64_t(i)) * V + c.tokens[i])];
+    const Tensor logits = model.forward(ids_of(seq)).contiguous();  // [1, T, V]
+    const std::vector<double> lp = log_softmax(logits, -1).contiguous().to_vector<double>();
+    const int64_t V = logits.size(2);
+    double want = 0, want_sampling = 0;
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      const int64_t at = (P - 1 + int64_t(i)) * V;
+      want += lp[size_t(at + c.tokens[i])];
+      want_sampling += sampling_log_probability(logits.data<float>() + at, V, o, c.tokens[i]);
+    }
     EXPECT_NEAR(c.logprob, want, 1e-4) << "prompt " << c.prompt_index << " sample "
                                        << c.sample_index;
+    EXPECT_NEAR(c.sampling_logprob, want_sampling, 1e-4) << "prompt " << c.prompt_index;
     EXPECT_LT(c.logprob, 0.0);
   }
 }
@@ -261,34 +268,6 @@ TEST(NnSampleToken, SamplingLogProbabilityIsThatOfTheTemperedTruncatedDistributi
   o.temperature = 0.0;
   EXPECT_EQ(sampling_log_probability(logits.data(), V, o, 4), 0.0);
   EXPECT_EQ(sampling_log_probability(logits.data(), V, o, 8), -std::numeric_limits<double>::infinity());
-}
-
-// A completion's sampling_logprob sums sampling_log_probability of its tokens: against one full
-// forward over prompt + completion, as LogprobIsTheSumOfTheModelsLogSoftmax.
-TEST(NnGenerateBatch, SamplingLogprobIsThatOfTheDistributionTheTokensWereDrawnFrom) {
-  const std::unique_ptr<GPT> m = make_model(false);
-  const GPT& model = *m;
-  const Prompts prompts = mixed_prompts();
-  SamplingOptions o = sampling(12);
-  o.temperature = 0.5;
-  o.top_k = 3;
-  o.top_p = 0.9;
-  BatchOptions b;
-  b.num_samples = 2;
-  b.batch_size = 4;
-  NoGradGuard no_grad;
-  for (const Completion& c : generate_batch(model, prompts, o, b)) {
-    std::vector<int64_t> seq = prompts[size_t(c.prompt_index)];
-    const int64_t P = int64_t(seq.size());
-    seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
-    const Tensor logits = model.forward(ids_of(seq)).contiguous();  // [1, T, V]
-    const int64_t V = logits.size(2);
-    double want = 0;
-    for (size_t i = 0; i < c.tokens.size(); ++i)
-      want += sampling_log_probability(logits.data<float>() + (P - 1 + int64_t(i)) * V, V, o,
-                                       c.tokens[i]);
-    EXPECT_NEAR(c.sampling_logprob, want, 1e-4) << "prompt " << c.prompt_index;
-  }
 }
 
 // Greedy decoding makes the completion known in advance: a two-token end-of-text taken from its

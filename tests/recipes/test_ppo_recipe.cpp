@@ -99,32 +99,16 @@ TEST(PPOConfigStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
       "vf_coef: 0.5, entropy_coef: 0.01, whiten_rewards: true, eval_text: t.txt, "
       "eval_text_fraction: 0.2}\n",
       "ppo.yaml", {}, ConfigFiles::skip);
-  const PPOConfig p = ppo_config(c);
-  EXPECT_EQ(ppo_section().keys.size(), 24u) << "a key was added: give it a field and a line here";
-  EXPECT_EQ(p.reward_model, "rm.h5");
-  EXPECT_EQ(p.value, PPOConfig::Value::shared);
-  EXPECT_EQ(p.rollout_batch, 6);
-  EXPECT_EQ(p.ppo_epochs, 3);
-  EXPECT_EQ(p.generation_batch_size, 5);
-  EXPECT_EQ(p.max_new_tokens, 7);
-  EXPECT_EQ(p.temperature, 0.7);
-  EXPECT_EQ(p.top_k, 9);
-  EXPECT_EQ(p.top_p, 0.9);
-  EXPECT_EQ(p.stop_text, "%");
-  EXPECT_EQ(p.missing_eos_penalty, 1.5);
-  EXPECT_EQ(p.kl_coef, 0.2);
-  EXPECT_TRUE(p.adaptive_kl);
-  EXPECT_EQ(p.target_kl, 2.0);
-  EXPECT_EQ(p.kl_horizon, 300.0);
-  EXPECT_EQ(p.gamma, 0.99);
-  EXPECT_EQ(p.lam, 0.9);
-  EXPECT_EQ(p.clip_range, 0.3);
-  EXPECT_EQ(p.clip_range_value, 0.4);
-  EXPECT_EQ(p.vf_coef, 0.5);
-  EXPECT_EQ(p.entropy_coef, 0.01);
-  EXPECT_TRUE(p.whiten_rewards);
-  EXPECT_EQ(p.eval_text, "t.txt");
-  EXPECT_EQ(p.eval_text_fraction, 0.2);
+  EXPECT_EQ(ppo_section().keys.size(), 24u) << "a key was added: give it a field and a value here";
+  // The YAML above, field by field.
+  const PPOConfig want = {
+      .reward_model = "rm.h5", .value = PPOConfig::Value::shared, .rollout_batch = 6,
+      .ppo_epochs = 3, .generation_batch_size = 5, .max_new_tokens = 7, .temperature = 0.7,
+      .top_k = 9, .top_p = 0.9, .stop_text = "%", .missing_eos_penalty = 1.5, .kl_coef = 0.2,
+      .adaptive_kl = true, .target_kl = 2.0, .kl_horizon = 300.0, .gamma = 0.99, .lam = 0.9,
+      .clip_range = 0.3, .clip_range_value = 0.4, .vf_coef = 0.5, .entropy_coef = 0.01,
+      .whiten_rewards = true, .eval_text = "t.txt", .eval_text_fraction = 0.2};
+  EXPECT_TRUE(ppo_config(c) == want);
 }
 
 TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
