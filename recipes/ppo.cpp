@@ -566,7 +566,7 @@ int train_ppo(const RunConfig& config) {
   const PPOModels m{model, *policy.reference, reward, critic, *tokenizer};
   nn::KLController kl(s.kl);
   Evaluator evaluator(config, s, prompts.val,
-                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+                      held_out_text(config, s.eval_text, s.eval_text_fraction));
   const int64_t B = config.train.batch_size;
   const int64_t minibatch = B * config.train.grad_accum;
 
@@ -688,15 +688,10 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
 }
 
 void check_ppo(ConfigChecker& checker) {
-  check_model_family(checker);
-  check_lora(checker);
+  check_policy(checker, "a trained policy (also its reference)");
   check_policy_dropout(checker);
   const RunConfig& c = checker.config();
   const PPOConfig p = ppo_config(c);
-  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
-                "model.init_from: recipe ppo starts from a trained policy "
-                "(also its reference); "
-                "name its run directory or checkpoint");
   checker.cross({"ppo.reward_model"}, !p.reward_model.empty(),
                 "ppo.reward_model: name the reward_model run (or checkpoint) "
                 "that scores the "
