@@ -46,7 +46,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 // The ppo: section with the nn option structs its rollout and KL keys make.
-struct PPOSettings : PPOConfig {
+struct PPOSettings : PPOSection {
   nn::SamplingOptions sampling;  // without the seed, which is the step's
   nn::KLControllerOptions kl;
   bool shared_value() const { return value == Value::shared; }
@@ -54,7 +54,7 @@ struct PPOSettings : PPOConfig {
 
 PPOSettings ppo_settings(const RunConfig& c) {
   PPOSettings s;
-  static_cast<PPOConfig&>(s) = ppo_config(c);
+  static_cast<PPOSection&>(s) = ppo_section_settings(c);
   s.sampling.max_new_tokens = s.max_new_tokens;
   s.sampling.temperature = s.temperature;
   s.sampling.top_k = s.top_k;
@@ -141,7 +141,7 @@ struct PromptSplits {
 // policy's context and `limits`.
 PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer,
                           std::vector<PromptLimit> limits = {}) {
-  const int64_t new_tokens = ppo_config(config).max_new_tokens;
+  const int64_t new_tokens = ppo_section_settings(config).max_new_tokens;
   limits.insert(limits.begin(), {"model.context", config.model.context});
   PromptSplits s;
   s.train = read_prompts(config.data.train, tokenizer, new_tokens, limits);
@@ -691,7 +691,7 @@ void check_ppo(ConfigChecker& checker) {
   check_policy(checker, "a trained policy (also its reference)");
   check_policy_dropout(checker);
   const RunConfig& c = checker.config();
-  const PPOConfig p = ppo_config(c);
+  const PPOSection p = ppo_section_settings(c);
   checker.cross({"ppo.reward_model"}, !p.reward_model.empty(),
                 "ppo.reward_model: name the reward_model run (or checkpoint) "
                 "that scores the "
@@ -723,11 +723,11 @@ void check_ppo(ConfigChecker& checker) {
 
 }  // namespace
 
-PPOConfig ppo_config(const RunConfig& c) {
-  PPOConfig p;
+PPOSection ppo_section_settings(const RunConfig& c) {
+  PPOSection p;
   p.reward_model = c.get<std::string>("ppo.reward_model");
-  p.value = c.get<std::string>("ppo.value") == "shared" ? PPOConfig::Value::shared
-                                                         : PPOConfig::Value::separate;
+  p.value = c.get<std::string>("ppo.value") == "shared" ? PPOSection::Value::shared
+                                                         : PPOSection::Value::separate;
   p.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
   p.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
   p.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");

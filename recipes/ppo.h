@@ -16,7 +16,7 @@ RecipeSpec ppo_recipe();
 ConfigSection ppo_section();
 
 /// The ppo: section, one field per key of ppo_section() (docs/config.md has their meaning).
-struct PPOConfig {
+struct PPOSection {
   enum class Value { separate, shared };
   std::string reward_model;
   Value value = Value::separate;
@@ -32,9 +32,9 @@ struct PPOConfig {
   bool whiten_rewards = false;
   std::string eval_text;
   double eval_text_fraction = 0;
-  bool operator==(const PPOConfig&) const = default;
+  bool operator==(const PPOSection&) const = default;
 };
 /// The ppo: section of `config` (validated by the loader against ppo_section()).
-PPOConfig ppo_config(const RunConfig& config);
+PPOSection ppo_section_settings(const RunConfig& config);
 
 }  // namespace forge

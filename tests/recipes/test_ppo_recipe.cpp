@@ -7,7 +7,7 @@
 // of the sampling distribution; the rollout does not depend on the generation batch; a minibatch
 // split into micro-batches gives the same updates; kill-and-resume is exact with the adaptive KL
 // controller; a LoRA policy with a shared value head saves adapters and the head only; bad input
-// exits with its code and one line; every ppo: key arrives in its PPOConfig field.
+// exits with its code and one line; every ppo: key arrives in its PPOSection field.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -86,8 +86,8 @@ class PPORecipe : public testing::RecipeTest {
                                           "approx_kl", "value_loss", "grad_norm", "entropy"};
 };
 
-// ppo_config fills one field per key of the section: every key set away from its default arrives.
-TEST(PPOConfigStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
+// ppo_section_settings fills one field per key of the section: every key set away from its default arrives.
+TEST(PPOSectionStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
   const RunConfig c = load_config_string(
       "recipe: ppo\nmodel: {arch: gpt, vocab_size: 256, context: 64, init_from: base.h5}\n"
       "data: {tokenizer: bytes, train: p.jsonl, val: v.jsonl}\n"
@@ -101,14 +101,14 @@ TEST(PPOConfigStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
       "ppo.yaml", {}, ConfigFiles::skip);
   EXPECT_EQ(ppo_section().keys.size(), 24u) << "a key was added: give it a field and a value here";
   // The YAML above, field by field.
-  const PPOConfig want = {
-      .reward_model = "rm.h5", .value = PPOConfig::Value::shared, .rollout_batch = 6,
+  const PPOSection want = {
+      .reward_model = "rm.h5", .value = PPOSection::Value::shared, .rollout_batch = 6,
       .ppo_epochs = 3, .generation_batch_size = 5, .max_new_tokens = 7, .temperature = 0.7,
       .top_k = 9, .top_p = 0.9, .stop_text = "%", .missing_eos_penalty = 1.5, .kl_coef = 0.2,
       .adaptive_kl = true, .target_kl = 2.0, .kl_horizon = 300.0, .gamma = 0.99, .lam = 0.9,
       .clip_range = 0.3, .clip_range_value = 0.4, .vf_coef = 0.5, .entropy_coef = 0.01,
       .whiten_rewards = true, .eval_text = "t.txt", .eval_text_fraction = 0.2};
-  EXPECT_TRUE(ppo_config(c) == want);
+  EXPECT_TRUE(ppo_section_settings(c) == want);
 }
 
 TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
