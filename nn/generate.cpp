@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -29,9 +30,18 @@ uint64_t sample_stream(int64_t prompt, int64_t sample) {
   return rng_stream("sample", (uint64_t(prompt) << 32) | uint64_t(sample));
 }
 
-int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t stream,
-                     uint64_t draw) {
-  if (o.temperature == 0.0) return int64_t(std::max_element(logits, logits + vocab) - logits);
+namespace {
+
+// What sample_token draws from: candidates `order` by descending logit, the first `keep` of them
+// with unnormalised probabilities `p` summing to `total`.
+struct Candidates {
+  std::vector<int64_t> order;
+  std::vector<double> p;
+  size_t keep;
+  double total;
+};
+
+Candidates candidates(const float* logits, int64_t vocab, const SamplingOptions& o) {
   // Candidates by descending logit, ties by id: a total order, so an unstable sort (no buffer to
   // allocate, unlike stable_sort) gives the one deterministic order. With top-k only the first k
   // need their place (a partial sort: O(V log k) for GPT-2's 50257 ids, not O(V log V)).
@@ -55,13 +65,33 @@ int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
     keep = std::max<size_t>(n, 1);
     total = mass;
   }
+  return {std::move(order), std::move(p), keep, total};
+}
+
+}  // namespace
+
+int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t stream,
+                     uint64_t draw) {
+  if (o.temperature == 0.0) return int64_t(std::max_element(logits, logits + vocab) - logits);
+  const Candidates c = candidates(logits, vocab, o);
   auto w = philox(o.seed, stream, draw);
-  double u = uniform_from_bits(w[0], w[1]) * total, acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += p[i];
-    if (u < acc) return order[i];
+  double u = uniform_from_bits(w[0], w[1]) * c.total, acc = 0;
+  for (size_t i = 0; i < c.keep; ++i) {
+    acc += c.p[i];
+    if (u < acc) return c.order[i];
   }
-  return order[keep - 1];
+  return c.order[c.keep - 1];
+}
+
+double sampling_log_probability(const float* logits, int64_t vocab, const SamplingOptions& o,
+                                int64_t token) {
+  constexpr double kNever = -std::numeric_limits<double>::infinity();
+  if (o.temperature == 0.0)
+    return std::max_element(logits, logits + vocab) - logits == token ? 0.0 : kNever;
+  const Candidates c = candidates(logits, vocab, o);
+  for (size_t i = 0; i < c.keep; ++i)
+    if (c.order[i] == token) return std::log(c.p[i] / c.total);
+  return kNever;
 }
 
 namespace {
@@ -180,6 +210,7 @@ bool decode_rows(const GPT& model, const std::vector<std::vector<int64_t>>& prom
       const uint64_t stream = sample_stream(c.prompt_index, c.sample_index);
       const int64_t token = sample_token(row, V, sampling, stream, uint64_t(i));
       c.logprob += log_probability(row, V, token);
+      c.sampling_logprob += sampling_log_probability(row, V, sampling, token);
       c.tokens.push_back(token);
       c.finished = ends_with(c.tokens, options.end_of_text);
       next[size_t(b)] = token;

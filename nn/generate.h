@@ -35,6 +35,12 @@ uint64_t sample_stream(int64_t prompt, int64_t sample);
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options,
                      uint64_t stream, uint64_t draw);
 
+/// log P(token) under the distribution sample_token draws from: softmax(logits / temperature)
+/// restricted to the top-k, then top-p, candidates and renormalised; -infinity for a token it
+/// never draws. Greedy (temperature 0): 0 for the argmax, else -infinity.
+double sampling_log_probability(const float* logits, int64_t vocab, const SamplingOptions& options,
+                                int64_t token);
+
 /// Continues `prompt` by up to max_new_tokens tokens and returns only the new ones. Positions past
 /// the context fall back to a full forward over the last `context` tokens per step, as nanoGPT
 /// does, because learned absolute positions cannot slide inside a cache.
@@ -65,6 +71,9 @@ struct Completion {
   /// 1 and before top-k / top-p: the log-likelihood under the model itself, which is what PPO's
   /// ratios and DPO's margins compare, whatever filter drew the tokens.
   double logprob = 0.0;
+  /// The same sum under the distribution the tokens were drawn from (sampling_log_probability:
+  /// temperature, top-k and top-p), from the logits that drew them; always finite.
+  double sampling_logprob = 0.0;
 };
 
 /// K = options.num_samples completions of every prompt, ordered by (prompt, sample). A row's draws

@@ -219,6 +219,7 @@ MemoryEstimate estimate_dpo(const RunConfig& config) {
 void check_dpo(ConfigChecker& checker) {
   check_policy(checker, "a trained policy (its reference)");
   check_preference(checker);
+  check_policy_dropout(checker);
   const DPOSection dpo = dpo_settings(checker.config());
   checker.cross({"dpo.label_smoothing", "dpo.loss_type"},
                 dpo.label_smoothing == 0 || dpo.loss_type == nn::DPOLossType::sigmoid,

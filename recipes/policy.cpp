@@ -11,6 +11,7 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/ops.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
 #include "nn/preference.h"
@@ -61,6 +62,18 @@ void check_policy(ConfigChecker& checker, const std::string& starts_from) {
   checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
                 "model.init_from: recipe " + c.recipe + " starts from " + starts_from +
                     "; name its run directory or checkpoint");
+}
+
+void check_policy_dropout(ConfigChecker& checker) {
+  const RunConfig& c = checker.config();
+  const std::string why = " runs without dropout, as TRL's: the policy's log-probabilities must "
+                          "equal the reference's before any update; set 0";
+  checker.cross({"model.dropout"}, c.model.dropout == 0.0,
+                detail::concat("model.dropout: ", c.model.dropout, ": ", c.recipe, "'s policy",
+                               why));
+  checker.cross({"lora.dropout"}, c.get<double>("lora.dropout") == 0.0,
+                detail::concat("lora.dropout: ", c.get<double>("lora.dropout"), ": ", c.recipe,
+                               "'s policy (its adapters)", why));
 }
 
 std::vector<RunModel> policy_run_models(const Policy& policy, nn::Module* absent_copy) {
@@ -136,7 +149,7 @@ Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size
 std::vector<double> completion_logprobs(const nn::GPT& model,
                                         const std::vector<std::vector<int64_t>>& prompts,
                                         const std::vector<nn::Completion>& completions,
-                                        int64_t batch_size) {
+                                        int64_t batch_size, double temperature) {
   NoGradGuard no_grad;
   std::vector<double> out;
   for (size_t first = 0; first < completions.size(); first += size_t(batch_size)) {
@@ -151,9 +164,10 @@ std::vector<double> completion_logprobs(const nn::GPT& model,
     }
     std::vector<std::span<const int32_t>> spans(rows.begin(), rows.end());
     const NextTokenRows scored = next_token_rows(spans, prompt_len);
-    for (float v : nn::sequence_logprobs(model.forward(scored.ids), scored.targets)
-                       .contiguous()
-                       .to_vector<float>())
+    Tensor logits = model.forward(scored.ids);
+    if (temperature != 1.0) logits = mul(logits, 1.0 / temperature);
+    for (float v :
+         nn::sequence_logprobs(logits, scored.targets).contiguous().to_vector<float>())
       out.push_back(double(v));
   }
   return out;

@@ -83,6 +83,12 @@ Policy build_policy(const RunConfig& config, bool resuming, bool need_reference_
 /// given; `starts_from` says what the recipe takes from it ("a trained model").
 void check_policy(ConfigChecker& checker, const std::string& starts_from);
 
+/// Config errors at model.dropout and lora.dropout when either is not 0: the policy trains in
+/// train mode, and its log-probabilities must equal the reference's (and PPO's rollout's) before
+/// an update, as TRL runs every model without dropout. Refused rather than overridden so that the
+/// config stored with the run says how it ran.
+void check_policy_dropout(ConfigChecker& checker);
+
 /// The policy and its reference as a run's models: the policy is the main model (saved whole, or
 /// for LoRA its adapters with the base referenced), the reference copy a frozen "reference"
 /// referenced by the base's path and digest, so a resume against another base fails. With no copy
@@ -131,12 +137,12 @@ std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::str
 Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
                  bool full);
 
-/// The summed log-probability of each completion (its prompt not scored) under `model`, in batches
-/// of `batch_size` rows, without gradient.
+/// The summed log-probability of each completion (its prompt not scored) under `model`, its logits
+/// divided by `temperature`, in batches of `batch_size` rows, without gradient.
 std::vector<double> completion_logprobs(const nn::GPT& model,
                                         const std::vector<std::vector<int64_t>>& prompts,
                                         const std::vector<nn::Completion>& completions,
-                                        int64_t batch_size);
+                                        int64_t batch_size, double temperature = 1.0);
 
 /// What the reward model gives each completion after its prompt.
 std::vector<double> completion_rewards(const LoadedRewardModel& rm,

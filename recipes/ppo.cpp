@@ -10,6 +10,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -44,39 +45,24 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-struct PPOSettings {
-  int64_t rollout_batch, ppo_epochs, generation_batch_size;
+// The ppo: section with the nn option structs its rollout and KL keys make.
+struct PPOSettings : PPOSection {
   nn::SamplingOptions sampling;  // without the seed, which is the step's
-  std::string stop_text;
-  double missing_eos_penalty;
   nn::KLControllerOptions kl;
-  double gamma, lam, clip_range, clip_range_value, vf_coef, entropy_coef;
-  bool whiten_rewards, shared_value;
+  bool shared_value() const { return value == Value::shared; }
 };
 
 PPOSettings ppo_settings(const RunConfig& c) {
   PPOSettings s;
-  s.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
-  s.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
-  s.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");
-  s.sampling.max_new_tokens = c.get<int64_t>("ppo.max_new_tokens");
-  s.sampling.temperature = c.get<double>("ppo.temperature");
-  s.sampling.top_k = c.get<int64_t>("ppo.top_k");
-  s.sampling.top_p = c.get<double>("ppo.top_p");
-  s.stop_text = c.get<std::string>("ppo.stop_text");
-  s.missing_eos_penalty = c.get<double>("ppo.missing_eos_penalty");
-  s.kl.init_kl_coef = c.get<double>("ppo.kl_coef");
-  s.kl.adaptive = c.get<bool>("ppo.adaptive_kl");
-  s.kl.target = c.get<double>("ppo.target_kl");
-  s.kl.horizon = c.get<double>("ppo.kl_horizon");
-  s.gamma = c.get<double>("ppo.gamma");
-  s.lam = c.get<double>("ppo.lam");
-  s.clip_range = c.get<double>("ppo.clip_range");
-  s.clip_range_value = c.get<double>("ppo.clip_range_value");
-  s.vf_coef = c.get<double>("ppo.vf_coef");
-  s.entropy_coef = c.get<double>("ppo.entropy_coef");
-  s.whiten_rewards = c.get<bool>("ppo.whiten_rewards");
-  s.shared_value = c.get<std::string>("ppo.value") == "shared";
+  static_cast<PPOSection&>(s) = ppo_section_settings(c);
+  s.sampling.max_new_tokens = s.max_new_tokens;
+  s.sampling.temperature = s.temperature;
+  s.sampling.top_k = s.top_k;
+  s.sampling.top_p = s.top_p;
+  s.kl.init_kl_coef = s.kl_coef;
+  s.kl.adaptive = s.adaptive_kl;
+  s.kl.target = s.target_kl;
+  s.kl.horizon = s.kl_horizon;
   return s;
 }
 
@@ -87,19 +73,54 @@ struct Prompts {
   std::vector<std::vector<int64_t>> ids;
 };
 
+// A model that reads a prompt with its completion of up to ppo.max_new_tokens: a row is the
+// prompt's tokens + max_new_tokens + `extra` long and must fit `context`.
+struct PromptLimit {
+  std::string model;                     // "model.context", "the value model's context", ...
+  int64_t context = 0;
+  int64_t extra = 0;
+  const Tokenizer* tokenizer = nullptr;  // one that re-tokenizes the text; null: the policy's ids
+  std::string extra_text = {};           // what `extra` is, for the message
+};
+
+// The reward model's and the separate value model's limits. The reward model scores prompt +
+// completion re-tokenized with its tokenizer and its preference.end_of_text after them (counted as
+// the prompt's tokens + max_new_tokens: exact for byte tokenizers and for the policy's own one up
+// to merges across the seam); the value model reads the policy's rows, less their last token.
+std::vector<PromptLimit> reward_limits(const LoadedRewardModel& reward,
+                                       const Tokenizer& reward_tokenizer, bool separate_value) {
+  const int64_t context = reward.config.model.context;
+  const int64_t eot =
+      int64_t(end_of_text_ids(reward_tokenizer,
+                              reward.config.get<std::string>("preference.end_of_text"))
+                  .size());
+  std::vector<PromptLimit> limits;
+  if (separate_value) limits.push_back({"the value model's context", context, -1});
+  limits.push_back({"the reward model's context", context, eot, &reward_tokenizer,
+                    detail::concat(" and the reward model's preference.end_of_text (", eot,
+                                   eot == 1 ? " token)" : " tokens)")});
+  return limits;
+}
+
 // Prompts of `file` (JSONL {"prompt"} records or one a line), each checked to leave room for the
-// completion in the context: Error(data) naming the file and the record otherwise.
+// completion in every model's context (`limits`), before the first step rather than at the step
+// that samples it: Error(data) naming the file, the record and the context otherwise.
 Prompts read_prompts(const fs::path& file, const Tokenizer& tokenizer, int64_t max_new_tokens,
-                     int64_t context) {
+                     const std::vector<PromptLimit>& limits) {
   Prompts p;
   p.text = read_texts(file, {"prompt", "a prompt record", {"prompt"}}, "prompt");
   p.ids = encode_prompts(p.text, tokenizer);
   for (size_t i = 0; i < p.ids.size(); ++i)
-    if (int64_t(p.ids[i].size()) + max_new_tokens > context)
-      throw Error(ExitCode::data,
-                  detail::concat(file.string(), ": prompt ", i + 1, " is ", p.ids[i].size(),
-                                 " tokens; with ppo.max_new_tokens ", max_new_tokens,
-                                 " it does not fit model.context ", context));
+    for (const PromptLimit& limit : limits) {
+      const int64_t n = limit.tokenizer ? int64_t(limit.tokenizer->encode(p.text[i]).size())
+                                        : int64_t(p.ids[i].size());
+      if (n + max_new_tokens + limit.extra > limit.context)
+        throw Error(ExitCode::data,
+                    detail::concat(file.string(), ": prompt ", i + 1, " is ", n,
+                                   " tokens; with ppo.max_new_tokens ", max_new_tokens,
+                                   limit.extra_text, " it does not fit ", limit.model, " ",
+                                   limit.context));
+    }
   return p;
 }
 
@@ -116,14 +137,16 @@ struct PromptSplits {
   Prompts train, val;
 };
 
-// data.train's prompts, and data.val's or data.val_fraction of data.train's.
-PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer) {
-  const int64_t new_tokens = config.get<int64_t>("ppo.max_new_tokens");
-  const int64_t context = config.model.context;
+// data.train's prompts, and data.val's or data.val_fraction of data.train's, each fitting the
+// policy's context and `limits`.
+PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer,
+                          std::vector<PromptLimit> limits = {}) {
+  const int64_t new_tokens = ppo_section_settings(config).max_new_tokens;
+  limits.insert(limits.begin(), {"model.context", config.model.context});
   PromptSplits s;
-  s.train = read_prompts(config.data.train, tokenizer, new_tokens, context);
+  s.train = read_prompts(config.data.train, tokenizer, new_tokens, limits);
   if (!config.data.val.empty()) {
-    s.val = read_prompts(config.data.val, tokenizer, new_tokens, context);
+    s.val = read_prompts(config.data.val, tokenizer, new_tokens, limits);
     return s;
   }
   const auto [train, val] =
@@ -162,6 +185,8 @@ uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_
 // V(s_t) for every position: a separate model, the reward model's backbone with a fresh head
 // (InstructGPT), or a head on the policy's final hidden state (ppo.value: shared). The fresh head
 // is zero, so the values start at 0 and the first updates fit the head before they move the rest.
+// The value model trains in train mode, so it is built without the reward model's dropout: the
+// updates must see the values the rollout saw (TRL disables dropout in every model too).
 struct Critic {
   std::unique_ptr<nn::GPTRewardModel> model;
   std::unique_ptr<nn::Linear> head;
@@ -174,15 +199,21 @@ struct Critic {
   }
 };
 
-Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const fs::path& reward_model) {
+Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const LoadedRewardModel& reward,
+                    const fs::path& reward_file) {
   Critic c;
   NoGradGuard no_grad;
-  if (s.shared_value) {
+  if (s.shared_value()) {
     Generator unused(0, rng_stream("value_head"));
     c.head = std::make_unique<nn::Linear>(policy.config().d_model, 1, false, unused);
     c.head->weight.zero_();
   } else {
-    c.model = std::move(load_reward_model(reward_model).model);
+    if (reward.config.model.dropout > 0)
+      std::fprintf(stderr,
+                   "forge: warning: %s: the value model from ppo.reward_model runs without its "
+                   "stored model.dropout %g (PPO's updates must reproduce the rollout's values)\n",
+                   printable(reward_file.string()).c_str(), reward.config.model.dropout);
+    c.model = std::move(load_reward_model(reward_file, false).model);
     c.model->score->weight.zero_();
   }
   return c;
@@ -456,11 +487,16 @@ class Evaluator {
     }
     const std::vector<double>& theirs = reference_scores_[n];
     const std::vector<double> scores = completion_rewards(m.reward, p.text, mine, m.tokenizer, B);
-    const std::vector<double> ref_logp = m.reference.with_model(
-        [&](const nn::GPT& ref) { return completion_logprobs(ref, p.ids, mine, B); });
+    // The KL of the distribution the samples were drawn from (the policy's at ppo.temperature,
+    // top_k and top_p) to the reference at the same temperature. The reference is not truncated:
+    // its own top-k/top-p would make the KL infinite as soon as the policy draws a token outside
+    // them, the common case once it has learned.
+    const std::vector<double> ref_logp = m.reference.with_model([&](const nn::GPT& ref) {
+      return completion_logprobs(ref, p.ids, mine, B, s_.sampling.temperature);
+    });
     double kl = 0, tokens = 0, score = 0, ref_score = 0, wins = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
-      kl += mine[i].logprob - ref_logp[i];
+      kl += mine[i].sampling_logprob - ref_logp[i];
       tokens += double(mine[i].tokens.size());
       score += scores[i];
       ref_score += theirs[i];
@@ -504,14 +540,17 @@ int train_ppo(const RunConfig& config) {
   const PPOSettings s = ppo_settings(config);
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-  const PromptSplits prompts = load_prompts(config, *tokenizer);
-  const fs::path rm_file = resolve_checkpoint(config.get<std::string>("ppo.reward_model"));
+  const fs::path rm_file = resolve_checkpoint(s.reward_model);
   const LoadedRewardModel reward = load_reward_model(rm_file);
+  const std::unique_ptr<Tokenizer> reward_tokenizer =
+      make_tokenizer(reward.config.data.tokenizer, reward.config.data.special_tokens);
+  const PromptSplits prompts =
+      load_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value()));
 
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, true);
   nn::GPT& model = *policy.model;
-  const Critic critic = build_critic(s, model, rm_file);
+  const Critic critic = build_critic(s, model, reward, rm_file);
   NamedTensors trained = policy_trained_parameters(config, policy);
   for (const NamedTensor& t : critic.module().named_parameters())
     trained.push_back({"value." + t.name, t.tensor});
@@ -527,7 +566,7 @@ int train_ppo(const RunConfig& config) {
   const PPOModels m{model, *policy.reference, reward, critic, *tokenizer};
   nn::KLController kl(s.kl);
   Evaluator evaluator(config, s, prompts.val,
-                      held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+                      held_out_text(config, s.eval_text, s.eval_text_fraction));
   const int64_t B = config.train.batch_size;
   const int64_t minibatch = B * config.train.grad_accum;
 
@@ -649,42 +688,70 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
 }
 
 void check_ppo(ConfigChecker& checker) {
-  check_model_family(checker);
-  check_lora(checker);
+  check_policy(checker, "a trained policy (also its reference)");
+  check_policy_dropout(checker);
   const RunConfig& c = checker.config();
-  checker.cross({"model.init_from", "recipe"}, !c.model.init_from.empty(),
-                "model.init_from: recipe ppo starts from a trained policy "
-                "(also its reference); "
-                "name its run directory or checkpoint");
-  checker.cross({"ppo.reward_model"}, !c.get<std::string>("ppo.reward_model").empty(),
+  const PPOSection p = ppo_section_settings(c);
+  checker.cross({"ppo.reward_model"}, !p.reward_model.empty(),
                 "ppo.reward_model: name the reward_model run (or checkpoint) "
                 "that scores the "
                 "rollouts");
   const int64_t minibatch = c.train.batch_size * c.train.grad_accum;
-  const int64_t rollout = c.get<int64_t>("ppo.rollout_batch");
+  const int64_t rollout = p.rollout_batch;
   checker.cross({"ppo.rollout_batch", "train.batch_size", "train.grad_accum"},
                 rollout % minibatch == 0,
                 detail::concat("ppo.rollout_batch: ", rollout,
                                " rows must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
-  checker.cross({"model.dropout"}, c.model.dropout == 0.0,
-                "model.dropout: ppo needs 0: with dropout the policy's "
-                "log-probabilities in the "
-                "updates differ from the rollout's even before any update (TRL "
-                "turns it off too)");
+  // Evaluation at step 0 and at the end samples held-out prompts, whatever train.eval_every.
+  checker.cross({"data.val_fraction", "data.val"},
+                !c.data.val.empty() || c.data.val_fraction > 0,
+                "data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts (at step "
+                "0 and at the end); name a prompt file in data.val or hold out data.val_fraction "
+                "> 0 of data.train");
   checker.cross({"ppo.max_new_tokens", "model.context"},
-                c.get<int64_t>("ppo.max_new_tokens") < c.model.context,
+                p.max_new_tokens < c.model.context,
                 "ppo.max_new_tokens: completions must leave room for a prompt "
                 "in model.context");
   checker.cross(
       {"ppo.missing_eos_penalty", "ppo.stop_text"},
-      c.get<double>("ppo.missing_eos_penalty") == 0 || !c.get<std::string>("ppo.stop_text").empty(),
+      p.missing_eos_penalty == 0 || !p.stop_text.empty(),
       "ppo.missing_eos_penalty: a completion can only miss "
       "ppo.stop_text when it is set");
 }
 
 }  // namespace
+
+PPOSection ppo_section_settings(const RunConfig& c) {
+  PPOSection p;
+  p.reward_model = c.get<std::string>("ppo.reward_model");
+  p.value = c.get<std::string>("ppo.value") == "shared" ? PPOSection::Value::shared
+                                                         : PPOSection::Value::separate;
+  p.rollout_batch = c.get<int64_t>("ppo.rollout_batch");
+  p.ppo_epochs = c.get<int64_t>("ppo.ppo_epochs");
+  p.generation_batch_size = c.get<int64_t>("ppo.generation_batch_size");
+  p.max_new_tokens = c.get<int64_t>("ppo.max_new_tokens");
+  p.temperature = c.get<double>("ppo.temperature");
+  p.top_k = c.get<int64_t>("ppo.top_k");
+  p.top_p = c.get<double>("ppo.top_p");
+  p.stop_text = c.get<std::string>("ppo.stop_text");
+  p.missing_eos_penalty = c.get<double>("ppo.missing_eos_penalty");
+  p.kl_coef = c.get<double>("ppo.kl_coef");
+  p.adaptive_kl = c.get<bool>("ppo.adaptive_kl");
+  p.target_kl = c.get<double>("ppo.target_kl");
+  p.kl_horizon = c.get<double>("ppo.kl_horizon");
+  p.gamma = c.get<double>("ppo.gamma");
+  p.lam = c.get<double>("ppo.lam");
+  p.clip_range = c.get<double>("ppo.clip_range");
+  p.clip_range_value = c.get<double>("ppo.clip_range_value");
+  p.vf_coef = c.get<double>("ppo.vf_coef");
+  p.entropy_coef = c.get<double>("ppo.entropy_coef");
+  p.whiten_rewards = c.get<bool>("ppo.whiten_rewards");
+  p.eval_text = c.get<std::string>("ppo.eval_text");
+  p.eval_text_fraction = c.get<double>("ppo.eval_text_fraction");
+  return p;
+}
 
 ConfigSection ppo_section() {
   return {

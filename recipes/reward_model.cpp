@@ -136,11 +136,12 @@ Metrics evaluate_reward_model(const nn::GPTRewardModel& model, const PreferenceD
   return m;
 }
 
-LoadedRewardModel load_reward_model(const fs::path& file) {
+LoadedRewardModel load_reward_model(const fs::path& file, bool dropout) {
   LoadedRewardModel loaded{stored_config(file), nullptr};
   if (loaded.config.recipe != "reward_model")
     throw Error(ExitCode::checkpoint, quoted_path(file.string()) + ": a " + loaded.config.recipe +
                                           " checkpoint, not a reward_model one");
+  if (!dropout) loaded.config.model.dropout = 0.0;
   Generator init(uint64_t(loaded.config.seed), rng_stream("init"));
   loaded.model = std::make_unique<nn::GPTRewardModel>(gpt_config(loaded.config.model), init);
   init_from_checkpoint(*loaded.model, file);

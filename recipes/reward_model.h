@@ -29,12 +29,14 @@ Metrics evaluate_reward_model(const nn::GPTRewardModel& model, const PreferenceD
                               int64_t batch_size, int64_t pairs, double center_rewards_coefficient);
 
 /// A reward_model run's model from checkpoint `file` (eval mode) and the config stored with it.
-/// Error(checkpoint) naming the file when it is not a reward_model checkpoint.
+/// Error(checkpoint) naming the file when it is not a reward_model checkpoint. `dropout` false
+/// builds it without dropout whatever the stored model.dropout (its config then says 0), for a
+/// copy that trains on in train mode (PPO's value model).
 struct LoadedRewardModel {
   RunConfig config;
   std::unique_ptr<nn::GPTRewardModel> model;
 };
-LoadedRewardModel load_reward_model(const std::filesystem::path& file);
+LoadedRewardModel load_reward_model(const std::filesystem::path& file, bool dropout = true);
 
 /// The rewards of `texts`, each tokenized with the model's tokenizer and followed by its
 /// preference.end_of_text, as the reward model was trained, in batches of `batch_size`. Throws

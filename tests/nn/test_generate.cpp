@@ -1,13 +1,15 @@
 // Batched generation (nn/generate.h): a left-padded KV cache gives each row the logits it has alone;
 // generate_batch equals a one-row-at-a-time reference built on plain full forwards, token for
-// token, for every batch size and mix of prompt lengths; log-probabilities are the model's own;
-// completions stop at an end-of-text sequence; a row's draws do not depend on the other rows; and
-// bad prompts or options are refused with their exit codes. GPT-2 and LLaMA flavours both run, so
+// token, for every batch size and mix of prompt lengths; log-probabilities are the model's own, and
+// the sampling distribution's (checked by hand); completions stop at an end-of-text sequence; a
+// row's draws do not depend on the other rows; and bad prompts or options are refused with their
+// exit codes. GPT-2 and LLaMA flavours both run, so
 // learned and rotary positions are each checked per row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -201,16 +203,18 @@ TEST(NnSampleToken, TopKDrawsAmongTheKLargestInProportionToTheirProbability) {
   }
 }
 
-// The log-probability is the model's own (temperature 1, unfiltered), not that of the tempered,
-// top-k distribution the tokens were drawn from: one full forward over prompt + completion,
-// log_softmax, summed at the completion's tokens.
-TEST(NnGenerateBatch, LogprobIsTheSumOfTheModelsLogSoftmax) {
+// The log-probability is the model's own (temperature 1, unfiltered): one full forward over prompt
+// + completion, log_softmax, summed at the completion's tokens; the sampling log-probability is
+// that of the tempered, top-k and top-p distribution the tokens were drawn from, read off the same
+// forward's logits with sampling_log_probability.
+TEST(NnGenerateBatch, LogprobsAreTheModelsAndTheSamplingDistributions) {
   const std::unique_ptr<GPT> m = make_model(false);
   const GPT& model = *m;
   const Prompts prompts = mixed_prompts();
   SamplingOptions o = sampling(12);
   o.temperature = 0.5;
   o.top_k = 3;
+  o.top_p = 0.9;
   BatchOptions b;
   b.num_samples = 2;
   b.batch_size = 4;
@@ -219,15 +223,51 @@ TEST(NnGenerateBatch, LogprobIsTheSumOfTheModelsLogSoftmax) {
     std::vector<int64_t> seq = prompts[size_t(c.prompt_index)];
     const int64_t P = int64_t(seq.size());
     seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
-    Tensor lp = log_softmax(model.forward(ids_of(seq)), -1).contiguous();  // [1, T, V]
-    const int64_t V = lp.size(2);
-    double want = 0;
-    for (size_t i = 0; i < c.tokens.size(); ++i)
-      want += lp.to_vector<double>()[size_t((P - 1 + int64_t(i)) * V + c.tokens[i])];
+    const Tensor logits = model.forward(ids_of(seq)).contiguous();  // [1, T, V]
+    const std::vector<double> lp = log_softmax(logits, -1).contiguous().to_vector<double>();
+    const int64_t V = logits.size(2);
+    double want = 0, want_sampling = 0;
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      const int64_t at = (P - 1 + int64_t(i)) * V;
+      want += lp[size_t(at + c.tokens[i])];
+      want_sampling += sampling_log_probability(logits.data<float>() + at, V, o, c.tokens[i]);
+    }
     EXPECT_NEAR(c.logprob, want, 1e-4) << "prompt " << c.prompt_index << " sample "
                                        << c.sample_index;
+    EXPECT_NEAR(c.sampling_logprob, want_sampling, 1e-4) << "prompt " << c.prompt_index;
     EXPECT_LT(c.logprob, 0.0);
   }
+}
+
+// The distribution sample_token draws from, by hand: logits / 0.8 are 3.75 (id 4), 3.125 (8),
+// 2.5 (1), 1.25 (2 and 5), ...; top-k 5 keeps those five; their weights relative to the top are
+// 1, e^-0.625, e^-1.25, e^-2.5, e^-2.5 (total 1.9860); top-p 0.8 stops once 0.8 x 1.9860 = 1.589
+// is reached, after 1 + 0.5353 + 0.2865 = 1.8218: ids 4, 8 and 1 remain, renormalised.
+TEST(NnSampleToken, SamplingLogProbabilityIsThatOfTheTemperedTruncatedDistribution) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f, -1.0f, 3.0f, 1.0f, 0.0f, 1.0f, 2.5f};
+  const int64_t V = int64_t(logits.size());
+  SamplingOptions o;
+  o.temperature = 0.8;
+  o.top_k = 5;
+  o.top_p = 0.8;
+  const double total = 1 + std::exp(-0.625) + std::exp(-1.25);
+  EXPECT_NEAR(sampling_log_probability(logits.data(), V, o, 4), -std::log(total), 1e-12);
+  EXPECT_NEAR(sampling_log_probability(logits.data(), V, o, 8), -0.625 - std::log(total), 1e-12);
+  EXPECT_NEAR(sampling_log_probability(logits.data(), V, o, 1), -1.25 - std::log(total), 1e-12);
+  for (int64_t never : {2, 5, 0, 3})  // cut by top-p (2, 5) or top-k (0, 3)
+    EXPECT_EQ(sampling_log_probability(logits.data(), V, o, never),
+              -std::numeric_limits<double>::infinity())
+        << never;
+  // Unfiltered: log_softmax(logits / T).
+  o.top_k = 0;
+  o.top_p = 1.0;
+  double all = 0;
+  for (float l : logits) all += std::exp(double(l) / 0.8);
+  EXPECT_NEAR(sampling_log_probability(logits.data(), V, o, 3), -1.0 / 0.8 - std::log(all), 1e-12);
+  // Greedy: certain of the argmax.
+  o.temperature = 0.0;
+  EXPECT_EQ(sampling_log_probability(logits.data(), V, o, 4), 0.0);
+  EXPECT_EQ(sampling_log_probability(logits.data(), V, o, 8), -std::numeric_limits<double>::infinity());
 }
 
 // Greedy decoding makes the completion known in advance: a two-token end-of-text taken from its

@@ -1,10 +1,13 @@
 // Recipe ppo through the forge binary, from a tiny base GPT and a tiny reward model that prefers
 // completions with "good" words (both trained in SetUp): a fixed-seed run with asserted metrics;
 // the first rollout's KL is exactly 0 (the policy is its reference); the reference and the reward
-// model never change (forge eval, which reloads both, reproduces the run's last val line); the
-// rollout does not depend on the generation batch; a minibatch split into micro-batches gives the
-// same updates; kill-and-resume is exact with the adaptive KL controller; a LoRA policy with a
-// shared value head saves adapters and the head only; bad input exits with its code and one line.
+// model never change (forge eval, which reloads both, reproduces the run's last val line); each
+// step's first pass reproduces the rollout bitwise, even from a reward model trained with dropout;
+// prompts that outgrow the reward or value model are refused at set-up; the evaluation KL is that
+// of the sampling distribution; the rollout does not depend on the generation batch; a minibatch
+// split into micro-batches gives the same updates; kill-and-resume is exact with the adaptive KL
+// controller; a LoRA policy with a shared value head saves adapters and the head only; bad input
+// exits with its code and one line; every ppo: key arrives in its PPOSection field.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,8 +16,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "recipes/ppo.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
+#include "runtime/config.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 
@@ -81,6 +86,31 @@ class PPORecipe : public testing::RecipeTest {
                                           "approx_kl", "value_loss", "grad_norm", "entropy"};
 };
 
+// ppo_section_settings fills one field per key of the section: every key set away from its default arrives.
+TEST(PPOSectionStruct, EveryKeyOfThePPOSectionArrivesInItsField) {
+  const RunConfig c = load_config_string(
+      "recipe: ppo\nmodel: {arch: gpt, vocab_size: 256, context: 64, init_from: base.h5}\n"
+      "data: {tokenizer: bytes, train: p.jsonl, val: v.jsonl}\n"
+      "train: {batch_size: 2}\n"
+      "ppo: {reward_model: rm.h5, value: shared, rollout_batch: 6, ppo_epochs: 3, "
+      "generation_batch_size: 5, max_new_tokens: 7, temperature: 0.7, top_k: 9, top_p: 0.9, "
+      "stop_text: '%', missing_eos_penalty: 1.5, kl_coef: 0.2, adaptive_kl: true, target_kl: 2.0, "
+      "kl_horizon: 300.0, gamma: 0.99, lam: 0.9, clip_range: 0.3, clip_range_value: 0.4, "
+      "vf_coef: 0.5, entropy_coef: 0.01, whiten_rewards: true, eval_text: t.txt, "
+      "eval_text_fraction: 0.2}\n",
+      "ppo.yaml", {}, ConfigFiles::skip);
+  EXPECT_EQ(ppo_section().keys.size(), 24u) << "a key was added: give it a field and a value here";
+  // The YAML above, field by field.
+  const PPOSection want = {
+      .reward_model = "rm.h5", .value = PPOSection::Value::shared, .rollout_batch = 6,
+      .ppo_epochs = 3, .generation_batch_size = 5, .max_new_tokens = 7, .temperature = 0.7,
+      .top_k = 9, .top_p = 0.9, .stop_text = "%", .missing_eos_penalty = 1.5, .kl_coef = 0.2,
+      .adaptive_kl = true, .target_kl = 2.0, .kl_horizon = 300.0, .gamma = 0.99, .lam = 0.9,
+      .clip_range = 0.3, .clip_range_value = 0.4, .vf_coef = 0.5, .entropy_coef = 0.01,
+      .whiten_rewards = true, .eval_text = "t.txt", .eval_text_fraction = 0.2};
+  EXPECT_TRUE(ppo_section_settings(c) == want);
+}
+
 TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
   ASSERT_EQ(forge("train " + write_config("ppo").string()), 0);
   const fs::path run = dir_ / "ppo";
@@ -124,6 +154,88 @@ TEST_F(PPORecipe, LearnsFromTheRewardModelWhileItsFrozenModelsNeverChange) {
               std::string::npos)
         << key << "\n"
         << out;
+}
+
+TEST_F(PPORecipe, EachUpdatePassStartsFromTheRolloutsLogProbabilitiesAndValues) {
+  // A reward model trained with dropout: the separate value model starts from it and trains, so
+  // its stored dropout would make the update's values differ from the rollout's by noise.
+  std::string rm = testing::read_file(dir_ / "rm.yaml");
+  rm.replace(rm.find("/rm\n"), 4, "/rm_drop\n");
+  rm.replace(rm.find("model: {"), 8, "model: {dropout: 0.1, ");
+  testing::write_file(dir_ / "rm_drop.yaml", rm);
+  ASSERT_EQ(forge("train " + (dir_ / "rm_drop.yaml").string()), 0);
+  // One epoch of one minibatch: every step's train line is the pass before its only update. With
+  // clip ranges of 1e-12, any difference from the rollout's log-probabilities or values counts as
+  // clipped.
+  const fs::path config = write_config("exact", ", clip_range: 1.0e-12, clip_range_value: 1.0e-12",
+                                       "{batch_size: 8, max_steps: 4, log_every: 1}");
+  auto [code, out] = forge_output("train " + config.string() + " ppo.ppo_epochs=1 ppo.reward_model=" +
+                                  (dir_ / "rm_drop").string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("the value model from ppo.reward_model"), std::string::npos) << out;
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(losses(dir_ / "exact", "train", "ratio").at(step), 1.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "approx_kl").at(step), 0.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "clip_frac").at(step), 0.0) << step;
+    EXPECT_EQ(losses(dir_ / "exact", "train", "value_clip_frac").at(step), 0.0) << step;
+  }
+  // The values moved from the fresh head's zeros, so the last check could have failed.
+  EXPECT_NE(losses(dir_ / "exact", "train", "explained_variance").at(4), 0.0);
+}
+
+TEST_F(PPORecipe, PromptsThatOutgrowTheRewardOrValueModelsContextAreRefusedAtSetUp) {
+  // A reward model of context 24 (trained from scratch: one from the base has its 40), with an
+  // end of text of one token. A row the value model reads is prompt + completion less the last
+  // token; one the reward model scores is prompt + completion + its end of text.
+  std::ofstream(dir_ / "small_rm.yaml")
+      << "recipe: reward_model\nseed: 3\noutput_dir: " << (dir_ / "small_rm").string() << "\n"
+      << "model: {arch: gpt, vocab_size: 256, context: 24, d_model: 16, n_layers: 1, n_heads: 2}\n"
+      << "data: {tokenizer: bytes, train: " << (dir_ / "pairs.jsonl").string()
+      << ", val_fraction: 0.25}\n"
+      << "preference: {max_prompt_length: 12, end_of_text: \"%\"}\n"
+      << "train: {batch_size: 8, max_steps: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "small_rm.yaml").string()), 0);
+  const std::string rm = " ppo.reward_model=" + (dir_ / "small_rm").string();
+  auto expect_refused = [&](const std::string& name, const std::string& prompt,
+                            const std::string& args, const std::string& what) {
+    testing::write_file(dir_ / (name + ".jsonl"), "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" +
+                                                      prompt + "\"}\n");
+    const std::string file = (dir_ / (name + ".jsonl")).string();
+    auto [code, out] = forge_output("train " + write_config(name).string() + rm + args +
+                                    " data.train=" + file + " data.val=" + file);
+    EXPECT_EQ(code, 3) << out;
+    EXPECT_NE(out.find(name + ".jsonl: prompt 2 is " + std::to_string(prompt.size()) +
+                       " tokens; with ppo.max_new_tokens 12 " + what),
+              std::string::npos)
+        << out;
+    EXPECT_FALSE(fs::exists(dir_ / name / "metrics.jsonl")) << "refused after the run began";
+  };
+  // 12 + 12 - 1 fits the value model; 12 + 12 + 1 does not fit the reward model.
+  expect_refused("rm_long", std::string(12, 'a'), "",
+                 "and the reward model's preference.end_of_text (1 token) it does not fit the "
+                 "reward model's context 24");
+  // 14 + 12 - 1 does not fit the value model (a copy of the reward model), nor the reward model:
+  // the value model is named first; with a shared value head only the reward model's is.
+  expect_refused("value_long", std::string(14, 'a'), "",
+                 "it does not fit the value model's context 24");
+  expect_refused("shared_long", std::string(14, 'a'), " ppo.value=shared",
+                 "and the reward model's preference.end_of_text (1 token) it does not fit the "
+                 "reward model's context 24");
+}
+
+TEST_F(PPORecipe, TheEvaluationKLIsThatOfTheSamplingDistribution) {
+  // At step 0 the policy is its reference. Sampled at temperature 0.7 without a filter, both sides
+  // are the same tempered distribution: KL 0. With top-k 3 the policy's samples come from the
+  // truncated distribution, whose KL to the tempered reference is the filter's own cost,
+  // -log(the kept mass) per token; the model's temperature-1 log-probabilities said 0 for both.
+  const std::string train = "{batch_size: 8, max_steps: 1, log_every: 1}";
+  ASSERT_EQ(forge("train " + write_config("tempered", ", temperature: 0.7", train).string()), 0);
+  EXPECT_NEAR(losses(dir_ / "tempered", "val", "kl").at(0), 0.0, 1e-5);
+  ASSERT_EQ(
+      forge("train " + write_config("top_k", ", temperature: 0.7, top_k: 3", train).string()), 0);
+  const double kl = losses(dir_ / "top_k", "val", "kl_per_token").at(0);
+  EXPECT_GT(kl, 0.05);
+  EXPECT_LT(kl, std::log(256.0 / 3));  // at most that of a uniform distribution cut to 3 of 256
 }
 
 TEST_F(PPORecipe, TheRolloutDoesNotDependOnTheGenerationBatch) {
@@ -209,7 +321,20 @@ TEST_F(PPORecipe, BadInputsExitWithTheirCodesAndOneLine) {
     testing::write_file(dir_ / (name + ".yaml"), yaml);
     return dir_ / (name + ".yaml");
   };
-  expect(edited("drop", "dropout: 0.0", "dropout: 0.1"), 2, "model.dropout: ppo needs 0");
+  expect(edited("drop", "dropout: 0.0", "dropout: 0.1"), 2,
+         "model.dropout: 0.1: ppo's policy runs without dropout");
+  expect(edited("lora_drop", "dropout: 0.0}\n",
+                "dropout: 0.0}\nlora: {rank: 4, targets: [\"*.mlp.*\"], dropout: 0.1}\n"),
+         2, "lora.dropout: 0.1: ppo's policy (its adapters) runs without dropout");
+  // No held-out prompts, and no periodic evaluation that would ask for them: refused before
+  // anything loads, not NaN metrics at step 0 and exit 5 at the end.
+  const fs::path no_val = edited("no_val", ", val: " + (dir_ / "val_prompts.jsonl").string(),
+                                 ", val_fraction: 0.0");
+  auto [nv, nv_out] = forge_output("train " + no_val.string() + " train.eval_every=0");
+  EXPECT_EQ(nv, 2) << nv_out;
+  EXPECT_NE(nv_out.find("data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts"),
+            std::string::npos)
+      << nv_out;
   // A prompt that leaves no room for the completion: the file and the prompt's number.
   testing::write_file(dir_ / "long.jsonl",
                       "{\"prompt\": \"ROMEO:\"}\n{\"prompt\": \"" + std::string(30, 'a') + "\"}\n");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -150,6 +151,29 @@ TEST_F(PreferenceRecipes, DPOStartsAtLog2AndItsReferenceNeverChanges) {
   auto [code, out] = forge_output("eval " + (dir_ / "dpo").string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("val_loss " + g6(loss.at(12)) + "\n"), std::string::npos) << out;
+}
+
+TEST_F(PreferenceRecipes, DPORunsItsPolicyWithoutDropout) {
+  // A config that gives the policy dropout (its own or its adapters') is refused at the key.
+  const std::string lora = "lora: {rank: 4, alpha: 8, targets: [\"*.attn.qkv\"]}\n";
+  for (const auto& [extra, override, message] :
+       std::vector<std::array<std::string, 3>>{
+           {"", " model.dropout=0.1", "model.dropout: 0.1: dpo's policy runs without dropout"},
+           {lora, " lora.dropout=0.05", "lora.dropout: 0.05: dpo's policy (its adapters) runs"}}) {
+    auto [code, out] =
+        forge_output("validate " + write_config("drop", "dpo", extra).string() + override);
+    EXPECT_EQ(code, 2) << out;
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+  }
+  // The policy in train mode and its reference (a copy, or the policy with its adapters off) in
+  // eval mode give bitwise the same log-probabilities at step 0: every implicit reward is 0.
+  const std::string train = "{batch_size: 8, max_steps: 1, log_every: 1}";
+  for (const std::string& extra : {std::string(), lora}) {
+    ASSERT_EQ(forge("train " + write_config("zero", "dpo", extra, train).string()), 0);
+    for (const char* key : {"rewards_chosen", "rewards_rejected", "rewards_margin"})
+      EXPECT_EQ(losses(dir_ / "zero", "train", key).at(1), 0.0) << key << " " << extra;
+    fs::remove_all(dir_ / "zero");
+  }
 }
 
 TEST_F(PreferenceRecipes, DPOKilledAndRestartedIsExact) {
