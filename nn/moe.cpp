@@ -88,8 +88,7 @@ void check_moe_config(const MoEConfig& c) {
                                                       str(c.n_experts) + "], got " + str(c.top_k));
   require(c.ffn_mult > 0, "ffn_mult must be positive, got " + str(c.ffn_mult));
   require(c.noise_eps >= 0, "noise_eps must be >= 0, got " + str(c.noise_eps));
-  require(c.capacity_factor >= 0 && c.eval_capacity_factor >= 0,
-          "capacity factors must be >= 0 (0 = no limit)");
+  require(c.capacity_factor >= 0, "capacity_factor must be >= 0 (0 = no limit)");
   require(c.w_importance >= 0 && c.w_load >= 0 && c.w_switch >= 0 && c.w_z >= 0,
           "loss weights must be >= 0");
   if (c.balance == MoEBalance::cv2 && c.w_load > 0) {
@@ -185,12 +184,15 @@ Tensor MoE::forward(const Tensor& x) const {
   const Tensor xf = reshape(x, {-1, C});  // [N, C]
   const int64_t N = xf.size(0);
   const bool training = is_training();
+  // Noise and capacity make a token's route depend on a draw and on the tokens before it in the
+  // batch: wanted in training, never in evaluation or generation (nor when asked not to).
+  const bool stochastic = training && !deterministic_;
 
   // Gating: H(x) = x W_g + eps * (softplus(x W_noise) + noise_eps), eps ~ N(0, 1) in training,
   // drawn from the generator the trainer seeds per forward (so a resumed run draws the same).
   const Tensor clean = linear(xf, router->weight);  // [N, E]
   Tensor logits = clean, noise_std;
-  if (router->noise.defined() && training) {
+  if (router->noise.defined() && stochastic) {
     noise_std = softplus(linear(xf, router->noise)) + config_.noise_eps;
     logits = clean + normal({N, E}, 0.0, 1.0, default_generator(), x.dtype()) * noise_std;
   }
@@ -199,7 +201,7 @@ Tensor MoE::forward(const Tensor& x) const {
   const TopKGates top = top_k_gating(logits, k, smooth_load);  // [N, k] each
 
   const std::vector<int64_t> ids = top.experts.to_vector<int64_t>();
-  const double factor = training ? config_.capacity_factor : config_.eval_capacity_factor;
+  const double factor = stochastic ? config_.capacity_factor : 0.0;
   const Routing r = route(ids, N, k, E, factor > 0 ? expert_capacity(config_, factor, N) : 0);
   const Tensor tokens = index_tensor(r.tokens), slots = index_tensor(r.slots);
 
@@ -238,6 +240,18 @@ Tensor MoE::forward(const Tensor& x) const {
       report_aux_stat("expert_load" + layer + "_e" + std::to_string(e), routed_share[size_t(e)]);
   }
   return drop->forward(reshape(out, x.shape()));
+}
+
+DeterministicRouting::DeterministicRouting(Module& model) {
+  for (auto& [path, m] : model.named_modules())
+    if (auto* moe = dynamic_cast<MoE*>(m)) {
+      layers_.emplace_back(moe, moe->deterministic_routing());
+      moe->set_deterministic_routing(true);
+    }
+}
+
+DeterministicRouting::~DeterministicRouting() {
+  for (auto& [moe, before] : layers_) moe->set_deterministic_routing(before);
 }
 
 }  // namespace forge::nn

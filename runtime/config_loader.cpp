@@ -65,6 +65,13 @@ const std::map<std::string, std::string> kMovedKeys = {
     {"data.sentence_breaks", "bert.sentence_breaks"},
 };
 
+// Keys Forge no longer reads, and why; configs stored in older checkpoints still hold them.
+const std::map<std::string, std::string> kRetiredKeys = {
+    {"model.moe.eval_capacity_factor",
+     "evaluation and generation route every token without a capacity limit, so that a row's "
+     "output does not depend on its batch (docs/recipes/moe.md)"},
+};
+
 class Loader : public ConfigChecker {
  public:
   Loader(std::string name, ConfigFiles files)
@@ -219,6 +226,9 @@ class Loader : public ConfigChecker {
         const std::string& moved = kMovedKeys.at(path);
         if (recipe_reads(config_, recipe_section_of(moved)))
           assign(*find_config_key(moved), v, at(v.Mark()));
+      } else if (kRetiredKeys.count(path)) {
+        if (files_ != ConfigFiles::skip)
+          error(key_at, "'" + path + "' was removed: " + kRetiredKeys.at(path));
       } else {
         std::string guess = suggest_key(prefix, name);
         if (!guess.empty() && parent_of(guess) == prefix) guess = leaf_of(guess);
