@@ -425,6 +425,38 @@ TEST(LoRAInject, ParameterCountFromConfigMatchesInjection) {
   EXPECT_NE(norm.find("a RMSNorm"), std::string::npos) << norm;
 }
 
+// An MoE base: its expert layers are GroupedLinear and its routers Router, not Linear, so the count
+// from the config adapts the dense blocks only, as inject_lora does, and refuses what it refuses
+// with the same message.
+TEST(LoRAInject, ParameterCountOfAnMoEBaseMatchesInjection) {
+  GPTConfig c = tiny_gpt();
+  c.moe = {.every = 2, .n_experts = 3, .top_k = 2, .ffn_mult = 2};  // block 1 is an MoE
+  for (const std::vector<std::string>& targets :
+       {std::vector<std::string>{"*.mlp.fc"}, std::vector<std::string>{"*"},
+        std::vector<std::string>{"*.mlp.*", "*.attn.qkv"}}) {
+    Generator gen(0);
+    GPT m(c, gen);
+    const LoRAConfig lc = lora_config(targets, 3);
+    inject_lora(m, lc, gen);
+    int64_t n = 0;
+    for (const NamedTensor& p : m.named_parameters())
+      if (p.name.find(".lora_") != std::string::npos) n += p.tensor.numel();
+    EXPECT_EQ(lora_parameter_count(c, lc), n) << targets[0];
+  }
+  GPTConfig all = c;
+  all.moe.every = 1;  // no dense MLP left
+  for (const std::string& target : {"*.mlp.fc", "*.router"}) {
+    Generator gen(0);
+    GPT m(all, gen);
+    const std::string injected = error_of([&] { inject_lora(m, lora_config({target}), gen); });
+    const std::string counted = error_of([&] { lora_parameter_count(all, lora_config({target})); });
+    EXPECT_EQ(counted, injected);
+    EXPECT_NE(counted.find(target == "*.router" ? "a Router" : "a GroupedLinear"),
+              std::string::npos)
+        << counted;
+  }
+}
+
 // ---- select_trainable ----
 
 TEST(LoRATrainable, OnlySelectedParametersGetGradients) {
