@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,7 +37,16 @@ struct MoEConfig {
   bool operator==(const MoEConfig&) const = default;
 };
 
-/// Throws Error(usage) naming the first inconsistent field.
+/// A rule of MoEConfig that `config` breaks: the fields it reads ("top_k", "n_experts") and why,
+/// in a message that names them as the config keys model.moe.<field>.
+struct MoEConfigProblem {
+  std::vector<std::string> fields;
+  std::string message;
+};
+/// Every rule `config` breaks (none: consistent). The one statement of the rules: check_moe_config
+/// and the config loader's cross-key checks both report these.
+std::vector<MoEConfigProblem> moe_config_problems(const MoEConfig& config);
+/// Throws Error(usage) with the first of moe_config_problems.
 void check_moe_config(const MoEConfig& config);
 /// Whether block `layer` (0-based) holds an MoE feed-forward.
 bool is_moe_layer(const MoEConfig& config, int64_t layer);

@@ -328,6 +328,15 @@ TEST(MoEConfig, InconsistentSettingsNameTheField) {
   EXPECT_NE(message({.n_experts = 4, .top_k = 4}).find("top_k < n_experts"), std::string::npos);
   EXPECT_NE(message({.noisy = false}).find("noisy"), std::string::npos);
   EXPECT_EQ(message({.noisy = false, .w_load = 0}), "");
+  // Every broken rule, with the fields it reads: the config loader blames their keys.
+  const std::vector<nn::MoEConfigProblem> problems =
+      nn::moe_config_problems({.n_experts = 4, .top_k = 5, .w_z = -1});
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_EQ(problems[0].fields, (std::vector<std::string>{"top_k", "n_experts"}));
+  EXPECT_EQ(problems[0].message, "model.moe.top_k (5) must be <= model.moe.n_experts (4)");
+  EXPECT_EQ(problems[1].fields, (std::vector<std::string>{"w_z"}));
+  EXPECT_EQ(problems[1].message, "model.moe.w_z must be >= 0, got -1");
+  EXPECT_EQ(problems[2].fields, (std::vector<std::string>{"top_k", "balance", "w_load"}));
 }
 
 // Every second block holds the MoE; the parameter count of the built model is what
