@@ -339,16 +339,23 @@ TEST(MoEConfig, InconsistentSettingsNameTheField) {
   EXPECT_EQ(problems[2].fields, (std::vector<std::string>{"top_k", "balance", "w_load"}));
 }
 
-// Every second block holds the MoE; the parameter count of the built model is what
-// gpt_num_parameters predicts, and the active count holds top_k of n_experts experts.
-TEST(MoEGPT, EverySecondBlockIsAnMoEAndParametersAreCounted) {
+// A GPT of vocabulary 64, context 16, width 16 and 2 heads, with the given MoE blocks.
+nn::GPTConfig moe_gpt_config(int64_t n_layers, const nn::MoEConfig& moe) {
   nn::GPTConfig g;
   g.vocab_size = 64;
   g.context = 16;
   g.d_model = 16;
-  g.n_layers = 4;
+  g.n_layers = n_layers;
   g.n_heads = 2;
-  g.moe = {.every = 2, .n_experts = 4, .top_k = 2, .ffn_mult = 2};
+  g.moe = moe;
+  return g;
+}
+
+// Every second block holds the MoE; the parameter count of the built model is what
+// gpt_num_parameters predicts, and the active count holds top_k of n_experts experts.
+TEST(MoEGPT, EverySecondBlockIsAnMoEAndParametersAreCounted) {
+  const nn::GPTConfig g =
+      moe_gpt_config(4, {.every = 2, .n_experts = 4, .top_k = 2, .ffn_mult = 2});
   Generator gen(4);
   nn::GPT model(g, gen);
   EXPECT_FALSE((*model.blocks)[0]->has_moe);
@@ -409,13 +416,8 @@ TEST(MoERouting, DeterministicRoutingInTrainingRoutesAsEvaluation) {
 // A GPT whose MoE blocks all send every token to the same two of 8 experts (ln2's bias dominates
 // the router's input), so any capacity limit claimed across the batch would drop assignments.
 std::unique_ptr<nn::GPT> skewed_moe_gpt() {
-  nn::GPTConfig g;
-  g.vocab_size = 32;
-  g.context = 16;
-  g.d_model = 16;
-  g.n_layers = 2;
-  g.n_heads = 2;
-  g.moe = {.every = 1, .n_experts = 8, .top_k = 2, .ffn_mult = 2};
+  const nn::GPTConfig g =
+      moe_gpt_config(2, {.every = 1, .n_experts = 8, .top_k = 2, .ffn_mult = 2});
   Generator gen(9);
   auto model = std::make_unique<nn::GPT>(g, gen);
   NoGradGuard no_grad;
@@ -437,7 +439,7 @@ TEST(MoERouting, ARowsLogitsDoNotDependOnItsBatchOrLeftPadding) {
     uint64_t state = seed;
     for (int64_t i = 0; i < n; ++i) {
       state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      ids.push_back(double((state >> 33) % 32));
+      ids.push_back(double((state >> 33) % 64));
     }
     return ids;
   };
