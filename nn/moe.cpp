@@ -1,6 +1,7 @@
 // The MoE layer in three parts: the router (noisy logits, top-k, softmax over the kept ones), the
 // dispatch (assignments checked against capacity on the host and grouped by expert, so that each
-// expert is one GEMM over its rows), and the balancing losses and statistics reported to the step.
+// expert is one GEMM over its rows), and the balancing losses and statistics reported to the step;
+// also the config's rules and the guard that makes training route as evaluation does.
 #include "nn/moe.h"
 
 #include <cmath>
