@@ -25,6 +25,7 @@
 #include "data/sft.h"
 #include "nn/classifier.h"
 #include "nn/generate.h"
+#include "nn/moe.h"
 #include "nn/ppo.h"
 #include "nn/preference.h"
 #include "runtime/checkpoint.h"
@@ -551,6 +552,9 @@ int train_ppo(const RunConfig& config) {
   Policy policy = build_policy(config, resuming, true);
   nn::GPT& model = *policy.model;
   const Critic critic = build_critic(s, model, reward, rm_file);
+  // MoE layers route each token alone (no noise, no capacity) in the rollout and the updates
+  // alike, so the updates' log-probabilities and values start equal to the rollout's.
+  const nn::DeterministicRouting policy_routing(model), value_routing(critic.module());
   NamedTensors trained = policy_trained_parameters(config, policy);
   for (const NamedTensor& t : critic.module().named_parameters())
     trained.push_back({"value." + t.name, t.tensor});

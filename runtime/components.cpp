@@ -46,7 +46,6 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   e.noisy = m.moe_noisy;
   e.noise_eps = m.moe_noise_eps;
   e.capacity_factor = m.moe_capacity_factor;
-  e.eval_capacity_factor = m.moe_eval_capacity_factor;
   e.balance = m.moe_balance == "switch" ? nn::MoEBalance::switch_loss
               : m.moe_balance == "none" ? nn::MoEBalance::none
                                         : nn::MoEBalance::cv2;

@@ -45,7 +45,6 @@ struct ModelConfig {
   bool moe_noisy{};
   double moe_noise_eps{};
   double moe_capacity_factor{};
-  double moe_eval_capacity_factor{};
   std::string moe_balance;  // cv2 | switch | none
   double moe_w_importance{};
   double moe_w_load{};

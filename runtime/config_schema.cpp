@@ -209,10 +209,8 @@ std::vector<ConfigKey> common_keys() {
       "added to the noise scale so it never vanishes (the paper's code uses 1e-2)");
   add("model.moe.capacity_factor", number_key(1.25, ">= 0"), in(model, &M::moe_capacity_factor),
       "training: an expert takes at most capacity_factor * tokens * top_k / n_experts "
-      "assignments, the rest pass through the residual; 0 = no limit");
-  add("model.moe.eval_capacity_factor", number_key(2.0, ">= 0"),
-      in(model, &M::moe_eval_capacity_factor),
-      "the same in evaluation and generation; 0 = no limit");
+      "assignments, the rest pass through the residual; 0 = no limit (evaluation and "
+      "generation have none)");
   add("model.moe.balance", choice_key("cv2", {"cv2", "switch", "none"}).aka({"aux_loss", "balancing"}),
       in(model, &M::moe_balance),
       "load balancing: cv2 (Shazeer et al. 2017: w_importance CV(importance)^2 + w_load "
