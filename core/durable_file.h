@@ -1,7 +1,7 @@
 // Files that must survive a crash and be recognised when damaged: atomic, durable replacement
 // (temp file, fsync, rename, fsync of the directory), and a whole-file digest kept beside a file
 // in `<file>.digest`, which readers check before a parser that trusts the file's bytes (libhdf5)
-// opens it. Checkpoints (recipes/checkpoint.h) and token datasets (data/token_dataset.h) use both.
+// opens it. Checkpoints (runtime/checkpoint.h) and token datasets (data/token_dataset.h) use both.
 #pragma once
 
 #include <filesystem>

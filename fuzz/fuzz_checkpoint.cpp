@@ -1,8 +1,8 @@
-// Fuzzes the checkpoint reader (recipes/checkpoint.h) on arbitrary files: the calls forge inspect,
+// Fuzzes the checkpoint reader (runtime/checkpoint.h) on arbitrary files: the calls forge inspect,
 // eval, generate and resume make, in the order they make them. What libhdf5 itself does with a
 // corrupt file is outside Forge's control; docs/reliability.md says how findings there are triaged.
 #include "fuzz/fuzz_util.h"
-#include "recipes/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = forge::fuzz::write_input("checkpoint.h5", data, size);

@@ -1,9 +1,15 @@
-// Fuzzes the YAML config loader (recipes/config.h): any text either loads or throws forge::Error,
+// Fuzzes the YAML config loader (runtime/config.h): any text either loads or throws forge::Error,
 // and a config that loads round-trips through to_yaml.
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "recipes/config.h"
+#include "recipes/catalog.h"
+#include "runtime/config.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  forge::install_catalog(forge::forge_catalog());
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

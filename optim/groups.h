@@ -43,7 +43,7 @@ struct GroupSpec {
   int64_t unfreeze_every = 0;
   /// (glob pattern, factor): a matching parameter's lr_mult is multiplied by the factor of the
   /// first pattern it matches, on top of its layer's; LoRA+ trains B this way
-  /// (recipes/lora_config.h).
+  /// (runtime/lora_config.h).
   std::vector<std::pair<std::string, double>> lr_scale = {};
 };
 

@@ -8,7 +8,7 @@
 
 #include "core/file_io.h"
 #include "core/ops.h"
-#include "recipes/trainer.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

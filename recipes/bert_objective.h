@@ -11,9 +11,9 @@
 #include "data/bert_data.h"
 #include "data/tokenizer.h"
 #include "nn/bert.h"
-#include "recipes/config.h"
-#include "recipes/metrics.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/metrics.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

@@ -10,9 +10,9 @@
 #include "core/ops.h"
 #include "nn/bert.h"
 #include "recipes/bert_objective.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
-#include "recipes/trainer.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "recipes/bert_objective.h"
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

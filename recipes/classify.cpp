@@ -21,8 +21,8 @@
 #include "data/jsonl.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 
 namespace forge {
 namespace {

@@ -12,10 +12,10 @@
 #include "core/rng.h"
 #include "data/records.h"
 #include "nn/classifier.h"
-#include "recipes/config.h"
-#include "recipes/confusion.h"
-#include "recipes/registry.h"
-#include "recipes/trainer.h"
+#include "runtime/config.h"
+#include "runtime/confusion.h"
+#include "runtime/registry.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 

@@ -18,9 +18,9 @@
 #include "core/ops.h"
 #include "nn/layers.h"
 #include "recipes/bert_objective.h"
-#include "recipes/checkpoint.h"
+#include "runtime/checkpoint.h"
 #include "recipes/lm_objective.h"
-#include "recipes/trainer.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

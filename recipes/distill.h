@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "nn/module.h"
-#include "recipes/components.h"
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/components.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

@@ -13,13 +13,13 @@
 #include "core/ops.h"
 #include "nn/lora.h"
 #include "nn/preference.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "recipes/lm_objective.h"
-#include "recipes/lora_config.h"
+#include "runtime/lora_config.h"
 #include "recipes/policy.h"
 #include "recipes/preference_config.h"
-#include "recipes/trainer.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

@@ -4,8 +4,8 @@
 // log-probabilities may be computed once before training (dpo.precompute_reference).
 #pragma once
 
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

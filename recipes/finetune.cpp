@@ -21,11 +21,11 @@
 #include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "nn/lora.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "recipes/lm_objective.h"
-#include "recipes/lora_config.h"
-#include "recipes/trainer.h"
+#include "runtime/lora_config.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

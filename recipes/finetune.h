@@ -6,9 +6,9 @@
 
 #include "data/sft.h"
 #include "nn/gpt.h"
-#include "recipes/config.h"
-#include "recipes/registry.h"
-#include "recipes/trainer.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "core/autograd.h"
-#include "recipes/components.h"
+#include "runtime/components.h"
 #include "recipes/lm_objective.h"
-#include "recipes/trainer.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 namespace {

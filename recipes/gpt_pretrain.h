@@ -1,8 +1,8 @@
 // Recipe gpt_pretrain: a GPT trained with next-token cross-entropy on a byte corpus.
 #pragma once
 
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

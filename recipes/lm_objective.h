@@ -11,9 +11,9 @@
 #include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
-#include "recipes/config.h"
-#include "recipes/metrics.h"
-#include "recipes/trainer.h"
+#include "runtime/config.h"
+#include "runtime/metrics.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 

@@ -13,9 +13,9 @@
 #include "data/batch.h"
 #include "data/jsonl.h"
 #include "nn/preference.h"
-#include "recipes/components.h"
+#include "runtime/components.h"
 #include "recipes/lm_objective.h"
-#include "recipes/lora_config.h"
+#include "runtime/lora_config.h"
 
 namespace forge {
 

@@ -16,12 +16,12 @@
 #include "nn/generate.h"
 #include "nn/gpt.h"
 #include "nn/lora.h"
-#include "recipes/components.h"
-#include "recipes/config.h"
-#include "recipes/metrics.h"
-#include "recipes/registry.h"
+#include "runtime/components.h"
+#include "runtime/config.h"
+#include "runtime/metrics.h"
+#include "runtime/registry.h"
 #include "recipes/reward_model.h"
-#include "recipes/trainer.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 

@@ -4,8 +4,8 @@
 // rollout and ppo.ppo_epochs passes of minibatch updates over it.
 #pragma once
 
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

@@ -7,8 +7,8 @@
 
 #include "data/preference.h"
 #include "data/tokenizer.h"
-#include "recipes/config.h"
-#include "recipes/registry.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
 
 namespace forge {
 

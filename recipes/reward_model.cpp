@@ -15,8 +15,8 @@
 #include "data/jsonl.h"
 #include "data/sft.h"
 #include "nn/preference.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "recipes/preference_config.h"
 
 namespace forge {
@@ -222,6 +222,22 @@ ConfigSection reward_model_section() {
                        "r_chosen - r_rejected to exceed it")}};
 }
 
+namespace {
+
+// forge score: options checked before the work, so a typo does not cost the whole scoring.
+int score_command(const CommandOptions& options) {
+  if (!options.has("checkpoint")) throw Error(ExitCode::usage, "score: --checkpoint is required");
+  if (!options.has("input")) throw Error(ExitCode::usage, "score: --input is required");
+  const int64_t batch = options.integer("batch-size", 64);
+  if (batch < 1) throw Error(ExitCode::usage, "score: --batch-size must be at least 1");
+  const fs::path output = options.text("output", "");
+  if (!output.empty()) check_output_directory("score", output);
+  return score_records(resolve_checkpoint(options.text("checkpoint", "")),
+                       options.text("input", ""), output, batch);
+}
+
+}  // namespace
+
 RecipeSpec reward_model_recipe() {
   return {.name = "reward_model",
           .doc = "a reward model (a GPT with a scalar head) trained on preference pairs with the "
@@ -231,7 +247,26 @@ RecipeSpec reward_model_recipe() {
           .check = check_reward_model,
           .train = train_reward_model,
           .eval = eval_reward_model,
-          .estimate = estimate_reward_model};
+          .estimate = estimate_reward_model,
+          .commands = {{
+              .name = "score",
+              .summary = "--checkpoint RM --input FILE.jsonl [--output FILE.jsonl]   a reward "
+                         "model's reward\n"
+                         "                                      added to each record",
+              .usage =
+                  "usage: forge score --checkpoint RM-RUN-or-FILE --input FILE.jsonl [--output "
+                  "FILE.jsonl]\n"
+                  "                   [--batch-size N]\n"
+                  "Adds a reward_model run's rewards to JSONL records and keeps their other "
+                  "fields: \"reward\"\n"
+                  "for {\"prompt\", \"completion\"} (forge generate's records), "
+                  "\"reward_chosen\" and\n"
+                  "\"reward_rejected\" for {\"prompt\", \"chosen\", \"rejected\"}. Writes "
+                  "--output whole at\n"
+                  "the end, else stdout. --batch-size: texts per forward (default 64).\n",
+              .options = {"checkpoint", "input", "output", "batch-size"},
+              .run = score_command,
+          }}};
 }
 
 }  // namespace forge

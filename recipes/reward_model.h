@@ -9,9 +9,9 @@
 
 #include "data/preference.h"
 #include "nn/classifier.h"
-#include "recipes/config.h"
-#include "recipes/registry.h"
-#include "recipes/trainer.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 

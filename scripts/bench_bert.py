@@ -82,7 +82,7 @@ class Bert(nn.Module):
     def __init__(self, m, type_vocab_size):
         super().__init__()
         V, C, eps = m["vocab_size"], m["d_model"], m["norm_eps"]
-        d_ff = round(m["ffn_mult"] * C)  # recipes/components.cpp: llround(ffn_mult * d_model)
+        d_ff = round(m["ffn_mult"] * C)  # runtime/components.cpp: llround(ffn_mult * d_model)
         self.tok_emb = nn.Embedding(V, C)
         self.pos_emb = nn.Embedding(m["context"], C)
         self.seg_emb = nn.Embedding(type_vocab_size, C)

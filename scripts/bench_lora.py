@@ -17,7 +17,7 @@ import yaml
 from bench_gpt import (GPT, adamw, argument_parser, load_config, train_and_report,
                        window_step_loss)
 
-# Forge's lora: defaults (recipes/lora_config.cpp); the Forge module names of the four Linear
+# Forge's lora: defaults (runtime/lora_config.cpp); the Forge module names of the four Linear
 # layers of a block and their attribute in bench_gpt.Block.
 LORA_DEFAULTS = {"rank": 8, "alpha": 16.0, "dropout": 0.0, "rslora": False,
                  "targets": ["*.attn.qkv", "*.attn.proj", "*.mlp.*"], "train_also": []}

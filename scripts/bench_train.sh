@@ -200,7 +200,7 @@ base=("train.eval_every=0" "train.save_every=0" "train.resume=never")
 suite_overrides
 
 # Two threads on each side, each at its best: Forge with the short OpenMP spin its binary chooses
-# by itself (recipes/main.cpp), PyTorch with GOMP_SPINCOUNT=0 (a short spin measured slower for it)
+# by itself (cli/main.cpp), PyTorch with GOMP_SPINCOUNT=0 (a short spin measured slower for it)
 # and glibc keeping freed memory instead of page-faulting it back in every step.
 run_forge() {  # config dir overrides...
   local config="$1" dir="$2"

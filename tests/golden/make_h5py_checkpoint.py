@@ -1,6 +1,6 @@
 # Writes h5py_nullpad_checkpoint.h5: a minimal Forge checkpoint as another tool would write it with
 # h5py, every string attribute fixed-length NULLPAD (np.bytes_), which fills all its bytes with no
-# terminator. tests/recipes/test_checkpoint.cpp reads it. Run: /usr/bin/python3 make_h5py_checkpoint.py
+# terminator. tests/runtime/test_checkpoint.cpp reads it. Run: /usr/bin/python3 make_h5py_checkpoint.py
 import zlib
 
 import h5py

@@ -2,7 +2,7 @@
 # attributes, which HDF5 keeps in its global heap), then damages the stored length of the heap
 # object holding the dataset's `dtype` string. The global heap carries no checksum, and libhdf5
 # 1.10 copies that many bytes when the attribute is read: it dies with SIGSEGV in H5HG_read.
-# tests/recipes/test_checkpoint_cli.cpp checks that forge reports it as one error line.
+# tests/runtime/test_checkpoint_cli.cpp checks that forge reports it as one error line.
 # Run: /usr/bin/python3 make_hdf5_heap_crash.py
 import struct
 import zlib

@@ -12,7 +12,7 @@ standard library, and records their outputs on fixed inputs:
                           vocab.json + merges.txt (a byte-level vocabulary without merges)
   tests/golden/hf/bert/   config.json, model.safetensors (BertForPreTraining names, with the
                           int64 position_ids buffer and the tied decoder copy), vocab.txt
-  tests/golden/hf.txt     inputs and outputs, read by tests/recipes/test_hf_interop.cpp
+  tests/golden/hf.txt     inputs and outputs, read by tests/formats/test_hf_interop.cpp
 The second form loads a directory written by `forge export --format hf` into the same PyTorch
 model and checks its outputs on the same inputs against the golden (the round trip
 Forge -> transformers' layout -> PyTorch).

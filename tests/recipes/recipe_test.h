@@ -20,9 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
-#include "recipes/metrics.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
+#include "runtime/metrics.h"
 
 namespace forge::testing {
 

@@ -10,9 +10,9 @@
 #include <map>
 
 #include "recipes/bert_pretrain.h"
-#include "recipes/checkpoint.h"
-#include "recipes/config.h"
-#include "recipes/metrics.h"
+#include "runtime/checkpoint.h"
+#include "runtime/config.h"
+#include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
 
 namespace forge {

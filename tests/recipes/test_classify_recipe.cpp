@@ -15,9 +15,9 @@
 #include "nn/classifier.h"
 #include "optim/groups.h"
 #include "optim/schedule.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
-#include "recipes/confusion.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
+#include "runtime/confusion.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 

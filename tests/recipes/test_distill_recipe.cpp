@@ -13,10 +13,10 @@
 #include <map>
 
 #include "core/durable_file.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "recipes/distill.h"
-#include "recipes/metrics.h"
+#include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 

@@ -16,10 +16,10 @@
 #include "data/tokenizer.h"
 #include "nn/lora.h"
 #include "core/durable_file.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "recipes/finetune.h"
-#include "recipes/metrics.h"
+#include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 
@@ -375,6 +375,35 @@ TEST_F(FinetuneRecipe, EvalAndGenerateTakeALoRARunAndMergingKeepsTheLogits) {
   for (size_t i = 0; i < merged.size(); ++i)
     gap = std::max(gap, double(std::fabs(from_run[i] - merged[i])));
   EXPECT_LE(gap, 1e-5);
+}
+
+// A value printed by forge eval ("val_loss 2.71828"), or NaN when the line is missing.
+static double printed_metric(const std::string& out, const std::string& key) {
+  const size_t at = out.find(key + " ");
+  return at == std::string::npos ? std::nan("") : std::stod(out.substr(at + key.size() + 1));
+}
+
+// forge eval takes what export --merge writes (a checkpoint file, scored with the config stored in
+// it), and a run directory that was moved is scored on its own checkpoints, not on those of the
+// output_dir its config.yaml still names.
+TEST_F(FinetuneRecipe, EvalTakesAMergedCheckpointFileAndAMovedRun) {
+  ASSERT_EQ(forge("train " + write_config("lora", 8).string()), 0);
+  auto [code, out] = forge_output("eval " + (dir_ / "lora").string());
+  ASSERT_EQ(code, 0) << out;
+  const double adapters = printed_metric(out, "val_loss");
+
+  const std::string merged = (dir_ / "merged.h5").string();
+  ASSERT_EQ(forge("export --checkpoint " + (dir_ / "lora").string() + " --merge --output " +
+                  merged),
+            0);
+  auto [merged_code, merged_out] = forge_output("eval " + merged);
+  ASSERT_EQ(merged_code, 0) << merged_out;
+  EXPECT_NEAR(printed_metric(merged_out, "val_loss"), adapters, 1e-4) << merged_out;
+
+  std::filesystem::rename(dir_ / "lora", dir_ / "moved");
+  auto [moved_code, moved_out] = forge_output("eval " + (dir_ / "moved").string());
+  ASSERT_EQ(moved_code, 0) << moved_out;
+  EXPECT_EQ(printed_metric(moved_out, "val_loss"), adapters) << moved_out;
 }
 
 TEST_F(FinetuneRecipe, InitFromErrors) {

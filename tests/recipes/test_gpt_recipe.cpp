@@ -17,12 +17,12 @@
 #include "core/ops.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
-#include "recipes/config.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
+#include "runtime/config.h"
 #include "recipes/gpt_pretrain.h"
-#include "recipes/metrics.h"
-#include "recipes/trainer.h"
+#include "runtime/metrics.h"
+#include "runtime/trainer.h"
 #include "tests/recipes/recipe_test.h"
 
 namespace forge {

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "recipes/checkpoint.h"
-#include "recipes/config.h"
+#include "runtime/checkpoint.h"
+#include "runtime/config.h"
 #include "recipes/gpt_pretrain.h"
-#include "recipes/metrics.h"
+#include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 

@@ -13,8 +13,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "recipes/checkpoint.h"
-#include "recipes/components.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/test_util.h"
 

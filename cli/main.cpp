@@ -1,0 +1,757 @@
+// The forge command line: parses the subcommand and its options, dispatches to the recipe the
+// config names through the registry (registry.h), and turns every forge::Error into one line on
+// stderr and the exit code of README.md. Nothing here knows how a recipe trains.
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/comm.h"
+#include "core/durable_file.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/kernels/isa.h"
+#include "data/bpe_train.h"
+#include "data/jsonl.h"
+#include "data/prepare.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "nn/generate.h"
+#include "runtime/checkpoint.h"
+#include "runtime/components.h"
+#include "runtime/config.h"
+#include "formats/gguf_export.h"
+#include "formats/hf_model.h"
+#include "recipes/catalog.h"
+#include "recipes/lm_objective.h"
+#include "runtime/registry.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: forge COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG [key.path=value ...]   run the recipe a YAML config names (resumes from the\n"
+    "                                      run directory's latest checkpoint)\n"
+    "  validate CONFIG [key.path=value ...]  check a config, print it resolved with the parameter\n"
+    "                                      count and a peak-memory estimate; trains nothing\n"
+    "  eval CONFIG-or-RUN-DIR-or-CHECKPOINT   validation metrics of the latest checkpoint\n"
+    "                                      (loss, perplexity and the recipe's task accuracies)\n"
+    "  eval MODEL-DIR --data FILE          a Hugging Face model directory scored on FILE\n"
+    "  generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [--max-new-tokens N]\n"
+    "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
+    "  generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K] [--batch-size N]\n"
+    "           [--output FILE.jsonl] [sampling options]   JSONL samples with log-probabilities\n"
+    "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
+    "                                      JSONL record of FILE\n"
+    "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
+    "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
+    "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
+    "  export --checkpoint RUN --format gguf --output FILE.gguf   a GPT for llama.cpp\n"
+    "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
+    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
+    "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n";
+
+constexpr const char* kUsageTail =
+    "\n"
+    "forge COMMAND --help prints the usage of one command; forge --version the version and the\n"
+    "instruction sets the kernels run with. Exit codes: 0 ok, 1 internal error,\n"
+    "2 usage or config error, 3 data error, 4 checkpoint error, 5 non-finite loss or gradient,\n"
+    "130/143 stopped by SIGINT/SIGTERM after writing a checkpoint.\n"
+    "\n"
+    "recipes (the config's `recipe` key):\n";
+
+// kUsage, the recipes' own commands, kUsageTail and one line per recipe of the registry.
+std::string usage_text() {
+  std::string out = kUsage;
+  for (const RecipeSpec& recipe : recipe_registry())
+    for (const RecipeCommand& command : recipe.commands)
+      out += "  " + command.name + " " + command.summary + "\n";
+  out += kUsageTail;
+  for (const RecipeSpec& recipe : recipe_registry()) {
+    std::string name = "  " + recipe.name;
+    out += name + std::string(name.size() < 38 ? 38 - name.size() : 1, ' ') + recipe.doc + "\n";
+  }
+  return out;
+}
+
+const std::map<std::string, std::string> kCommandUsage = {
+    {"train",
+     "usage: forge train CONFIG [key.path=value ...] [--ignore-memory-check]\n"
+     "Trains the recipe CONFIG names. Overrides use dotted paths (optimizer.lr=3e-4, a list as\n"
+     "[a,b]). The run directory (output_dir) receives config.yaml, metrics.jsonl, checkpoints/ and\n"
+     "report.html; a second run resumes from its latest checkpoint unless train.resume=never.\n"
+     "Before building models the memory estimate of forge validate is compared with the\n"
+     "machine's memory (MemAvailable, the cgroup's memory.max); a run that would not fit stops\n"
+     "with exit 2 unless given --ignore-memory-check.\n"},
+    {"validate",
+     "usage: forge validate CONFIG [key.path=value ...]\n"
+     "Checks every key, file and shape, prints the resolved config, the parameter count and an\n"
+     "estimate of peak training memory. Trains nothing.\n"},
+    {"eval",
+     "usage: forge eval CONFIG-or-RUN-DIR-or-CHECKPOINT [--ignore-memory-check]\n"
+     "       forge eval MODEL-DIR --data FILE\n"
+     "Validation metrics of the run's latest checkpoint as its recipe defines them: loss and\n"
+     "perplexity over the validation split, and the recipe's task metrics (docs/recipes/). A\n"
+     "run directory is scored on its own checkpoints, a checkpoint file (.h5, e.g. an export\n"
+     "--merge) with the config stored in it, a config on the latest checkpoint of its\n"
+     "output_dir. A Hugging Face model directory (config.json + model.safetensors) is scored on\n"
+     "all of FILE.\n"},
+    {"generate",
+     "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
+     "       forge generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K]\n"
+     "                      [--batch-size N] [--output FILE.jsonl] [options]\n"
+     "  --max-new-tokens N   tokens to generate (default 200)\n"
+     "  --temperature T      0 = greedy (default 0.8)\n"
+     "  --top-k K            keep the K most likely tokens, 0 = all (default 200)\n"
+     "  --top-p P            nucleus sampling, 1 = off (default 1)\n"
+     "  --seed S             the same seed gives the same text (default 0)\n"
+     "  --stop TEXT          end the sample after the first TEXT it generates (e.g. an SFT\n"
+     "                       run's finetune.end_of_text)\n"
+     "--prompt prints the prompt and its sample; past the model context it slides a window.\n"
+     "--prompts FILE samples every prompt of FILE (one a line, or a .jsonl file of\n"
+     "{\"prompt\": \"...\"} objects) K times (--num-samples, default 1), N rows a forward\n"
+     "(--batch-size, default 64), and writes one JSON object a sample to stdout or to --output\n"
+     "(replaced whole at the end): {\"prompt\", \"prompt_index\", \"sample_index\",\n"
+     "\"completion\", \"tokens\", \"logprob\", \"finished\"}. logprob sums the completion\n"
+     "tokens' log-probabilities under the model (temperature 1, no top-k/top-p), the stop text's\n"
+     "tokens included; finished says it ended at the stop text. A sample depends on (seed,\n"
+     "prompt index, sample index), not on the batch size. Every prompt plus --max-new-tokens\n"
+     "must fit the model context. Progress and tokens/s go to stderr.\n"
+     "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
+    {"tokenize",
+     "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
+     "Prints the token ids of the text separated by spaces; with --decode the text (or file) holds\n"
+     "ids and the decoded text is printed. NAME is bytes or gpt2, or a directory holding\n"
+     "encoder.json + vocab.bpe or vocab.json + merges.txt (byte-level BPE) or vocab.txt (BERT's\n"
+     "WordPiece, which decodes to its tokens joined by spaces rather than the original text).\n"},
+    {"prepare",
+     "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5\n"
+     "                     [--records file|percent|lines] [--force]\n"
+     "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
+     "files (default), '%'-separated records (the fortunes format) or lines. An existing output\n"
+     "is replaced only with --force, and never when it is one of the inputs.\n"},
+    {"tokenizer",
+     "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
+     "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
+     "vocab.bpe to DIR; the result loads wherever a tokenizer is named (--tokenizer DIR). The same\n"
+     "input gives the same files.\n"},
+    {"export",
+     "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
+     "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft --output DIR\n"
+     "       forge export --checkpoint RUN-DIR-or-FILE --format gguf --output FILE.gguf\n"
+     "--merge writes a LoRA run's model with the adapters merged into the base weights\n"
+     "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
+     "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
+     "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
+     "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors; --format gguf\n"
+     "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
+     "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
+     "FILE.gguf -p TEXT. See docs/interop.md.\n"},
+    {"predict",
+     "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
+     "Runs a trained model of a recipe that predicts (classify) on FILE: one text per non-blank\n"
+     "line, or a .jsonl file of {\"text\": ...} records (a \"label\" field is allowed and ignored).\n"
+     "Prints one line per text: the predicted label, a tab, and its probability.\n"},
+    {"inspect",
+     "usage: forge inspect CHECKPOINT\n"
+     "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
+     "checksum of every tensor. CHECKPOINT is a .h5 file, a run directory or a Hugging Face\n"
+     "model directory (config.json + model.safetensors).\n"},
+};
+
+[[noreturn]] void usage_error(const std::string& message) { throw Error(ExitCode::usage, message); }
+
+// Splits `args` into positionals and --name value options; `flags` lists the allowed options.
+struct ParsedArgs {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;
+};
+ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& args,
+                      const std::vector<std::string>& flags) {
+  ParsedArgs parsed;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      parsed.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      usage_error(detail::concat(command, ": option --", name, " needs a value"));
+    }
+    if (std::find(flags.begin(), flags.end(), name) == flags.end())
+      usage_error(detail::concat(command, ": unknown option --", name, " (see forge ", command,
+                                 " --help)"));
+    parsed.options[name] = value;
+  }
+  return parsed;
+}
+
+double number_option(const ParsedArgs& p, const std::string& name, double fallback) {
+  return CommandOptions{p.options}.number(name, fallback);
+}
+
+int64_t integer_option(const ParsedArgs& p, const std::string& name, int64_t fallback) {
+  return CommandOptions{p.options}.integer(name, fallback);
+}
+
+RunConfig config_from_args(const std::string& command, const std::vector<std::string>& args) {
+  if (args.empty()) usage_error(command + ": missing CONFIG (see forge " + command + " --help)");
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i].find('=') == std::string::npos || args[i].rfind("--", 0) == 0)
+      usage_error(detail::concat(command, ": expected key.path=value, got '", args[i], "'"));
+  return load_config(args[0], {args.begin() + 1, args.end()});
+}
+
+// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
+bool take_flag(std::vector<std::string>& args, const std::string& flag) {
+  return std::erase(args, flag) > 0;
+}
+
+int cmd_train(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  RunConfig config = config_from_args("train", rest);
+  const RecipeSpec& recipe = find_recipe(config.recipe);
+  std::optional<MemoryLimit> limit = machine_memory();
+  // Ranks that share a machine share its memory.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (limit && local && std::atol(local) > 1) {
+    limit->bytes /= double(std::atol(local));
+    limit->source += detail::concat(", shared by ", local, " ranks on this machine");
+  }
+  check_memory(recipe.estimate(config), limit, ignore_memory);
+  return recipe.train(config);
+}
+
+int cmd_validate(const std::vector<std::string>& args) {
+  RunConfig c = config_from_args("validate", args);
+  MemoryEstimate e = find_recipe(c.recipe).estimate(c);
+  double total = total_bytes(e);
+  std::fputs(to_yaml(c).c_str(), stdout);
+  std::printf("# parameters: %lld\n", (long long)e.parameters);
+  std::printf("# trainable parameters: %lld (%.2f%%)\n", (long long)e.trainable_parameters,
+              e.parameters ? 100.0 * double(e.trainable_parameters) / double(e.parameters) : 0.0);
+  if (c.model.arch == "gpt" && c.model.moe_every > 0)
+    std::printf("# parameters a token passes through (MoE: its router and top_k experts): %lld\n",
+                (long long)nn::gpt_active_parameters(gpt_config(c.model)));
+  std::printf("# estimated peak training memory: %.1f MiB (weights+grads+optimizer %.1f, "
+              "activations %.1f, logits %.1f)\n",
+              total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
+              e.logits_bytes / 1048576.0);
+  if (std::optional<MemoryLimit> limit = machine_memory())
+    std::printf("# machine memory: %.1f MiB (%s); the estimate %s\n", limit->bytes / 1048576.0,
+                limit->source.c_str(),
+                total <= limit->bytes ? "fits" : "exceeds it: forge train stops unless given "
+                                                 "--ignore-memory-check");
+  return 0;
+}
+
+int cmd_eval(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  std::vector<std::string> names = {"data"};
+  for (const RecipeSpec& r : recipe_registry())
+    for (const auto& [name, help] : r.eval_options)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  ParsedArgs p = parse_args("eval", rest, names);
+  if (p.positional.size() != 1)
+    usage_error("eval: expected one CONFIG, RUN-DIR or MODEL-DIR (see forge eval --help)");
+  fs::path target = p.positional[0];
+  RunConfig config;
+  fs::path file;
+  if (is_hf_directory(target)) {
+    // A model from elsewhere has no validation split of its own: the whole --data file is one.
+    if (!p.options.count("data"))
+      usage_error("eval: " + target.string() +
+                  " is a Hugging Face model directory: name the text to score with --data FILE");
+    const std::string data = p.options.at("data");
+    config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(),
+                                {"data.train=" + data, "data.val=" + data});
+    file = target;
+  } else {
+    if (p.options.count("data"))
+      usage_error("eval: --data is for a Hugging Face model directory; a run is scored on its "
+                  "own validation split");
+    if (is_checkpoint_file(target)) {
+      // A checkpoint file (an exported merge, a step of a run) carries the config it was
+      // trained with.
+      config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(), {});
+      file = target;
+    } else if (fs::is_directory(target)) {
+      // The run directory named, not the output_dir its config.yaml names: a copied or moved run
+      // is scored on its own checkpoints.
+      config = load_config((target / "config.yaml").string());
+      file = resolve_checkpoint(target);
+    } else {
+      config = load_config(target.string());
+    }
+  }
+  // The training estimate bounds evaluation's memory from above: a config whose training fits
+  // evaluates too.
+  const RecipeSpec& recipe = find_recipe(config.recipe);
+  check_memory(recipe.estimate(config), machine_memory(), ignore_memory);
+  CommandOptions options;
+  for (const auto& [name, value] : p.options) {
+    if (name == "data") continue;
+    bool known = false;
+    for (const auto& option : recipe.eval_options) known = known || option.first == name;
+    if (!known)
+      usage_error(detail::concat("eval: --", name, " is not an option of a ", config.recipe,
+                                 " run (see forge eval --help)"));
+    options.values[name] = value;
+  }
+  if (file.empty()) file = resolve_checkpoint(config.output_dir);
+  return recipe.eval(config, file, options);
+}
+
+int cmd_predict(const std::vector<std::string>& args) {
+  ParsedArgs p = parse_args("predict", args, {"checkpoint", "input"});
+  if (!p.positional.empty()) usage_error("predict: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("predict: --checkpoint is required");
+  if (!p.options.count("input")) usage_error("predict: --input is required");
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  const RunConfig stored = stored_config(file);
+  const RecipeSpec& recipe = find_recipe(stored.recipe);
+  if (!recipe.predict)
+    usage_error("predict: " + file.string() + " is a " + stored.recipe +
+                " checkpoint; predict takes a model of a recipe that predicts labels (classify)");
+  return recipe.predict(stored, file, p.options.at("input"));
+}
+
+
+// forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
+// stdout or, written atomically at the end, in --output.
+int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
+                     nn::BatchOptions options) {
+  const std::vector<std::string> prompts =
+      read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
+  if (p.options.count("output")) check_output_directory("generate", p.options.at("output"));
+  LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+  const std::vector<std::vector<int64_t>> ids = encode_prompts(prompts, *tokenizer);
+  if (auto stop = p.options.find("stop"); stop != p.options.end()) {
+    std::vector<int32_t> eot = end_of_text_ids(*tokenizer, stop->second);
+    options.end_of_text.assign(eot.begin(), eot.end());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double last_report = 0;
+  options.progress = [&](int64_t done, int64_t total, int64_t tokens) {
+    const double t = seconds();
+    if (done < total && t - last_report < 2.0) return;
+    last_report = t;
+    std::fprintf(stderr, "generate: %lld/%lld samples, %lld tokens, %.0f tok/s\n",
+                 (long long)done, (long long)total, (long long)tokens, t > 0 ? tokens / t : 0.0);
+  };
+  const std::vector<nn::Completion> completions =
+      nn::generate_batch(*loaded.model, ids, sampling, options);
+  const double elapsed = seconds();
+  const std::string jsonl = completion_records(prompts, completions, *tokenizer);
+  int64_t tokens = 0, finished = 0;
+  for (const nn::Completion& c : completions) {
+    tokens += int64_t(c.tokens.size());
+    finished += c.finished;
+  }
+  if (p.options.count("output"))
+    write_file_atomic(p.options.at("output"), jsonl, ExitCode::usage);
+  else
+    std::fwrite(jsonl.data(), 1, jsonl.size(), stdout);
+  std::fprintf(stderr,
+               "generate: %zu samples of %zu prompts, %lld tokens in %.2f s (%.0f tok/s), %lld "
+               "ended at the stop text\n",
+               completions.size(), prompts.size(), (long long)tokens, elapsed,
+               elapsed > 0 ? double(tokens) / elapsed : 0.0, (long long)finished);
+  return 0;
+}
+
+int cmd_generate(const std::vector<std::string>& args) {
+  ParsedArgs p = parse_args("generate", args,
+                            {"checkpoint", "prompt", "prompts", "num-samples", "batch-size",
+                             "output", "max-new-tokens", "temperature", "top-k", "top-p", "seed",
+                             "stop"});
+  if (!p.positional.empty()) usage_error("generate: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("generate: --checkpoint is required");
+  const bool batched = p.options.count("prompts") > 0;
+  if (batched && p.options.count("prompt"))
+    usage_error("generate: give --prompt TEXT or --prompts FILE, not both");
+  for (const char* name : {"num-samples", "batch-size", "output"})
+    if (!batched && p.options.count(name))
+      usage_error(detail::concat("generate: --", name, " goes with --prompts FILE"));
+  nn::SamplingOptions o;
+  o.max_new_tokens = integer_option(p, "max-new-tokens", 200);
+  o.temperature = number_option(p, "temperature", 0.8);
+  o.top_k = integer_option(p, "top-k", 200);
+  o.top_p = number_option(p, "top-p", 1.0);
+  o.seed = uint64_t(integer_option(p, "seed", 0));
+  nn::check_sampling(o);
+  if (batched) {
+    nn::BatchOptions b;
+    b.num_samples = integer_option(p, "num-samples", 1);
+    b.batch_size = integer_option(p, "batch-size", 64);
+    nn::check_batch(b);
+    return generate_batched(p, o, b);
+  }
+  std::string prompt = p.options.count("prompt") ? p.options.at("prompt") : "\n";
+  LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
+  std::unique_ptr<Tokenizer> tokenizer =
+      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+  std::vector<int32_t> ids = tokenizer->encode(prompt);
+  std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
+  std::string text = tokenizer->decode({out.begin(), out.end()});
+  // The sample ends at the first stop text (kept), as an SFT run's end-of-text marks a completion.
+  if (auto stop = p.options.find("stop"); stop != p.options.end() && !stop->second.empty())
+    if (size_t at = text.find(stop->second); at != std::string::npos)
+      text.resize(at + stop->second.size());
+  text = prompt + text;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  if (args.size() != 1) usage_error("inspect: expected one CHECKPOINT (see forge inspect --help)");
+  fs::path file = resolve_checkpoint(args[0]);
+  CheckpointInfo info = read_checkpoint_info(file);
+  std::printf("checkpoint: %s\nstep: %lld\nformat_version: %lld\nforge_version: %s\n",
+              file.c_str(), (long long)info.step, (long long)info.format_version,
+              info.forge_version.c_str());
+  std::printf("parameters: %lld in %zu tensors\n", (long long)info.model_numel(), info.model.size());
+  for (const TensorSpec& t : info.model)
+    std::printf("  %-40s %-16s %s %lld\n", t.name.c_str(), shape_str(t.shape).c_str(),
+                dtype_name(t.dtype), (long long)shape_numel(t.shape));
+  std::printf("optimizer state: %lld values in %zu tensors\n", (long long)info.optim_numel(),
+              info.optim.size());
+  for (const auto& [name, ref] : info.references)
+    std::printf("references %s: %s (%s)%s\n", name.c_str(), ref.path.c_str(), ref.digest.c_str(),
+                name == "model" ? " - the base under these adapters" : "");
+  for (const std::string& name : info.auxiliary)
+    std::printf("auxiliary %s: trained beside the model (tensors %s.*)\n", name.c_str(),
+                name.c_str());
+  verify_checkpoint(file);
+  std::printf("integrity: ok (every checksum verified)\n--- config ---\n%s", info.config_yaml.c_str());
+  return 0;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  const bool merge = take_flag(rest, "--merge");
+  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output", "format"});
+  if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
+  if (!p.options.count("output")) usage_error("export: --output is required");
+  const std::string format = p.options.count("format") ? p.options.at("format") : "";
+  if (merge == !format.empty())
+    usage_error("export: give either --merge or --format hf|peft|gguf (see forge export --help)");
+  fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  fs::path output = p.options.at("output");
+  if (merge) {
+    export_merged(file, output);
+    std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(),
+                file.c_str());
+  } else if (format == "hf") {
+    export_hf(file, output);
+    std::printf("%s: %s as a Hugging Face model (config.json, model.safetensors)\n",
+                output.c_str(), file.c_str());
+  } else if (format == "peft") {
+    export_peft(file, output);
+    std::printf("%s: the LoRA adapters of %s as PEFT's adapter_config.json and "
+                "adapter_model.safetensors\n", output.c_str(), file.c_str());
+  } else if (format == "gguf") {
+    export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
+  } else {
+    usage_error("export: unknown --format '" + format + "' (hf, peft or gguf)");
+  }
+  return 0;
+}
+
+// Options that take several values (--input a b c) are collected until the next --option.
+std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> values, rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--" + name) {
+      rest.push_back(args[i]);
+      continue;
+    }
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) values.push_back(args[++i]);
+  }
+  args = rest;
+  return values;
+}
+
+std::string read_text(const std::string& path) {
+  return read_input_file(path, kCorpusInput);
+}
+
+int cmd_tokenize(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  const bool decode = take_flag(rest, "--decode");
+  ParsedArgs p = parse_args("tokenize", rest, {"tokenizer", "text", "input"});
+  if (!p.positional.empty()) usage_error("tokenize: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("tokenizer")) usage_error("tokenize: --tokenizer is required");
+  if (p.options.count("text") == p.options.count("input"))
+    usage_error("tokenize: give exactly one of --text and --input");
+  std::string text = p.options.count("text") ? p.options.at("text") : read_text(p.options.at("input"));
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
+  if (decode) {
+    std::vector<int32_t> ids;
+    std::istringstream in(text);
+    for (std::string word; in >> word;) {
+      char* end = nullptr;
+      long long v = std::strtoll(word.c_str(), &end, 10);
+      if (*end || v < INT32_MIN || v > INT32_MAX)
+        throw Error(ExitCode::data, "tokenize --decode: '" + word + "' is not a token id");
+      ids.push_back(int32_t(v));
+    }
+    std::string out = tok->decode(ids);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  std::vector<int32_t> ids = tok->encode(text);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+  return 0;
+}
+
+int cmd_prepare(const std::vector<std::string>& args) {
+  std::vector<std::string> rest = args;
+  const bool force = take_flag(rest, "--force");
+  std::vector<std::string> inputs = multi_option(rest, "input");
+  ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
+  if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
+  if (!p.options.count("tokenizer")) usage_error("prepare: --tokenizer is required");
+  if (!p.options.count("output")) usage_error("prepare: --output is required");
+  if (inputs.empty()) usage_error("prepare: --input needs at least one file");
+  RecordFormat format = parse_record_format(p.options.count("records") ? p.options.at("records") : "file");
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
+  std::vector<fs::path> paths(inputs.begin(), inputs.end());
+  bool tty = isatty(fileno(stderr));
+  int last_percent = -1;
+  PrepareStats s = prepare_dataset(*tok, paths, format, p.options.at("output"),
+                                   [&](int64_t done, int64_t total) {
+                                     int percent = total ? int(100 * done / total) : 100;
+                                     if (percent == last_percent || (!tty && percent % 10)) return;
+                                     last_percent = percent;
+                                     std::fprintf(stderr, tty ? "\rprepare: %3d%%" : "prepare: %d%%\n",
+                                                  percent);
+                                   },
+                                   force);
+  if (tty) std::fputc('\n', stderr);
+  std::printf("%s: %lld documents, %lld tokens from %lld bytes in %lld files (tokenizer %s, "
+              "vocabulary %d)\n",
+              p.options.at("output").c_str(), (long long)s.documents, (long long)s.tokens,
+              (long long)s.bytes, (long long)s.files, tok->name().c_str(), tok->vocab_size());
+  return 0;
+}
+
+int cmd_tokenizer(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "train")
+    usage_error("tokenizer: expected 'train' (see forge tokenizer --help)");
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  std::vector<std::string> inputs = multi_option(rest, "input");
+  ParsedArgs p = parse_args("tokenizer train", rest, {"vocab-size", "output"});
+  if (!p.positional.empty()) usage_error("tokenizer train: unexpected argument '" + p.positional[0] + "'");
+  if (inputs.empty()) usage_error("tokenizer train: --input needs at least one file");
+  if (!p.options.count("output")) usage_error("tokenizer train: --output is required");
+  if (!p.options.count("vocab-size")) usage_error("tokenizer train: --vocab-size is required");
+  int64_t vocab = integer_option(p, "vocab-size", 0);
+  if (vocab < 257 || vocab > INT32_MAX)
+    usage_error(detail::concat("tokenizer train: --vocab-size must be in [257, 2^31), got ", vocab));
+  train_bpe({inputs.begin(), inputs.end()}, int32_t(vocab), p.options.at("output"));
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("output"));
+  std::printf("%s: vocabulary %d (encoder.json, vocab.bpe)\n", p.options.at("output").c_str(),
+              tok->vocab_size());
+  return 0;
+}
+
+// What a benchmark or a bug report needs to know about this binary: the instruction sets its
+// kernels run with here (FORGE_ISA=avx2 in scripts/setup.sh builds the AVX2 path) and MPI.
+int print_version() {
+  std::printf("forge %s\nkernels: %s (built with%s AVX-512)\n%s\nMPI: %s\n", kForgeVersion,
+              kernels::kernel_isa(), kernels::kAvx512Built ? "" : "out",
+              kernels::onednn_description().c_str(),
+              mpi_built() ? "built in" : "not built (training runs in one process)");
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(usage_text().c_str(), argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  if (command == "--version") return print_version();
+  std::vector<std::string> args(argv + 2, argv + argc);
+  const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
+      {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
+      {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"export", cmd_export},
+      {"tokenize", cmd_tokenize},  {"predict", cmd_predict},
+      {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
+  };
+  auto it = commands.find(command);
+  const RecipeCommand* recipe_command = find_recipe_command(command);
+  if (it == commands.end() && !recipe_command)
+    usage_error("unknown command '" + command + "' (see forge --help)");
+  if (world_comm().size() > 1 && command != "train")
+    usage_error("forge " + command + " runs in one process; only forge train runs under mpirun");
+  const bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
+  if (recipe_command) {
+    if (help) return std::fputs(recipe_command->usage.c_str(), stdout), 0;
+    ParsedArgs p = parse_args(command, args, recipe_command->options);
+    if (!p.positional.empty())
+      usage_error(command + ": unexpected argument '" + p.positional[0] + "'");
+    return recipe_command->run(CommandOptions{p.options});
+  }
+  if (help) {
+    std::fputs(kCommandUsage.at(command).c_str(), stdout);
+    if (command == "eval")
+      for (const RecipeSpec& r : recipe_registry()) {
+        if (r.eval_options.empty()) continue;
+        std::printf("\nOptions for a %s run:\n", r.name.c_str());
+        for (const auto& [name, help] : r.eval_options)
+          std::printf("  --%-16s %s\n", name.c_str(), help.c_str());
+      }
+    return 0;
+  }
+  return it->second(args);
+}
+
+const char* error_kind(ExitCode code) {
+  switch (code) {
+    case ExitCode::usage: return "usage error";
+    case ExitCode::data: return "data error";
+    case ExitCode::checkpoint: return "checkpoint error";
+    case ExitCode::numerical: return "numerical error";
+    default: return "internal error (please report it)";
+  }
+}
+
+// Prints an error as one line per problem. Config errors arrive as complete "forge: config error:
+// ..." lines, one per problem: each is printed as one line, and a newline inside a problem (a
+// quoted value) is escaped. `who` is "" or "rank N: ".
+void print_error(const Error& e, const std::string& who) {
+  std::string message = e.what();
+  if (message.rfind("forge: ", 0) != 0) {
+    std::fprintf(stderr, "forge: %s%s: %s\n", who.c_str(), error_kind(e.code()),
+                 printable(message).c_str());
+    return;
+  }
+  const std::string separator = "\nforge: ";
+  for (size_t begin = 0, end; begin < message.size(); begin = end + 1) {
+    end = std::min(message.find(separator, begin), message.size());
+    std::fprintf(stderr, "%s\n", printable(message.substr(begin, end - begin)).c_str());
+  }
+}
+
+// An error under mpirun. Before the ranks agreed their set-up succeeded it is usually every
+// rank's (a config error): the lowest failing rank reports it and all end with one code. After,
+// a numerical failure is every rank's (they check the same reduced gradients), as is an
+// AgreedError, and ends them all normally; any other error is this rank's own, and the others may
+// be waiting for it inside a collective: it ends the whole job.
+int handle_error(const Error& e) {
+  Comm& comm = world_comm();
+  if (comm.size() == 1) {
+    print_error(e, "");
+    return int(e.code());
+  }
+  if (!setup_joined()) {
+    const SetupOutcome outcome = join_setup(int(e.code()));
+    if (outcome.failed_rank == comm.rank()) print_error(e, "");
+    return outcome.exit_code;
+  }
+  if (e.code() == ExitCode::numerical || dynamic_cast<const AgreedError*>(&e)) {
+    if (comm.rank() == 0) print_error(e, "");
+    return int(e.code());
+  }
+  print_error(e, detail::concat("rank ", comm.rank(), ": "));
+  std::fflush(stderr);
+  abort_world_comm(int(e.code()));
+}
+
+// Ranks that share a machine share its cores: each gets its share of the threads unless the user
+// chose (OMP_NUM_THREADS) or the launcher bound it to fewer cores than the machine has.
+std::optional<int> threads_per_local_rank() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (std::getenv("OMP_NUM_THREADS") || !local) return std::nullopt;
+  const long ranks = std::atol(local);
+  cpu_set_t set;
+  if (ranks <= 1 || sched_getaffinity(0, sizeof set, &set) != 0) return std::nullopt;
+  const long cpus = CPU_COUNT(&set);
+  if (cpus < sysconf(_SC_NPROCESSORS_ONLN)) return std::nullopt;
+  return int(std::max(1L, cpus / ranks));
+}
+
+}  // namespace
+}  // namespace forge
+
+int main(int argc, char** argv) {
+  using namespace forge;
+  // How OpenMP threads wait between parallel regions decides small-model speed. libgomp's default
+  // spins ~300k iterations: on shared cores (VMs, other jobs) that made training 12x slower here
+  // (152 s vs 12 s for 300 steps). Sleeping at once (passive) costs a wake-up per region, half the
+  // throughput of a short spin (25k vs 49k tok/s on configs/gpt_shakespeare.yaml). A 10k spin keeps
+  // threads hot between a step's back-to-back kernels and still yields the core soon. libgomp reads
+  // this and the thread count when it loads, before main, so the process restarts itself once
+  // unless the user chose.
+  bool restart = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    restart = true;
+  }
+  if (launched_by_mpi())
+    if (std::optional<int> threads = threads_per_local_rank()) {
+      setenv("OMP_NUM_THREADS", std::to_string(*threads).c_str(), 1);
+      restart = true;
+    }
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  int code = 0;
+  try {
+    if (launched_by_mpi()) {
+      // Open MPI's non-blocking all-reduce picks recursive doubling for 2 ranks; Rabenseifner's
+      // reduce-scatter + all-gather summed the medium GPT's 43 MB of gradients in about half the
+      // time here (29 vs 61 ms, docs/distributed.md). The user's own choice stands.
+      setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
+      init_world_comm(&argc, &argv);
+    }
+    install_catalog(forge_catalog());
+    install_foreign_layout(hf_model_layout());
+    code = run(argc, argv);
+  } catch (const PeerSetupFailed& e) {
+    code = e.exit_code;
+  } catch (const Error& e) {
+    code = handle_error(e);
+  } catch (const std::exception& e) {
+    code = handle_error(Error(ExitCode::internal, e.what()));
+  }
+  finalize_world_comm();
+  return code;
+}

@@ -1,0 +1,665 @@
+#include "formats/hf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/autograd.h"
+#include "core/durable_file.h"
+#include "core/file_io.h"
+#include "core/glob.h"
+#include "core/safetensors.h"
+#include "data/bpe.h"
+#include "data/tokenizer.h"
+#include "nn/lora.h"
+#include "runtime/components.h"
+#include "runtime/config.h"
+#include "runtime/lora_config.h"
+
+namespace forge {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kConfigFile = "config.json";
+
+[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+  throw Error(ExitCode::checkpoint, quoted_path(file.string()) + ": " + what);
+}
+
+// One Forge tensor and the Hugging Face tensors it is made of: stacked along dim 0 (BERT keeps
+// query, key and value apart; Forge's qkv is their rows in that order), each transposed when HF
+// stores it as a GPT-2 Conv1D weight, [in, out] instead of Linear's [out, in].
+struct Part {
+  std::string name;
+  bool transposed = false;
+};
+struct Mapped {
+  std::string forge;
+  std::vector<Part> parts;
+};
+
+// Everything a model's directory maps to: Forge's tensors, and the HF tensors that hold nothing
+// Forge keeps (attention-mask buffers, a tied decoder's copy of the embedding).
+struct Layout {
+  std::vector<Mapped> tensors;
+  std::vector<std::string> ignored;  // glob patterns
+};
+
+void add(Layout& l, std::string forge, std::string hf, bool transposed = false) {
+  l.tensors.push_back({std::move(forge), {{std::move(hf), transposed}}});
+}
+
+// Pairs of weight and bias, or LayerNorm's weight and bias.
+void add_linear(Layout& l, const std::string& forge, const std::string& hf, bool conv1d = false) {
+  add(l, forge + ".weight", hf + ".weight", conv1d);
+  add(l, forge + ".bias", hf + ".bias");
+}
+
+// transformers' GPT2LMHeadModel saves its body under "transformer."; GPT2Model (what the hub's
+// "gpt2" repository holds) saves it without. The LM head is tied unless the config says otherwise.
+Layout gpt2_layout(int64_t n_layers, bool tied, const std::string& p) {
+  Layout l;
+  add(l, "tok_emb.weight", p + "wte.weight");
+  add(l, "pos_emb.weight", p + "wpe.weight");
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::string h = p + "h." + std::to_string(i) + ".";
+    add_linear(l, b + "ln1", h + "ln_1");
+    add_linear(l, b + "attn.qkv", h + "attn.c_attn", true);
+    add_linear(l, b + "attn.proj", h + "attn.c_proj", true);
+    add_linear(l, b + "ln2", h + "ln_2");
+    add_linear(l, b + "mlp.fc", h + "mlp.c_fc", true);
+    add_linear(l, b + "mlp.proj", h + "mlp.c_proj", true);
+  }
+  add_linear(l, "ln_f", p + "ln_f");
+  if (!tied) add(l, "lm_head.weight", "lm_head.weight");
+  l.ignored = {p + "h.*.attn.bias", p + "h.*.attn.masked_bias"};
+  if (tied) l.ignored.push_back("lm_head.weight");
+  return l;
+}
+
+// BertForPreTraining's names ("bert." body, "cls." heads); BertModel saves the body without the
+// prefix and has no heads. Forge's BERT has both heads, so a directory without them can start a
+// model only where the loader allows them missing (a classifier that drops them).
+Layout bert_layout(int64_t n_layers, const std::string& p, bool pooler, bool heads) {
+  Layout l;
+  add(l, "tok_emb.weight", p + "embeddings.word_embeddings.weight");
+  add(l, "pos_emb.weight", p + "embeddings.position_embeddings.weight");
+  add(l, "seg_emb.weight", p + "embeddings.token_type_embeddings.weight");
+  add_linear(l, "emb_ln", p + "embeddings.LayerNorm");
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::string h = p + "encoder.layer." + std::to_string(i) + ".";
+    for (const char* s : {"weight", "bias"}) {
+      std::vector<Part> qkv;
+      for (const char* m : {"query", "key", "value"})
+        qkv.push_back({h + "attention.self." + m + "." + s});
+      l.tensors.push_back({b + "attn.qkv." + s, qkv});
+    }
+    add_linear(l, b + "attn.proj", h + "attention.output.dense");
+    add_linear(l, b + "ln1", h + "attention.output.LayerNorm");
+    add_linear(l, b + "ff.fc", h + "intermediate.dense");
+    add_linear(l, b + "ff.proj", h + "output.dense");
+    add_linear(l, b + "ln2", h + "output.LayerNorm");
+  }
+  if (pooler) add_linear(l, "pooler", p + "pooler.dense");
+  if (heads) {
+    add_linear(l, "mlm.dense", "cls.predictions.transform.dense");
+    add_linear(l, "mlm.ln", "cls.predictions.transform.LayerNorm");
+    add(l, "mlm.bias", "cls.predictions.bias");
+    add_linear(l, "nsp", "cls.seq_relationship");
+  }
+  l.ignored = {p + "embeddings.position_ids", "cls.predictions.decoder.weight",
+               "cls.predictions.decoder.bias"};
+  return l;
+}
+
+// config.json, read as untrusted: every field checked for type and range, errors name the key.
+class JsonConfig {
+ public:
+  explicit JsonConfig(fs::path file) : file_(std::move(file)) {
+    const InputKind kind{"config.json", 16 * kMiB, ExitCode::checkpoint};
+    j_ = json::parse(read_input_file(file_.string(), kind), nullptr, false);
+    if (j_.is_discarded()) fail(file_, "not valid JSON");
+    if (!j_.is_object()) fail(file_, "not a JSON object");
+  }
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  int64_t integer(const char* key, std::optional<int64_t> fallback = {}) const {
+    if (!has(key)) return required(key, fallback);
+    const json& v = j_[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 40))
+      fail(file_, std::string(key) + ": expected a positive integer, got " + v.dump());
+    return v.get<int64_t>();
+  }
+  double number(const char* key, std::optional<double> fallback = {}) const {
+    if (!has(key)) return required(key, fallback);
+    const json& v = j_[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+      fail(file_, std::string(key) + ": expected a non-negative number, got " + v.dump());
+    return v.get<double>();
+  }
+  std::string text(const char* key, std::optional<std::string> fallback = {}) const {
+    if (!has(key)) return required(key, fallback);
+    if (!j_[key].is_string()) fail(file_, std::string(key) + ": expected a string");
+    return j_[key].get<std::string>();
+  }
+  bool flag(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_boolean()) fail(file_, std::string(key) + ": expected true or false");
+    return j_[key].get<bool>();
+  }
+  // A setting Forge's model has no counterpart for must keep the value Forge computes with.
+  template <class T>
+  void require_value(const char* key, const T& supported, const std::string& why) const {
+    if (has(key) && j_[key] != json(supported))
+      fail(file_, std::string(key) + " " + j_[key].dump() + " is not supported: " + why);
+  }
+  const fs::path& file() const { return file_; }
+
+ private:
+  template <class T>
+  T required(const char* key, const std::optional<T>& fallback) const {
+    if (!fallback) fail(file_, std::string("missing key '") + key + "'");
+    return *fallback;
+  }
+  fs::path file_;
+  json j_;
+};
+
+// The tokenizer a directory carries, by Forge's name for it: the directory itself when it holds
+// BERT's vocab.txt or GPT-2's vocab.json + merges.txt (Forge writes the latter for its byte
+// tokenizer, for either family); the shipped gpt2 vocabulary for a GPT-2 without its files but
+// with its vocabulary size.
+std::string directory_tokenizer(const fs::path& dir, const JsonConfig& config, bool bert,
+                                int64_t vocab_size) {
+  auto has = [&](const char* name) { return fs::is_regular_file(dir / name); };
+  if (has("vocab.txt") || (has("vocab.json") && has("merges.txt"))) return dir.string();
+  if (!bert && vocab_size == 50257) return "gpt2";
+  fail(config.file(), std::string("no tokenizer beside it (expected ") +
+                          (bert ? "vocab.txt, or " : "") + "vocab.json and merges.txt in " +
+                          quoted_path(dir.string()) + ")");
+}
+
+std::string yaml_string(const std::string& s) { return json(s).dump(); }  // JSON strings are YAML
+
+std::string number_text(double x) {
+  std::ostringstream out;
+  out.precision(17);
+  out << x;
+  std::string s = out.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// What a directory holds, in Forge's terms.
+struct HFModel {
+  std::string model_type;
+  std::string config_yaml;
+  Layout layout;
+  /// The shape config.json implies for each Forge tensor (glob over Forge's names -> shape).
+  std::vector<std::pair<std::string, Shape>> shapes;
+};
+
+// Shapes of every tensor of a GPT-2 or BERT of vocabulary V, P positions, width C, feed-forward F
+// and S segment types, by Forge's names.
+std::vector<std::pair<std::string, Shape>> implied_shapes(int64_t V, int64_t P, int64_t C,
+                                                          int64_t F, int64_t S) {
+  // First match wins: the attention projection before the feed-forward's; "*" is every norm
+  // and every bias of width C.
+  return {{"tok_emb.weight", {V, C}}, {"pos_emb.weight", {P, C}}, {"seg_emb.weight", {S, C}},
+          {"*.qkv.weight", {3 * C, C}}, {"*.qkv.bias", {3 * C}}, {"*.attn.proj.weight", {C, C}},
+          {"*.fc.weight", {F, C}}, {"*.fc.bias", {F}}, {"*.proj.weight", {C, F}},
+          {"lm_head.weight", {V, C}}, {"pooler.weight", {C, C}}, {"mlm.dense.weight", {C, C}},
+          {"mlm.bias", {V}}, {"nsp.weight", {2, C}}, {"nsp.bias", {2}}, {"*", {C}}};
+}
+
+bool file_has(const SafetensorsFile& f, const std::string& name) { return f.find(name) != nullptr; }
+
+HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
+  JsonConfig c(dir / kConfigFile);
+  HFModel m;
+  m.model_type = c.text("model_type");
+  // What the model was trained on is unknown here; data.train names where it came from (forge
+  // eval of a directory takes the data to score with --data).
+  const std::string origin = yaml_string(dir.string());
+  std::ostringstream y;
+  if (m.model_type == "gpt2") {
+    const int64_t d = c.integer("n_embd"), layers = c.integer("n_layer");
+    const int64_t vocab = c.integer("vocab_size");
+    const int64_t inner = c.integer("n_inner", 4 * d);
+    const std::string act = c.text("activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+      fail(c.file(), "activation_function '" + act +
+                         "' is not supported: Forge's GPT MLP uses the tanh GELU (gelu_new)");
+    c.require_value("scale_attn_weights", true, "Forge scales attention by 1/sqrt(head size)");
+    c.require_value("scale_attn_by_inverse_layer_idx", false,
+                    "Forge's attention has no such scale");
+    c.require_value("add_cross_attention", false, "Forge's GPT is decoder-only");
+    const bool tied = c.flag("tie_word_embeddings", true);
+    y << "recipe: gpt_pretrain\nmodel:\n  arch: gpt\n  vocab_size: " << vocab
+      << "\n  context: " << c.integer("n_positions") << "\n  d_model: " << d
+      << "\n  n_layers: " << layers << "\n  n_heads: " << c.integer("n_head")
+      << "\n  dropout: " << number_text(c.number("resid_pdrop", 0.0))
+      << "\n  ffn_mult: " << number_text(double(inner) / double(d))
+      << "\n  norm_eps: " << number_text(c.number("layer_norm_epsilon", 1e-5))
+      << "\n  tie_embeddings: " << (tied ? "true" : "false") << "\ndata:\n  tokenizer: "
+      << yaml_string(directory_tokenizer(dir, c, false, vocab)) << "\n  train: " << origin << "\n";
+    const std::string prefix = file_has(weights, "transformer.wte.weight") ? "transformer." : "";
+    m.layout = gpt2_layout(layers, tied, prefix);
+    m.shapes = implied_shapes(vocab, c.integer("n_positions"), d, inner, 0);
+  } else if (m.model_type == "bert") {
+    const int64_t d = c.integer("hidden_size"), layers = c.integer("num_hidden_layers");
+    const std::string act = c.text("hidden_act", "gelu");
+    if (act != "gelu")
+      fail(c.file(), "hidden_act '" + act + "' is not supported: Forge's BERT uses the exact GELU");
+    c.require_value("position_embedding_type", "absolute", "Forge's BERT has learned positions");
+    y << "recipe: bert_pretrain\nmodel:\n  arch: bert\n  vocab_size: " << c.integer("vocab_size")
+      << "\n  context: " << c.integer("max_position_embeddings") << "\n  d_model: " << d
+      << "\n  n_layers: " << layers << "\n  n_heads: " << c.integer("num_attention_heads")
+      << "\n  dropout: " << number_text(c.number("hidden_dropout_prob", 0.1))
+      << "\n  ffn_mult: " << number_text(double(c.integer("intermediate_size")) / double(d))
+      << "\n  norm_eps: " << number_text(c.number("layer_norm_eps", 1e-12))
+      << "\n  norm_placement: post\nbert:\n  type_vocab_size: " << c.integer("type_vocab_size", 2)
+      << "\ndata:\n  tokenizer: " << yaml_string(directory_tokenizer(dir, c, true, 0))
+      << "\n  special_tokens: [\"[PAD]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"]\n  train: " << origin
+      << "\n";
+    const std::string prefix =
+        file_has(weights, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    m.layout = bert_layout(layers, prefix, file_has(weights, prefix + "pooler.dense.weight"),
+                           file_has(weights, "cls.predictions.bias"));
+    m.shapes = implied_shapes(c.integer("vocab_size"), c.integer("max_position_embeddings"), d,
+                              c.integer("intermediate_size"), c.integer("type_vocab_size", 2));
+  } else {
+    fail(c.file(), "model_type '" + m.model_type + "' is not supported (gpt2 or bert)");
+  }
+  m.config_yaml = y.str();
+  return m;
+}
+
+// BERT checkpoints converted from TensorFlow name LayerNorm parameters gamma and beta.
+std::string stored_name(const SafetensorsFile& f, const std::string& name) {
+  if (f.find(name)) return name;
+  using Rename = std::pair<const char*, const char*>;
+  for (auto [from, to] : {Rename{"LayerNorm.weight", "LayerNorm.gamma"},
+                          Rename{"LayerNorm.bias", "LayerNorm.beta"}})
+    if (name.size() > std::strlen(from) && name.ends_with(from)) {
+      std::string old = name.substr(0, name.size() - std::strlen(from)) + to;
+      if (f.find(old)) return old;
+    }
+  return name;
+}
+
+// An opened directory: its weights, what they map to, and each Forge tensor's spec (checked
+// against the stored shapes, so nothing later is sized from an inconsistent header).
+struct OpenedDirectory {
+  std::unique_ptr<SafetensorsFile> weights;
+  HFModel model;
+  std::vector<TensorSpec> specs;  // in layout order
+  std::map<std::string, const Mapped*> by_name;
+};
+
+OpenedDirectory open_directory(const fs::path& dir) {
+  OpenedDirectory o;
+  o.weights = std::make_unique<SafetensorsFile>(dir / kWeightsFile);
+  o.model = describe(dir, *o.weights);
+  const SafetensorsFile& f = *o.weights;
+  std::set<std::string> used;
+  for (const Mapped& m : o.model.layout.tensors) {
+    Shape shape;
+    for (const Part& part : m.parts) {
+      const std::string name = stored_name(f, part.name);
+      const SafetensorsEntry* e = f.find(name);
+      if (!e) fail(f.path(), "no tensor '" + part.name + "' (Forge's " + m.forge + ")");
+      used.insert(name);
+      Shape s = e->shape;
+      if (part.transposed) {
+        if (s.size() != 2) fail(f.path(), "tensor '" + name + "' is not a matrix");
+        std::swap(s[0], s[1]);
+      }
+      if (shape.empty()) {
+        shape = s;
+      } else if (s.size() != shape.size() || s.empty() ||
+                 !std::equal(s.begin() + 1, s.end(), shape.begin() + 1)) {
+        fail(f.path(), "tensor '" + name + "' " + shape_str(e->shape) +
+                           " does not stack with the others of Forge's " + m.forge);
+      } else {
+        shape[0] += s[0];
+      }
+    }
+    // The config decides what Forge allocates; it must describe the tensors the file holds.
+    auto implied = std::find_if(o.model.shapes.begin(), o.model.shapes.end(),
+                                [&](const auto& s) { return glob_match(s.first, m.forge); });
+    if (implied != o.model.shapes.end() && implied->second != shape)
+      fail(f.path(), "tensor '" + m.parts[0].name + "' makes Forge's " + m.forge + " " +
+                         shape_str(shape) + ", but config.json implies " +
+                         shape_str(implied->second));
+    o.specs.push_back({m.forge, shape, DType::f32});
+    o.by_name[m.forge] = &m;
+  }
+  for (const SafetensorsEntry& e : f.entries()) {
+    if (used.count(e.name)) continue;
+    bool ignored = std::any_of(o.model.layout.ignored.begin(), o.model.layout.ignored.end(),
+                               [&](const std::string& p) { return glob_match(p, e.name); });
+    if (!ignored)
+      fail(f.path(), "tensor '" + e.name + "' is not part of a " + o.model.model_type +
+                         " model Forge can build");
+  }
+  return o;
+}
+
+Tensor read_mapped(const SafetensorsFile& f, const Mapped& m, const Shape& shape) {
+  Tensor out = empty(shape);
+  float* dst = out.data<float>();
+  for (const Part& part : m.parts) {
+    Tensor t = f.read_f32(stored_name(f, part.name));
+    const float* src = t.data<float>();
+    const int64_t n = t.numel();
+    if (part.transposed) {  // [in, out] -> [out, in]
+      const int64_t rows = t.size(0), cols = t.size(1);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+    } else {
+      std::copy(src, src + n, dst);
+    }
+    dst += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool is_hf_directory(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(path / kConfigFile, ec) &&
+         fs::exists(path / kWeightsFile, ec);
+}
+
+ForeignLayout hf_model_layout() {
+  ForeignLayout layout;
+  layout.name = "Hugging Face directory";
+  layout.detects = is_hf_directory;
+  layout.read_info = read_hf_info;
+  layout.load = load_hf_model;
+  layout.verify = verify_hf_model;
+  layout.weights_file = [](const fs::path& dir) { return dir / kWeightsFile; };
+  return layout;
+}
+
+CheckpointInfo read_hf_info(const fs::path& dir) {
+  OpenedDirectory o = open_directory(dir);
+  CheckpointInfo info;
+  info.format_version = kCheckpointFormatVersion;
+  info.forge_version = "none (a Hugging Face " + o.model.model_type + " directory)";
+  info.config_yaml = o.model.config_yaml;
+  info.model = o.specs;
+  return info;
+}
+
+CheckpointData load_hf_model(const fs::path& dir, const std::vector<TensorSpec>& expected,
+                             const LoadOptions& options) {
+  OpenedDirectory o = open_directory(dir);
+  const fs::path& file = o.weights->path();
+  if (options.load_optim)
+    fail(dir, "a Hugging Face model directory holds no optimizer state to resume from");
+  std::map<std::string, const TensorSpec*> specs;
+  for (const TensorSpec& s : o.specs) specs[s.name] = &s;
+  std::set<std::string> wanted;
+  for (const TensorSpec& e : expected) {
+    auto it = specs.find(e.name);
+    if (it == specs.end()) fail(file, "has no tensor for '" + e.name + "'");
+    if (it->second->shape != e.shape || e.dtype != DType::f32)
+      fail(file, "tensor '" + e.name + "' (Forge's name) is " + shape_str(it->second->shape) +
+                     ", expected " + dtype_name(e.dtype) + " " + shape_str(e.shape));
+    wanted.insert(e.name);
+  }
+  if (!options.model_subset)
+    for (const TensorSpec& s : o.specs)
+      if (!wanted.count(s.name)) fail(file, "unexpected tensor for '" + s.name + "'");
+  CheckpointData data;
+  data.config_yaml = o.model.config_yaml;
+  for (const TensorSpec& e : expected)
+    data.model.push_back({e.name, read_mapped(*o.weights, *o.by_name.at(e.name), e.shape)});
+  return data;
+}
+
+void verify_hf_model(const fs::path& dir) {
+  OpenedDirectory o = open_directory(dir);
+  for (const TensorSpec& s : o.specs) read_mapped(*o.weights, *o.by_name.at(s.name), s.shape);
+}
+
+namespace {
+
+// The layout a Forge model is written in, and the config.json transformers builds it from.
+struct Export {
+  Layout layout;
+  json config;
+  NamedTensors state;  // Forge's names
+  RunConfig run;
+};
+
+void require_export(bool ok, const fs::path& file, const std::string& what) {
+  if (!ok) throw Error(ExitCode::usage, file.string() + ": " + what);
+}
+
+json gpt2_config(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const int64_t inner = std::llround(m.ffn_mult * double(m.d_model));
+  json j = {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", m.vocab_size},
+            {"n_positions", m.context},
+            {"n_ctx", m.context},
+            {"n_embd", m.d_model},
+            {"n_layer", m.n_layers},
+            {"n_head", m.n_heads},
+            {"n_inner", inner},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", m.norm_eps},
+            {"resid_pdrop", m.dropout},
+            {"embd_pdrop", m.dropout},
+            {"attn_pdrop", 0.0},
+            {"initializer_range", 0.02},
+            {"tie_word_embeddings", m.tie_embeddings},
+            {"torch_dtype", "float32"}};
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
+  if (auto eot = tokenizer->special_id("<|endoftext|>")) {
+    j["bos_token_id"] = *eot;
+    j["eos_token_id"] = *eot;
+  }
+  return j;
+}
+
+json bert_hf_config(const RunConfig& c, const fs::path& file) {
+  const ModelConfig& m = c.model;
+  require_export(m.norm_placement == "post", file,
+                 "only post-norm BERT models have a Hugging Face BERT layout");
+  json j = {{"architectures", {"BertForPreTraining"}},
+            {"model_type", "bert"},
+            {"vocab_size", m.vocab_size},
+            {"hidden_size", m.d_model},
+            {"num_hidden_layers", m.n_layers},
+            {"num_attention_heads", m.n_heads},
+            {"intermediate_size", std::llround(m.ffn_mult * double(m.d_model))},
+            {"hidden_act", "gelu"},
+            {"hidden_dropout_prob", m.dropout},
+            {"attention_probs_dropout_prob", 0.0},
+            {"max_position_embeddings", m.context},
+            {"type_vocab_size", c.get<int64_t>("bert.type_vocab_size")},
+            {"layer_norm_eps", m.norm_eps},
+            {"initializer_range", 0.02},
+            {"position_embedding_type", "absolute"},
+            {"torch_dtype", "float32"}};
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
+  j["pad_token_id"] = tokenizer->special_id("[PAD]").value_or(0);
+  return j;
+}
+
+// The model of a checkpoint with a LoRA run's adapters merged, in the layout transformers reads.
+Export prepare_export(const fs::path& file) {
+  Export e;
+  if (stored_config(file).model.arch == "gpt") {
+    MergedGPT merged = load_merged_gpt(file);
+    e.run = merged.config;
+    require_gpt2_layout(file, e.run.model, "Hugging Face export");
+    e.config = gpt2_config(e.run);
+    e.layout = gpt2_layout(e.run.model.n_layers, e.run.model.tie_embeddings, "transformer.");
+    e.state = merged.weights;
+  } else {
+    LoadedBert loaded = load_bert(file);
+    e.run = loaded.config;
+    e.config = bert_hf_config(e.run, file);
+    e.layout = bert_layout(e.run.model.n_layers, "bert.", true, true);
+    e.state = loaded.model->named_state();
+  }
+  return e;
+}
+
+// A Forge tensor cut back into the HF tensors it was made of.
+NamedTensors split_mapped(const Mapped& m, const Tensor& t) {
+  NamedTensors out;
+  const int64_t rows = t.size(0) / int64_t(m.parts.size());
+  for (size_t k = 0; k < m.parts.size(); ++k) {
+    Tensor piece = t.contiguous();
+    Shape shape = t.shape();
+    shape[0] = rows;
+    Tensor part = empty(shape);
+    const int64_t n = part.numel();
+    std::copy(piece.data<float>() + int64_t(k) * n, piece.data<float>() + int64_t(k + 1) * n,
+              part.data<float>());
+    if (m.parts[k].transposed) {
+      const int64_t r = shape[0], c = shape[1];
+      Tensor tr = empty({c, r});
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) tr.data<float>()[j * r + i] = part.data<float>()[i * c + j];
+      part = tr;
+    }
+    out.push_back({m.parts[k].name, part});
+  }
+  return out;
+}
+
+void write_json(const fs::path& file, const json& j) {
+  write_file_atomic(file, j.dump(2) + "\n", ExitCode::checkpoint);
+}
+
+// The tokenizer's files under the names transformers reads. The byte tokenizer is written as a
+// byte-level BPE without merges whose ids are the bytes (then the special tokens), which
+// transformers' GPT2Tokenizer and Forge both read as the same tokenizer.
+void copy_tokenizer(const RunConfig& c, const fs::path& out) {
+  const std::string& name = c.data.tokenizer;
+  if (name == "bytes") {
+    json vocab = json::object();
+    for (int b = 0; b < 256; ++b) vocab[gpt2_spelling(std::string(1, char(b)))] = b;
+    for (size_t i = 0; i < c.data.special_tokens.size(); ++i)
+      vocab[c.data.special_tokens[i]] = 256 + i;
+    write_file_atomic(out / "vocab.json", vocab.dump() + "\n", ExitCode::checkpoint);
+    write_file_atomic(out / "merges.txt", "#version: 0.2\n", ExitCode::checkpoint);
+    return;
+  }
+  const fs::path dir = name == "gpt2" ? fs::path("data/tokenizers/gpt2") : fs::path(name);
+  auto copy = [&](const char* from, const char* to) {
+    write_file_atomic(out / to, read_input_file((dir / from).string(), kTokenizerInput),
+                      ExitCode::checkpoint);
+  };
+  if (fs::exists(dir / "encoder.json")) {
+    copy("encoder.json", "vocab.json");
+    copy("vocab.bpe", "merges.txt");
+  } else if (fs::exists(dir / "vocab.json")) {
+    copy("vocab.json", "vocab.json");
+    copy("merges.txt", "merges.txt");
+  } else if (fs::exists(dir / "vocab.txt")) {
+    copy("vocab.txt", "vocab.txt");
+    if (fs::exists(dir / "tokenizer_config.json"))
+      copy("tokenizer_config.json", "tokenizer_config.json");
+  }
+}
+
+void create_output_directory(const fs::path& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    throw Error(ExitCode::checkpoint,
+                quoted_path(out.string()) + ": cannot create the output directory");
+}
+
+}  // namespace
+
+void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
+  Export e = prepare_export(checkpoint_file);
+  std::map<std::string, Tensor> state;
+  for (const NamedTensor& t : e.state) state[t.name] = t.tensor;
+  NamedTensors tensors;
+  for (const Mapped& m : e.layout.tensors) {
+    NamedTensors parts = split_mapped(m, state.at(m.forge));
+    tensors.insert(tensors.end(), parts.begin(), parts.end());
+  }
+  create_output_directory(out_dir);
+  write_safetensors(out_dir / kWeightsFile, tensors, {{"format", "pt"}}, ExitCode::checkpoint);
+  write_json(out_dir / kConfigFile, e.config);
+  copy_tokenizer(e.run, out_dir);
+}
+
+void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
+  CheckpointInfo info = read_checkpoint_info(checkpoint_file);
+  require_export(info.references.count("model") != 0, checkpoint_file,
+                 "holds no LoRA adapters; export its model with --format hf");
+  LoadedGPT loaded = load_gpt(checkpoint_file);
+  const RunConfig& c = loaded.config;
+  // PEFT's names are GPT-2's: they mean nothing for another layout.
+  require_gpt2_layout(checkpoint_file, c.model, "PEFT export");
+  // PEFT adapters stand beside an unchanged base; tensors the run also trained (train_also)
+  // would need PEFT's modules_to_save, which this export does not write.
+  for (const TensorSpec& s : info.main_model())
+    require_export(glob_match("*.lora_A", s.name) || glob_match("*.lora_B", s.name),
+                   checkpoint_file,
+                   "the run also trained '" + s.name +
+                       "', which PEFT adapters cannot hold; export the merged model with "
+                       "--format hf instead");
+  const nn::LoRAConfig lora = lora_settings(c);
+  const Layout layout = gpt2_layout(c.model.n_layers, c.model.tie_embeddings, "transformer.");
+  std::map<std::string, Tensor> state;
+  for (const NamedTensor& t : loaded.model->named_state()) state[t.name] = t.tensor;
+  NamedTensors tensors;
+  std::vector<std::string> modules;
+  for (const Mapped& m : layout.tensors) {
+    if (!m.forge.ends_with(".weight")) continue;
+    const std::string module = m.forge.substr(0, m.forge.size() - 7);
+    auto a = state.find(module + ".lora_A");
+    if (a == state.end()) continue;
+    const std::string hf = m.parts[0].name.substr(0, m.parts[0].name.size() - 7);
+    modules.push_back(hf);
+    tensors.push_back({"base_model.model." + hf + ".lora_A.weight", a->second});
+    tensors.push_back({"base_model.model." + hf + ".lora_B.weight", state.at(module + ".lora_B")});
+  }
+  json config = {{"peft_type", "LORA"},
+                 {"task_type", "CAUSAL_LM"},
+                 {"base_model_name_or_path", info.references.at("model").path},
+                 {"r", lora.rank},
+                 {"lora_alpha", lora.alpha},
+                 {"lora_dropout", lora.dropout},
+                 {"use_rslora", lora.rslora},
+                 {"target_modules", modules},
+                 // GPT-2's Conv1D keeps weights as [in, out]: PEFT transposes the update to match.
+                 {"fan_in_fan_out", true},
+                 {"bias", "none"},
+                 {"modules_to_save", nullptr},
+                 {"init_lora_weights", true},
+                 {"inference_mode", true}};
+  create_output_directory(out_dir);
+  write_safetensors(out_dir / "adapter_model.safetensors", tensors, {{"format", "pt"}},
+                    ExitCode::checkpoint);
+  write_json(out_dir / "adapter_config.json", config);
+}
+
+}  // namespace forge

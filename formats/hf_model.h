@@ -1,0 +1,48 @@
+// Hugging Face model directories (config.json + model.safetensors, as published on the hub) read
+// as checkpoints, and Forge models written back in that layout or as PEFT adapters
+// (docs/interop.md). GPT-2 and BERT: the two families whose layouts Forge's GPT and BERT follow.
+// Installed as a foreign layout (hf_model_layout), read_checkpoint_info, load_checkpoint and
+// verify_checkpoint (runtime/checkpoint.h) hand such a directory here, so every command and config
+// key that takes a checkpoint takes one.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "runtime/checkpoint.h"
+
+namespace forge {
+
+/// The layout the runtime's checkpoint readers take these directories through
+/// (install_foreign_layout).
+ForeignLayout hf_model_layout();
+
+/// A directory holding config.json and model.safetensors.
+bool is_hf_directory(const std::filesystem::path& path);
+
+/// The directory as a step-0 checkpoint: the config it stands for in Forge's keys (model.*, the
+/// tokenizer of its directory) and its tensors under Forge's names. Error(checkpoint) naming the
+/// file and the key or tensor for an unsupported or inconsistent model.
+CheckpointInfo read_hf_info(const std::filesystem::path& dir);
+
+/// load_checkpoint for a directory: names and shapes must match `expected` (all of them unless
+/// options.model_subset) before any data is read; conversion (transposes, q/k/v stacking) happens
+/// on load.
+CheckpointData load_hf_model(const std::filesystem::path& dir,
+                             const std::vector<TensorSpec>& expected, const LoadOptions& options);
+
+/// Reads every tensor of the directory (verify_checkpoint for a directory).
+void verify_hf_model(const std::filesystem::path& dir);
+
+/// `forge export --format hf`: the model of a checkpoint (a LoRA run's merged) as config.json,
+/// model.safetensors and the tokenizer's files (when its tokenizer has them) in `out_dir`, as
+/// transformers' GPT2LMHeadModel or BertForPreTraining loads them. Error(usage) for a model
+/// these classes cannot express.
+void export_hf(const std::filesystem::path& checkpoint_file, const std::filesystem::path& out_dir);
+
+/// `forge export --format peft`: a LoRA run's adapters as adapter_config.json and
+/// adapter_model.safetensors under PEFT's names, for the base exported with --format hf.
+void export_peft(const std::filesystem::path& checkpoint_file,
+                 const std::filesystem::path& out_dir);
+
+}  // namespace forge

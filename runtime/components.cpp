@@ -1,0 +1,438 @@
+// Config -> components. Kept apart from the recipes so every recipe builds its optimizer the same
+// way and every command restores models the same way.
+#include "runtime/components.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/durable_file.h"
+#include "core/file_io.h"
+#include "core/glob.h"
+#include "optim/groups.h"
+#include "nn/lora.h"
+#include "runtime/checkpoint.h"
+#include "runtime/lora_config.h"
+
+namespace forge {
+
+nn::GPTConfig gpt_config(const ModelConfig& m) {
+  nn::GPTConfig g;
+  g.vocab_size = m.vocab_size;
+  g.context = m.context;
+  g.d_model = m.d_model;
+  g.n_layers = m.n_layers;
+  g.n_heads = m.n_heads;
+  g.dropout = m.dropout;
+  g.bias = m.bias;
+  g.norm = m.norm == "rmsnorm" ? nn::NormType::rmsnorm : nn::NormType::layernorm;
+  g.position = m.position == "rotary" ? nn::PositionType::rotary : nn::PositionType::learned;
+  g.mlp = m.mlp == "swiglu" ? nn::MLPType::swiglu : nn::MLPType::gelu;
+  g.ffn_mult = m.ffn_mult;
+  g.tie_embeddings = m.tie_embeddings;
+  g.rope_theta = m.rope_theta;
+  g.norm_eps = m.norm_eps;
+  nn::MoEConfig& e = g.moe;
+  e.every = m.moe_every;
+  e.n_experts = m.moe_experts;
+  e.top_k = m.moe_top_k;
+  e.ffn_mult = m.moe_ffn_mult > 0 ? m.moe_ffn_mult : m.ffn_mult;
+  e.noisy = m.moe_noisy;
+  e.noise_eps = m.moe_noise_eps;
+  e.capacity_factor = m.moe_capacity_factor;
+  e.eval_capacity_factor = m.moe_eval_capacity_factor;
+  e.balance = m.moe_balance == "switch" ? nn::MoEBalance::switch_loss
+              : m.moe_balance == "none" ? nn::MoEBalance::none
+                                        : nn::MoEBalance::cv2;
+  e.w_importance = m.moe_w_importance;
+  e.w_load = m.moe_w_load;
+  e.w_switch = m.moe_w_switch;
+  e.w_z = m.moe_w_z;
+  return g;
+}
+
+nn::BertConfig bert_config(const RunConfig& config) {
+  const ModelConfig& m = config.model;
+  nn::BertConfig b;
+  b.vocab_size = m.vocab_size;
+  b.max_positions = m.context;
+  b.type_vocab_size = config.get<int64_t>("bert.type_vocab_size");
+  b.d_model = m.d_model;
+  b.n_layers = m.n_layers;
+  b.n_heads = m.n_heads;
+  b.d_ff = int64_t(std::llround(m.ffn_mult * double(m.d_model)));
+  b.dropout = m.dropout;
+  b.pre_norm = m.norm_placement == "pre";
+  b.norm_eps = m.norm_eps;
+  return b;
+}
+
+void check_model_family(ConfigChecker& checker) {
+  const ModelConfig& m = checker.config().model;
+  if (m.arch == "gpt")
+    checker.cross({"model.norm_placement", "model.arch"}, m.norm_placement == "pre",
+                  "model.norm_placement: gpt blocks are pre-norm, got '" + m.norm_placement + "'");
+  if (m.arch == "bert") {
+    auto bert_fixed = [&](const std::string& key, bool ok, const std::string& want) {
+      checker.cross({key, "model.arch"}, ok, key + ": model.arch 'bert' needs " + want);
+    };
+    bert_fixed("model.position", m.position == "learned", "learned positions");
+    bert_fixed("model.norm", m.norm == "layernorm", "layernorm");
+    bert_fixed("model.mlp", m.mlp == "gelu", "the gelu feed-forward");
+    bert_fixed("model.tie_embeddings", m.tie_embeddings,
+               "tie_embeddings: true (the MLM decoder is the token embedding)");
+    bert_fixed("model.bias", m.bias, "bias: true");
+  }
+}
+
+MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
+                               int64_t trainable_parameters, double logit_rows) {
+  MemoryEstimate e;
+  e.parameters = parameters;
+  e.trainable_parameters = trainable_parameters;
+  double tokens = double(c.train.batch_size * c.model.context);
+  double per_block = 16.0 * tokens * double(c.model.d_model) * 4;
+  e.activation_bytes = c.train.activation_checkpointing
+                           ? double(c.model.n_layers) * tokens * double(c.model.d_model) * 4 +
+                                 per_block
+                           : double(c.model.n_layers) * per_block;
+  e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
+  e.state_bytes = 4.0 * double(parameters) + 12.0 * double(trainable_parameters);
+  return e;
+}
+
+double total_bytes(const MemoryEstimate& e) {
+  return e.state_bytes + e.activation_bytes + e.logits_bytes;
+}
+
+namespace {
+
+constexpr InputKind kSystemFile{"system file", 1 << 20, ExitCode::internal};
+
+// The value of `key` in /proc/meminfo ("MemAvailable:  123456 kB"), in bytes.
+std::optional<double> meminfo(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  for (std::string name; lines >> name;) {
+    double kib = 0;
+    lines >> kib;
+    if (name == key + ":") return kib * 1024.0;
+    lines.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> read_if_present(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  return read_input_file(path, kSystemFile);
+}
+
+}  // namespace
+
+std::optional<MemoryLimit> machine_memory() {
+  std::optional<MemoryLimit> limit;
+  if (auto text = read_if_present("/proc/meminfo")) {
+    if (auto available = meminfo(*text, "MemAvailable"))
+      limit = MemoryLimit{*available, "MemAvailable in /proc/meminfo"};
+    else if (auto total = meminfo(*text, "MemTotal"))
+      limit = MemoryLimit{*total, "MemTotal in /proc/meminfo"};
+  }
+  // "max" (no limit) does not parse as a number and leaves the limit as it is.
+  if (auto text = read_if_present("/sys/fs/cgroup/memory.max")) {
+    char* end = nullptr;
+    const double bytes = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() && (!limit || bytes < limit->bytes))
+      limit = MemoryLimit{bytes, "the cgroup limit /sys/fs/cgroup/memory.max"};
+  }
+  return limit;
+}
+
+void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
+                  bool ignore) {
+  if (ignore || !limit || total_bytes(estimate) <= limit->bytes) return;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "estimated peak training memory %.1f MiB exceeds %.1f MiB (%s); shrink the "
+                "model or batch, or pass --ignore-memory-check to run anyway",
+                total_bytes(estimate) / 1048576.0, limit->bytes / 1048576.0,
+                limit->source.c_str());
+  throw Error(ExitCode::usage, std::string("forge: config error: ") + line);
+}
+
+void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {
+  std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)step);
+  for (const Metric& metric : metrics)
+    std::printf("val_%s %.6g\n", metric.key.c_str(), metric.value.as_double());
+}
+
+std::unique_ptr<optim::Optimizer> build_optimizer(
+    const RunConfig& config, const NamedTensors& params,
+    std::vector<std::pair<std::string, double>> lr_scale) {
+  const OptimizerConfig& o = config.optimizer;
+  optim::GroupSpec groups;
+  groups.weight_decay = o.weight_decay;
+  groups.decay_1d = o.decay_1d;
+  groups.layer_lr_decay = o.layer_lr_decay;
+  groups.freeze = o.freeze;
+  groups.unfreeze_every = o.unfreeze_every;
+  groups.lr_scale = std::move(lr_scale);
+  optim::OptimizerSpec spec;
+  spec.name = o.name;
+  spec.beta1 = o.betas[0];
+  spec.beta2 = o.betas[1];
+  spec.eps = o.eps;
+  spec.momentum = o.momentum;
+  spec.nesterov = o.nesterov;
+  return optim::make_optimizer(spec, optim::build_param_groups(params, groups));
+}
+
+void check_output_directory(const std::string& command, const std::filesystem::path& file) {
+  const std::filesystem::path dir =
+      file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
+  if (!std::filesystem::is_directory(dir))
+    throw Error(ExitCode::usage, command + ": --output " + quoted_path(file.string()) +
+                                     ": no directory " + quoted_path(dir.string()));
+}
+
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
+  if (std::filesystem::is_regular_file(path) || foreign_layout(path)) return path;
+  if (std::filesystem::is_directory(path)) {
+    std::string warning;
+    std::optional<std::filesystem::path> latest = latest_checkpoint(path, &warning);
+    if (!warning.empty()) std::fprintf(stderr, "forge: warning: %s\n", printable(warning).c_str());
+    if (latest) return *latest;
+    throw Error(ExitCode::checkpoint, path.string() + ": no checkpoint in this run directory");
+  }
+  throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");
+}
+
+InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
+                                const InitOptions& options) {
+  auto renamed = [&](const std::string& name) {
+    for (const auto& [from, to] : options.rename)
+      if (name.rfind(from, 0) == 0) return to + name.substr(from.size());
+    return name;
+  };
+  auto any_match = [](const std::vector<std::string>& patterns, const std::string& name) {
+    return std::any_of(patterns.begin(), patterns.end(),
+                       [&](const std::string& p) { return glob_match(p, name); });
+  };
+  CheckpointInfo info = read_checkpoint_info(file);
+  // The tensors of the source's auxiliary models (a distillation's cos_projection) are not part of
+  // the model it holds.
+  const std::vector<TensorSpec> source_model = info.main_model();
+  std::map<std::string, const TensorSpec*> source;  // by target name
+  InitReport report;
+  for (const TensorSpec& spec : source_model) {
+    std::string target = renamed(spec.name);
+    if (!source.emplace(target, &spec).second)
+      throw Error(ExitCode::checkpoint, detail::concat(file.string(), ": tensors '", spec.name,
+                                                       "' and another both map to '", target, "'"));
+  }
+  NamedTensors state = model.named_state();
+  std::vector<TensorSpec> wanted;  // source names, in the model's order
+  NamedTensors targets;
+  std::set<std::string> used;
+  for (const NamedTensor& t : state) {
+    auto it = source.find(t.name);
+    if (it == source.end()) {
+      if (!any_match(options.allow_missing, t.name))
+        throw Error(ExitCode::checkpoint,
+                    detail::concat(file.string(), ": has no tensor for '", t.name,
+                                   "' of the model being initialised"));
+      report.missing.push_back(t.name);
+      continue;
+    }
+    const TensorSpec& s = *it->second;
+    if (s.shape != t.tensor.shape() || s.dtype != t.tensor.dtype())
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": tensor '", s.name, "' is ", dtype_name(s.dtype),
+                                 " ", shape_str(s.shape), " but '", t.name, "' of the model is ",
+                                 dtype_name(t.tensor.dtype()), " ", shape_str(t.tensor.shape())));
+    wanted.push_back(s);
+    targets.push_back(t);
+    used.insert(t.name);
+  }
+  for (const TensorSpec& spec : source_model) {  // in the file's order
+    const std::string target = renamed(spec.name);
+    if (used.count(target)) continue;
+    if (!any_match(options.allow_unexpected, target))
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": tensor '", spec.name,
+                                 "' has no place in the model being initialised"));
+    report.unexpected.push_back(spec.name);
+  }
+  LoadOptions load;
+  load.load_optim = false;
+  load.model_subset = true;
+  CheckpointData data = load_checkpoint(file, wanted, load);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].tensor.copy_(data.model[i].tensor);
+  report.copied = int64_t(targets.size());
+  return report;
+}
+
+void init_weights(nn::Module& model, const RunConfig& config) {
+  if (config.model.init_from.empty()) return;
+  init_from_checkpoint(model, resolve_checkpoint(config.model.init_from));
+}
+
+void init_weights(nn::GPT& model, const RunConfig& config) {
+  if (config.model.init_from.empty()) return;
+  load_initial_weights(model, resolve_checkpoint(config.model.init_from));
+}
+
+namespace {
+RunConfig stored_config(const CheckpointInfo& info, const std::filesystem::path& file) {
+  try {
+    return load_config_string(info.config_yaml, file.string(), {}, ConfigFiles::skip);
+  } catch (const Error& e) {
+    // The user's command line is fine; it is the file that cannot be used.
+    std::string first = e.what();
+    throw Error(ExitCode::checkpoint, file.string() + ": the stored config does not load: " +
+                                          first.substr(0, first.find('\n')));
+  }
+}
+
+RunConfig stored_config_of(const CheckpointInfo& info, const std::filesystem::path& file,
+                           const std::string& arch) {
+  RunConfig config = stored_config(info, file);
+  if (config.model.arch != arch)
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": holds a ", config.model.arch,
+                               " model; this command needs a ", arch, " checkpoint"));
+  return config;
+}
+
+template <class Model, class Config>
+LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
+                              Config (*model_config)(const RunConfig&),
+                              int64_t (*num_parameters)(const Config&)) {
+  CheckpointInfo info = read_checkpoint_info(file);
+  RunConfig config = stored_config_of(info, file, arch);
+  // The stored config decides what gets allocated, so it must agree with the tensors the file
+  // holds before the model is built: a config claiming a huge model costs nothing to write.
+  if (int64_t expected = num_parameters(model_config(config)); expected != info.main_model_numel())
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": its stored config describes ", expected,
+                               " parameters but the file holds ", info.main_model_numel(),
+                               " values of its model under /model"));
+  Generator gen(uint64_t(config.seed));
+  auto model = std::make_unique<Model>(model_config(config), gen);
+  LoadOptions options;
+  options.load_optim = false;
+  CheckpointData data = load_checkpoint(file, specs_of(model->named_state()), options);
+  model->load_named(data.model);
+  model->eval();
+  return {config, std::move(model), data.step};
+}
+
+// An adapters-only checkpoint (a LoRA run): the base it references (whose digest must still
+// match), adapters injected as in training, then the checkpoint's tensors on top.
+LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointInfo& info) {
+  RunConfig config = stored_config_of(info, file, "gpt");
+  const ModelReference& base = info.references.at("model");
+  if (const std::string digest = checkpoint_digest(base.path);
+      digest != base.digest)
+    throw Error(ExitCode::checkpoint,
+                detail::concat(file.string(), ": its base model ", base.path,
+                               " changed since the adapters were trained (digest ", base.digest,
+                               ", now ", digest, ")"));
+  Generator gen(uint64_t(config.seed));
+  auto model = std::make_unique<nn::GPT>(gpt_config(config.model), gen);
+  load_initial_weights(*model, base.path);
+  Generator adapters(uint64_t(config.seed), rng_stream("lora"));
+  nn::inject_lora(*model, lora_settings(config), adapters);
+  InitOptions only_saved;
+  only_saved.allow_missing = {"*"};
+  init_from_checkpoint(*model, file, only_saved);
+  model->eval();
+  return {config, std::move(model), info.step};
+}
+
+}  // namespace
+
+LoadedGPT load_gpt(const std::filesystem::path& file) {
+  CheckpointInfo info = read_checkpoint_info(file);
+  if (info.references.count("model")) return load_gpt_adapters(file, info);
+  return load_model<nn::GPT>(
+      file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
+}
+
+void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m,
+                         const std::string& format) {
+  if (m.arch != "gpt")
+    throw Error(ExitCode::usage, detail::concat(file.string(), ": holds a ", m.arch, " model; ",
+                                                format, " writes GPT models only"));
+  std::string unsupported;
+  auto lacks = [&](bool ok, const std::string& what) {
+    if (!ok) unsupported += (unsupported.empty() ? "" : ", ") + what;
+  };
+  lacks(m.norm == "layernorm", m.norm);
+  lacks(m.position == "learned", m.position + " positions");
+  lacks(m.mlp == "gelu", m.mlp + " MLP");
+  lacks(m.bias, "no biases");
+  lacks(m.moe_every == 0, "mixture-of-experts layers");
+  if (!unsupported.empty())
+    throw Error(ExitCode::usage, file.string() + ": " + format +
+                                     " writes GPT-2's architecture (layernorm, learned positions, "
+                                     "gelu MLP, biases); this model has " + unsupported);
+}
+
+RunConfig stored_config(const std::filesystem::path& file) {
+  return stored_config(read_checkpoint_info(file), file);
+}
+
+MergedGPT load_merged_gpt(const std::filesystem::path& file) {
+  LoadedGPT loaded = load_gpt(file);
+  if (!read_checkpoint_info(file).references.count("model"))
+    return {loaded.config, loaded.step, loaded.model->named_state()};
+  nn::merge_lora(*loaded.model);
+  MergedGPT merged{loaded.config, loaded.step, {}};
+  for (const NamedTensor& t : loaded.model->named_state())
+    if (!glob_match("*.lora_A", t.name) && !glob_match("*.lora_B", t.name))
+      merged.weights.push_back(t);
+  return merged;
+}
+
+void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
+  if (!read_checkpoint_info(file).references.count("model"))
+    throw Error(ExitCode::usage, file.string() + ": holds no adapters; it is a plain checkpoint already");
+  MergedGPT merged = load_merged_gpt(file);
+  CheckpointData data;
+  data.step = merged.step;
+  merged.config.sections["lora.rank"] = int64_t{0};
+  data.config_yaml = to_yaml(merged.config);
+  data.model = merged.weights;
+  save_checkpoint_file(output, data);
+}
+
+void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {
+  if (!read_checkpoint_info(file).references.count("model")) {
+    init_from_checkpoint(model, file);
+    return;
+  }
+  std::map<std::string, Tensor> merged;
+  for (const NamedTensor& t : load_merged_gpt(file).weights) merged[t.name] = t.tensor;
+  NoGradGuard no_grad;
+  for (NamedTensor t : model.named_state()) {
+    auto it = merged.find(t.name);
+    if (it == merged.end() || it->second.shape() != t.tensor.shape())
+      throw Error(ExitCode::checkpoint,
+                  detail::concat(file.string(), ": the merged model has no tensor '", t.name,
+                                 "' of shape ", shape_str(t.tensor.shape())));
+    t.tensor.copy_(it->second);
+  }
+}
+
+LoadedBert load_bert(const std::filesystem::path& file) {
+  return load_model<nn::Bert>(file, "bert", bert_config, nn::bert_num_parameters);
+}
+
+}  // namespace forge

@@ -1,0 +1,93 @@
+// The memory estimate stays finite and positive at the largest sizes the schema allows, and a run
+// whose estimate exceeds the machine's memory stops with exit 2 before building anything, unless
+// told to go on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/components.h"
+#include "runtime/config.h"
+#include "runtime/registry.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge::testing {
+namespace {
+
+constexpr const char* kLargest =
+    "recipe: gpt_pretrain\n"
+    "data: {train: tests/recipes/configs/tiny.txt}\n"
+    "model: {vocab_size: 16777216, context: 1048576, d_model: 65536, n_layers: 1024,\n"
+    "        n_heads: 1024, ffn_mult: 64, tie_embeddings: false, mlp: swiglu}\n"
+    "train: {batch_size: 65536}\n";
+
+TEST(MemoryEstimate, LargestAllowedSizesDoNotOverflow) {
+  for (const char* recipe : {"gpt_pretrain", "bert_pretrain"}) {
+    std::string text = kLargest;
+    if (std::string(recipe) == "bert_pretrain")
+      text = "recipe: bert_pretrain\n"
+             "data: {train: tests/recipes/configs/tiny.txt,\n"
+             "       special_tokens: [\"[PAD]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"]}\n"
+             "model: {arch: bert, vocab_size: 16777216, context: 1048576, d_model: 65536,\n"
+             "        n_layers: 1024, n_heads: 1024, ffn_mult: 64}\n"
+             "train: {batch_size: 65536}\n";
+    const RunConfig c = load_config_string(text, "x.yaml");
+    const MemoryEstimate e = find_recipe(recipe).estimate(c);
+    // At least the blocks' square matrices: n_layers * 4 * d_model^2 = 2^44.
+    EXPECT_GT(e.parameters, int64_t(1) << 44) << recipe;
+    EXPECT_EQ(e.trainable_parameters, e.parameters) << recipe;
+    // Weights, gradients and two AdamW moments: 16 bytes a parameter, exactly.
+    EXPECT_EQ(e.state_bytes, 16.0 * double(e.parameters)) << recipe;
+    EXPECT_GT(e.activation_bytes, 0) << recipe;
+    EXPECT_GT(e.logits_bytes, 0) << recipe;
+    EXPECT_TRUE(std::isfinite(total_bytes(e))) << recipe;
+  }
+}
+
+TEST(MemoryCheck, AnEstimateBeyondTheLimitIsAConfigErrorNamingBoth) {
+  MemoryEstimate e;
+  e.state_bytes = 3.0 * 1048576;
+  const MemoryLimit limit{2.0 * 1048576, "the cgroup limit /sys/fs/cgroup/memory.max"};
+  expect_error(ExitCode::usage,
+               "estimated peak training memory 3.0 MiB exceeds 2.0 MiB (the cgroup limit "
+               "/sys/fs/cgroup/memory.max); shrink the model or batch, or pass "
+               "--ignore-memory-check",
+               [&] { check_memory(e, limit, false); });
+  EXPECT_NO_THROW(check_memory(e, limit, true));
+  EXPECT_NO_THROW(check_memory(e, MemoryLimit{4.0 * 1048576, "x"}, false));
+  EXPECT_NO_THROW(check_memory(e, std::nullopt, false));
+  const std::optional<MemoryLimit> machine = machine_memory();
+  ASSERT_TRUE(machine);
+  EXPECT_GT(machine->bytes, 0);
+}
+
+class MemoryRun : public RecipeTest {};
+
+TEST_F(MemoryRun, TrainStopsBeforeBuildingAModelThatCannotFit) {
+  const auto config = dir_ / "huge.yaml";
+  write_file(config, "recipe: gpt_pretrain\ndata: {train: " + (dir_ / "corpus.txt").string() +
+                         "}\nmodel: {d_model: 65536, n_layers: 1024}\n");
+  const auto out = dir_ / "out.txt";
+  // The address-space cap keeps a run that skipped the check from taking the machine's memory.
+  const std::string train =
+      "ulimit -v 8000000; timeout 60 " + std::string(FORGE_BINARY) + " train ";
+  int status = std::system((train + config.string() + " >" + out.string() + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(read_file(out).find("exceeds"), std::string::npos) << read_file(out);
+  EXPECT_NE(read_file(out).find("--ignore-memory-check"), std::string::npos) << read_file(out);
+  status = std::system(("ulimit -v 8000000; timeout 60 " + std::string(FORGE_BINARY) + " eval " +
+                        config.string() + " >" + out.string() + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(read_file(out).find("exceeds"), std::string::npos) << read_file(out);
+
+  write_file(config, "recipe: gpt_pretrain\noutput_dir: " + (dir_ / "run").string() +
+                         "\ndata: {train: " + (dir_ / "corpus.txt").string() +
+                         "}\nmodel: {d_model: 16, n_layers: 1, n_heads: 2, context: 16}\n"
+                         "train: {max_steps: 2, batch_size: 2}\n");
+  status = std::system((train + "--ignore-memory-check " + config.string() + " >" + out.string() +
+                        " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 0) << read_file(out);
+}
+
+}  // namespace
+}  // namespace forge::testing
