@@ -1,4 +1,4 @@
-// The HDF5 plumbing of token datasets (data/) and checkpoints (recipes/), written once: RAII for
+// The HDF5 plumbing of token datasets (data/) and checkpoints (runtime/), written once: RAII for
 // identifiers, the switch that keeps HDF5 from printing its own error stack (users see Forge's
 // one-line errors), the file-access settings, and checked scalar attribute reads and writes whose
 // errors name the file and attribute with the exit class of the caller's kind of file.
