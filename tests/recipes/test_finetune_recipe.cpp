@@ -2,7 +2,8 @@
 // losses for full and LoRA fine-tuning on record files, the initial evaluation equal to the
 // base's, adapter-only checkpoints, kill-and-resume of a LoRA run and a changed base, SFT on JSONL
 // (masking, resume, changed and bad lines), eval/generate on a LoRA run, merged logits equal to
-// the adapters', the errors of init_from and the trainable count of `forge validate`.
+// the adapters', the errors of init_from, the trainable count of `forge validate`, and the
+// finetune: section read into its struct.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -21,6 +22,7 @@
 #include "recipes/finetune.h"
 #include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -471,6 +473,19 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
             std::string::npos)
       << out;
   EXPECT_EQ(forge_output("validate " + full).first, 0);
+}
+
+TEST(FinetuneSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<FinetuneSection>(
+      finetune_section(),
+      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: records}\n",
+      finetune_settings,
+      {{{"finetune.end_of_text=<|im_end|>"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.end_of_text, "<|im_end|>"); }},
+       {{"finetune.records=lines"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::lines); }},
+       {{"finetune.records=file"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::file); }}});
 }
 
 }  // namespace
