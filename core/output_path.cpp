@@ -70,7 +70,7 @@ void check_output_path(const std::string& command, const fs::path& output,
   for (const fs::path& input : inputs) {
     if (input.empty() || !fs::exists(input, ec)) continue;
     const fs::path in = resolved(input);
-    const std::string named = " " + quoted_path(input.string());
+    const std::string named = std::string(" ").append(quoted_path(input.string()));
     if (out == in) refuse(command, output, "is the input" + named + "; choose another output");
     const bool input_is_directory = fs::is_directory(in, ec);
     if (input_is_directory && within(out, in))

@@ -443,7 +443,7 @@ TEST(LoRAInject, ParameterCountOfAnMoEBaseMatchesInjection) {
   }
   GPTConfig all = c;
   all.moe.every = 1;  // no dense MLP left
-  for (const std::string& target : {"*.mlp.fc", "*.router"}) {
+  for (const std::string target : {"*.mlp.fc", "*.router"}) {
     Generator gen(0);
     GPT m(all, gen);
     const std::string injected = error_of([&] { inject_lora(m, lora_config({target}), gen); });
