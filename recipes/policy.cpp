@@ -134,12 +134,6 @@ std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::str
   return std::move(load_lm_splits(c).val);
 }
 
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key) {
-  return held_out_text(config, config.get<std::string>(text_key),
-                       config.get<double>(fraction_key));
-}
-
 Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
                  bool full) {
   NoGradGuard no_grad;

@@ -128,9 +128,6 @@ MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemor
 /// pretraining text; nothing when `text` is empty.
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text,
                                          double fraction);
-/// The same for the file named by key `text_key` and the fraction by key `fraction_key`.
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key);
 
 /// "text_loss": the LM loss of `model` on held-out text (lm_eval's windows and batches), without
 /// gradient: does the policy still write the base's language?

@@ -666,12 +666,11 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
     std::unique_ptr<Tokenizer> tokenizer =
         make_tokenizer(config.data.tokenizer, config.data.special_tokens);
     const PromptSplits prompts = load_prompts(config, *tokenizer);
-    const LoadedRewardModel reward =
-        load_reward_model(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+    const LoadedRewardModel reward = load_reward_model(resolve_checkpoint(s.reward_model));
     const Critic no_critic;
     const PPOModels m{policy, ref, reward, no_critic, *tokenizer};
     Evaluator evaluator(config, s, prompts.val,
-                        held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+                        held_out_text(config, s.eval_text, s.eval_text_fraction));
     return evaluator.evaluate(m, 0, s.kl.init_kl_coef);
   });
 }
@@ -679,16 +678,14 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
 MemoryEstimate estimate_ppo(const RunConfig& config) {
   // The reward model's size (and the separate value model's, its copy) from its stored config. The
   // loader has found the checkpoint; one that does not read stops validate as it would train.
-  const RunConfig rm =
-      stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+  const PPOSettings s = ppo_settings(config);
+  const RunConfig rm = stored_config(resolve_checkpoint(s.reward_model));
   const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
-  const bool shared = config.get<std::string>("ppo.value") == "shared";
   return estimate_policy_memory(
       config, {.reference_copy = true,
                .frozen_parameters = reward,
-               .trained_parameters = shared ? config.model.d_model : reward,
-               .rows = std::max(config.train.batch_size,
-                                config.get<int64_t>("ppo.generation_batch_size"))});
+               .trained_parameters = s.shared_value() ? config.model.d_model : reward,
+               .rows = std::max(config.train.batch_size, s.generation_batch_size)});
 }
 
 void check_ppo(ConfigChecker& checker) {
