@@ -15,6 +15,7 @@
 #include "recipes/dpo.h"
 #include "runtime/registry.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -138,30 +139,27 @@ TEST_F(PolicyMemory, PPOHoldsTheRewardModelAndTrainsAValueModelOrHead) {
 }
 
 TEST(DPOSection, HoldsEveryKeyOfTheSection) {
-  const auto load = [](const std::vector<std::string>& overrides) {
-    return dpo_settings(load_config_string(
-        "recipe: dpo\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n",
-        "x.yaml", overrides, ConfigFiles::skip));
-  };
-  // A field a key: a key added to the section without one fails here first.
-  EXPECT_EQ(dpo_section().keys.size(), 6u);
-  const DPOSection defaults = load({});
-  EXPECT_EQ(defaults.beta, 0.1);
+  const std::string yaml =
+      "recipe: dpo\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n";
+  testing::expect_every_key_reaches_its_field<DPOSection>(
+      dpo_section(), yaml, dpo_settings,
+      {{{"dpo.beta=0.5"}, [](const DPOSection& s) { EXPECT_EQ(s.beta, 0.5); }},
+       {{"dpo.loss_type=ipo"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::ipo); }},
+       {{"dpo.loss_type=hinge"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::hinge); }},
+       {{"dpo.label_smoothing=0.2"},
+        [](const DPOSection& s) { EXPECT_EQ(s.label_smoothing, 0.2); }},
+       {{"dpo.precompute_reference=true"},
+        [](const DPOSection& s) { EXPECT_TRUE(s.precompute_reference); }},
+       {{"dpo.eval_text=text.txt"},
+        [](const DPOSection& s) { EXPECT_EQ(s.eval_text, "text.txt"); }},
+       {{"dpo.eval_text_fraction=0.25"},
+        [](const DPOSection& s) { EXPECT_EQ(s.eval_text_fraction, 0.25); }}});
+  const DPOSection defaults =
+      dpo_settings(load_config_string(yaml, "x.yaml", {}, ConfigFiles::skip));
   EXPECT_EQ(defaults.loss_type, nn::DPOLossType::sigmoid);
-  EXPECT_EQ(defaults.label_smoothing, 0.0);
   EXPECT_FALSE(defaults.precompute_reference);
-  EXPECT_EQ(defaults.eval_text, "");
-  EXPECT_EQ(defaults.eval_text_fraction, 0.1);
-  const DPOSection set =
-      load({"dpo.beta=0.5", "dpo.loss_type=ipo", "dpo.precompute_reference=true",
-            "dpo.eval_text=text.txt", "dpo.eval_text_fraction=0.25"});
-  EXPECT_EQ(set.beta, 0.5);
-  EXPECT_EQ(set.loss_type, nn::DPOLossType::ipo);
-  EXPECT_TRUE(set.precompute_reference);
-  EXPECT_EQ(set.eval_text, "text.txt");
-  EXPECT_EQ(set.eval_text_fraction, 0.25);
-  EXPECT_EQ(load({"dpo.loss_type=hinge"}).loss_type, nn::DPOLossType::hinge);
-  EXPECT_EQ(load({"dpo.label_smoothing=0.2"}).label_smoothing, 0.2);
 }
 
 class PolicyEval : public testing::RecipeTest {};
