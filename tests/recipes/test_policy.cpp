@@ -1,18 +1,26 @@
 // What finetune, dpo and ppo share through recipes/policy.h, checked per recipe: the memory
 // estimate of `forge validate` for each one's case (full or LoRA, a reference copy or not, ppo's
 // reward and value models and generation rows), the dpo: section read into its struct, forge eval
-// of a dpo run, and a ppo config whose reward model is not a readable checkpoint refused by
-// `forge validate` with exit 4.
+// of a dpo run and its --prompts KL, and a ppo config whose reward model is not a readable
+// checkpoint refused by `forge validate` with exit 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "data/tokenizer.h"
+#include "nn/generate.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
 #include "recipes/dpo.h"
+#include "recipes/lm_objective.h"
+#include "recipes/policy.h"
 #include "runtime/registry.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/recipes/section_test.h"
@@ -192,6 +200,71 @@ TEST_F(PolicyEval, DPOEvalRepeatsTheRunsLastTextLossAndAddsThePromptsMetrics) {
   EXPECT_NE(prompts, std::string::npos) << out;
   EXPECT_LT(own, prompts) << out;
   EXPECT_NE(out.find("val_samples 2\n"), std::string::npos) << out;
+}
+
+// forge eval --prompts on a policy and a reference that differ (two initialisations), sampled at
+// temperature 0.5 among the top 5 tokens: the KL is that of the distribution the samples came
+// from (the policy's, tempered and cut, as the sampler sums it) to the reference at temperature
+// 0.5, read here off the reference's full forwards. Temperature-1 log-probabilities of both models
+// give another number. Greedy decoding has no such distribution and is refused.
+TEST_F(PolicyEval, PromptsKLIsThatOfTheSamplingDistributionToTheTemperedReference) {
+  const RunConfig config = load_config_string(
+      "recipe: dpo\nmodel: {init_from: base, vocab_size: 256, context: 32, d_model: 32, "
+      "n_layers: 2, n_heads: 2}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n",
+      "x.yaml", {}, ConfigFiles::skip);
+  Generator policy_init(1), reference_init(2);
+  nn::GPT policy(gpt_config(config.model), policy_init);
+  auto copy = std::make_unique<nn::GPT>(gpt_config(config.model), reference_init);
+  copy->eval();
+  const nn::GPT& ref = *copy;
+  const ReferencePolicy reference(policy, std::move(copy));
+  testing::write_file(dir_ / "prompts.txt", "ROMEO:\nJULIET:\n");
+  CommandOptions options;
+  options.values = {{"prompts", (dir_ / "prompts.txt").string()},
+                    {"temperature", "0.5"},
+                    {"top-k", "5"},
+                    {"num-samples", "3"},
+                    {"max-new-tokens", "6"},
+                    {"seed", "7"}};
+  double kl = -1;
+  for (const Metric& metric : evaluate_policy(config, policy, reference, options))
+    if (metric.key == "kl_per_token") kl = metric.value.as_double();
+
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer("bytes", {});
+  const std::vector<std::vector<int64_t>> prompts =
+      encode_prompts({"ROMEO:", "JULIET:"}, *tokenizer);
+  const nn::SamplingOptions sampling{
+      .max_new_tokens = 6, .temperature = 0.5, .top_k = 5, .seed = 7};
+  const nn::BatchOptions batch{.num_samples = 3};
+  NoGradGuard no_grad;
+  double sampled = 0, untempered = 0, tokens = 0;
+  for (const nn::Completion& c : nn::generate_batch(policy, prompts, sampling, batch)) {
+    std::vector<int64_t> row = prompts[size_t(c.prompt_index)];
+    const int64_t P = int64_t(row.size());
+    row.insert(row.end(), c.tokens.begin(), c.tokens.end());
+    Tensor ids = empty({1, int64_t(row.size())}, DType::i64);
+    std::copy(row.begin(), row.end(), ids.data<int64_t>());
+    const Tensor logits = ref.forward(ids).contiguous();  // [1, T, V]
+    const int64_t V = logits.size(2);
+    const std::vector<double> at_t = log_softmax(mul(logits, 2.0), -1).to_vector<double>();
+    const std::vector<double> at_1 = log_softmax(logits, -1).to_vector<double>();
+    double ref_t = 0, ref_1 = 0;
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      const size_t at = size_t((P - 1 + int64_t(i)) * V + c.tokens[i]);
+      ref_t += at_t[at];
+      ref_1 += at_1[at];
+    }
+    sampled += c.sampling_logprob - ref_t;
+    untempered += c.logprob - ref_1;
+    tokens += double(c.tokens.size());
+  }
+  EXPECT_NEAR(kl, sampled / tokens, 1e-5);
+  EXPECT_GT(std::abs(kl - untempered / tokens), 0.1) << untempered / tokens;
+
+  options.values["temperature"] = "0";
+  testing::expect_error(ExitCode::usage, "--temperature 0", [&] {
+    evaluate_policy(config, policy, reference, options);
+  });
 }
 
 class PolicyValidate : public testing::RecipeTest {};
