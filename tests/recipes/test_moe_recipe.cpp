@@ -1,7 +1,8 @@
 // A GPT with mixture-of-experts blocks (model.moe) through the gpt_pretrain recipe: a fixed-seed
 // run with asserted losses and balancing statistics, kill-and-resume equality (the gating noise is
 // part of the trajectory), the report's expert-load charts, and the config's checks and printing;
-// and an MoE policy through ppo, whose updates start at ratio 1 (deterministic routing).
+// and an MoE policy through ppo, whose updates start at ratio 1, and through dpo, whose implicit
+// rewards start at 0 (deterministic routing).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -40,6 +41,15 @@ class MoERecipe : public testing::RecipeTest {
         << "  eval_every: 10\n  eval_batches: 4\n  save_every: 10\n  log_every: 1\n"
         << "  sample_tokens: 20\n";
     return dir_ / (name + ".yaml");
+  }
+
+  // The base of the alignment tests: the MoE GPT above without dropout, 10 steps into <dir>/base,
+  // its routers moved from their zeros; and 24 word pairs in <dir>/pairs.jsonl.
+  void train_base_and_pairs() {
+    ASSERT_EQ(forge("train " + write_config("base").string() +
+                    " model.dropout=0.0 train.max_steps=10 train.eval_every=0 train.save_every=10"),
+              0);
+    write_word_pairs(dir_ / "pairs.jsonl", 24, 1);
   }
 };
 
@@ -145,10 +155,8 @@ TEST_F(MoERecipe, TheRetiredEvalCapacityFactorLoadsFromCheckpointsOnly) {
 // per step, every log-probability of a step is taken before its update: ratio exactly 1 and
 // approx_kl 0, at step 1 and again at step 2 after the policy (and its routers) moved.
 TEST_F(MoERecipe, PPOUpdatesOnAnMoEPolicyStartAtRatioOne) {
-  ASSERT_EQ(forge("train " + write_config("base").string() +
-                  " model.dropout=0.0 train.max_steps=10 train.eval_every=0 train.save_every=10"),
-                0);
-  write_word_pairs(dir_ / "pairs.jsonl", 24, 1);
+  train_base_and_pairs();
+  ASSERT_FALSE(HasFatalFailure());
   std::ofstream(dir_ / "rm.yaml")
       << "recipe: reward_model\nseed: 3\noutput_dir: " << (dir_ / "rm").string() << "\n"
       << "model: {init_from: " << (dir_ / "base").string() << "}\n"
@@ -175,6 +183,25 @@ TEST_F(MoERecipe, PPOUpdatesOnAnMoEPolicyStartAtRatioOne) {
     EXPECT_EQ(losses(dir_ / "ppo", "train", "approx_kl").at(step), 0.0) << "step " << step;
   }
   EXPECT_GT(losses(dir_ / "ppo", "train", "kl").at(2), 0.0);  // the policy moved from its reference
+}
+
+// DPO's implicit rewards compare the policy's log-probabilities (train mode) with the reference's
+// (eval mode): an MoE policy routes as its reference only under deterministic routing, so at step
+// 1, before the first update, both rewards of every pair are exactly 0.
+TEST_F(MoERecipe, DPOsImplicitRewardsOnAnMoEPolicyStartAtZero) {
+  train_base_and_pairs();
+  ASSERT_FALSE(HasFatalFailure());
+  std::ofstream(dir_ / "dpo.yaml")
+      << "recipe: dpo\nseed: 3\noutput_dir: " << (dir_ / "dpo").string() << "\n"
+      << "model: {init_from: " << (dir_ / "base").string() << ", dropout: 0.0}\n"
+      << "data: {train: " << (dir_ / "pairs.jsonl").string() << ", val_fraction: 0.25}\n"
+      << "preference: {max_prompt_length: 8}\n"
+      << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+      << "train: {batch_size: 4, max_steps: 2, log_every: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "dpo.yaml").string()), 0);
+  for (const char* key : {"rewards_chosen", "rewards_rejected"})
+    EXPECT_EQ(losses(dir_ / "dpo", "train", key).at(1), 0.0) << key;
+  EXPECT_NE(losses(dir_ / "dpo", "train", "rewards_chosen").at(2), 0.0);  // the policy moved
 }
 
 }  // namespace
