@@ -51,6 +51,20 @@ class MoERecipe : public testing::RecipeTest {
               0);
     write_word_pairs(dir_ / "pairs.jsonl", 24, 1);
   }
+
+  // A run of `recipe` (reward_model or dpo) from <dir>/base on the pairs, a quarter held out, into
+  // <dir>/<name>; `train` is its train: section.
+  fs::path write_pairs_config(const std::string& name, const std::string& recipe,
+                              const std::string& train) {
+    std::ofstream(dir_ / (name + ".yaml"))
+        << "recipe: " << recipe << "\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
+        << "model: {init_from: " << (dir_ / "base").string() << "}\n"
+        << "data: {train: " << (dir_ / "pairs.jsonl").string() << ", val_fraction: 0.25}\n"
+        << "preference: {max_prompt_length: 8}\n"
+        << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+        << "train: " << train << "\n";
+    return dir_ / (name + ".yaml");
+  }
 };
 
 TEST_F(MoERecipe, FixedSeedRunLogsTheExpectedLossesAndBalance) {
@@ -157,14 +171,10 @@ TEST_F(MoERecipe, TheRetiredEvalCapacityFactorLoadsFromCheckpointsOnly) {
 TEST_F(MoERecipe, PPOUpdatesOnAnMoEPolicyStartAtRatioOne) {
   train_base_and_pairs();
   ASSERT_FALSE(HasFatalFailure());
-  std::ofstream(dir_ / "rm.yaml")
-      << "recipe: reward_model\nseed: 3\noutput_dir: " << (dir_ / "rm").string() << "\n"
-      << "model: {init_from: " << (dir_ / "base").string() << "}\n"
-      << "data: {train: " << (dir_ / "pairs.jsonl").string() << ", val_fraction: 0.25}\n"
-      << "preference: {max_prompt_length: 8}\n"
-      << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-      << "train: {batch_size: 4, max_steps: 4, log_every: 2}\n";
-  ASSERT_EQ(forge("train " + (dir_ / "rm.yaml").string()), 0);
+  ASSERT_EQ(forge("train " + write_pairs_config("rm", "reward_model",
+                                                 "{batch_size: 4, max_steps: 4, log_every: 2}")
+                                  .string()),
+            0);
   const std::string corpus = testing::read_file(dir_ / "corpus.txt");
   std::ofstream prompts(dir_ / "prompts.txt");
   for (int i = 0; i < 16; ++i) prompts << corpus.substr(size_t(997 * i), size_t(6 + i % 7)) << "\n";
@@ -191,14 +201,10 @@ TEST_F(MoERecipe, PPOUpdatesOnAnMoEPolicyStartAtRatioOne) {
 TEST_F(MoERecipe, DPOsImplicitRewardsOnAnMoEPolicyStartAtZero) {
   train_base_and_pairs();
   ASSERT_FALSE(HasFatalFailure());
-  std::ofstream(dir_ / "dpo.yaml")
-      << "recipe: dpo\nseed: 3\noutput_dir: " << (dir_ / "dpo").string() << "\n"
-      << "model: {init_from: " << (dir_ / "base").string() << ", dropout: 0.0}\n"
-      << "data: {train: " << (dir_ / "pairs.jsonl").string() << ", val_fraction: 0.25}\n"
-      << "preference: {max_prompt_length: 8}\n"
-      << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-      << "train: {batch_size: 4, max_steps: 2, log_every: 1}\n";
-  ASSERT_EQ(forge("train " + (dir_ / "dpo.yaml").string()), 0);
+  ASSERT_EQ(forge("train " + write_pairs_config("dpo", "dpo",
+                                                 "{batch_size: 4, max_steps: 2, log_every: 1}")
+                                  .string()),
+            0);
   for (const char* key : {"rewards_chosen", "rewards_rejected"})
     EXPECT_EQ(losses(dir_ / "dpo", "train", key).at(1), 0.0) << key;
   EXPECT_NE(losses(dir_ / "dpo", "train", "rewards_chosen").at(2), 0.0);  // the policy moved
