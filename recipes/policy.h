@@ -148,8 +148,9 @@ std::vector<double> completion_rewards(const LoadedRewardModel& rm,
                                        const Tokenizer& tokenizer, int64_t batch_size);
 
 /// forge eval --prompts: K samples of every prompt from the policy and from the reference (the same
-/// draws), the policy's KL to the reference per token on its own samples, and with --reward-model
-/// both models' mean reward and the policy's win rate by reward (ties half).
+/// draws), the KL per token of the distribution the policy's samples were drawn from (temperature,
+/// top-k, top-p) to the reference at the same temperature, and with --reward-model both models'
+/// mean reward and the policy's win rate by reward (ties half). Error(usage) for temperature 0.
 Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const ReferencePolicy& reference,
                         const CommandOptions& options);
 
