@@ -240,7 +240,7 @@ int score_command(const CommandOptions& options) {
   if (!output.empty()) {
     std::vector<fs::path> inputs = checkpoint_inputs(checkpoint);
     inputs.push_back(input);
-    check_output_path("score", output, inputs, OutputShape::file);
+    check_output_path("score: --output", output, inputs, OutputShape::file);
   }
   return score_records(resolve_checkpoint(checkpoint), input, output, batch);
 }

@@ -428,6 +428,17 @@ const ConfigKey* find_config_key(const std::string& path) {
   return it == by_path.end() ? nullptr : it->second;
 }
 
+std::vector<std::string> config_input_paths(const RunConfig& config) {
+  std::vector<std::string> paths;
+  for (const ConfigKey& key : config_schema()) {
+    if (key.type != ConfigType::path && key.type != ConfigType::checkpoint) continue;
+    const ConfigValue value = key.get(config);
+    if (const auto* text = std::get_if<std::string>(&value); text && !text->empty())
+      paths.push_back(*text);
+  }
+  return paths;
+}
+
 RunConfig default_config() {
   RunConfig c;
   for (const ConfigKey& key : config_schema()) key.set(c, key.default_value);

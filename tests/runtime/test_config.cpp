@@ -123,6 +123,16 @@ TEST(ConfigLoad, TheSplitSeedIsTheSeedUnlessGiven) {
   EXPECT_NE(to_yaml(fixed).find("  split_seed: 3\n"), std::string::npos);
 }
 
+// What forge train compares its output_dir with: every path and checkpoint key that is set.
+TEST(ConfigLoad, InputPathsAreEveryPathAndCheckpointKeySet) {
+  const RunConfig c = load_config_string(
+      minimal(), "x.yaml", {"recipe=finetune", "data.val=val.txt", "model.init_from=runs/base"},
+      ConfigFiles::skip);
+  std::vector<std::string> paths = config_input_paths(c);
+  std::sort(paths.begin(), paths.end());
+  EXPECT_EQ(paths, (std::vector<std::string>{"runs/base", kTiny, "val.txt"}));
+}
+
 TEST(ConfigLoad, BlockAndFlowStyleAgree) {
   std::string block = minimal(
       "optimizer:\n  lr: 3.0e-4\n  betas:\n    - 0.8\n    - 0.95\n  freeze:\n    - \"*.bias\"\n");
