@@ -823,10 +823,8 @@ ConfigSection ppo_section() {
 
 RecipeSpec ppo_recipe() {
   return {.name = "ppo",
-          .doc =
-              "PPO of a pretrained GPT (full or LoRA) against a reward "
-              "model, with a KL "
-              "penalty to a frozen reference (RLHF)",
+          .doc = "PPO of a pretrained GPT (full or LoRA) against a reward model, with a KL "
+                 "penalty to a frozen reference (RLHF)",
           .families = {"gpt"},
           .sections = {"ppo", "lora"},
           .check = check_ppo,
