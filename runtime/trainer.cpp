@@ -359,6 +359,7 @@ class TrainingRun {
         progress_(config.train.max_steps, lead_ && ProgressPrinter::is_terminal(stderr),
                   lead_ ? stderr : quiet_.get()) {
     if (lead_) directory_.emplace(dir_, progress_);  // before anything in the directory is read
+    check_run_files(dir_);  // every rank reads the run it resumes
     signals_.emplace();
     models_.emplace(model_list, optimizer);
     // Nothing in the directory is written before the checkpoint to continue from has loaded.
