@@ -21,10 +21,10 @@ inline constexpr const char* kRunMarker = ".forge-run";
 /// that a mistyped output_dir (a home directory, a repository root, /) loses nothing.
 void check_run_directory(const std::filesystem::path& dir);
 
-/// Error(usage) naming the first of the run's files in `dir` that is there but is not a regular file
-/// (a symlink, FIFO, device, socket or directory), or a checkpoints/ that is not a directory (a
-/// symlink): lstat(2) only, so nothing blocks, and no later read or write of the run follows a link
-/// out of it. Every rank calls it before reading the run to resume.
+/// Error(usage) naming the first of the run's files in `dir` that is there but is not a regular
+/// file (a symlink, FIFO, device, socket or directory), or a checkpoints/ that is not a directory
+/// (a symlink): lstat(2) only, so nothing blocks, and no later read or write of the run follows a
+/// link out of it. Every rank calls it before reading the run to resume.
 void check_run_files(const std::filesystem::path& dir);
 
 /// forge train's look at output_dir before anything is built or read (recipes look for a

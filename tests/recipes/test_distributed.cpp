@@ -60,7 +60,8 @@ class Distributed : public testing::RecipeTest {
     // registrations, unused on one machine) overwrites sanitizer entry points.
     const std::string cmd = "ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 OMPI_MCA_memory=^patcher " + env +
                             " timeout -k 10 " + std::to_string(timeout_s) +
-                            " mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + FORGE_BINARY +
+                            " mpirun --allow-run-as-root --oversubscribe -np " +
+                            std::to_string(ranks) + " " + FORGE_BINARY +
                             " " + args + " >" + out.string() + " 2>&1";
     const int status = std::system(cmd.c_str());
     std::ifstream in(out, std::ios::binary);

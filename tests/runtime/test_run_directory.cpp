@@ -167,7 +167,7 @@ TEST_F(RunDirectory, AnOutputDirThatCannotBeCreatedIsAUsageError) {
 }
 
 // An output_dir holding the user's files is refused with one line saying how to go on, and nothing
-// is written into it; with --use-existing-dir the run goes in beside them and is a run from then on.
+// is written into it; with --use-existing-dir the run goes in beside them, a run from then on.
 TEST_F(RunDirectory, ADirectoryThatIsNotARunIsRefusedUnlessTheUserSaysSo) {
   fs::path cfg = write_config("mine");
   const fs::path mine = dir_ / "mine";

@@ -401,7 +401,8 @@ TEST(Trainer, ASecondTrainerOnTheRunDirectoryIsRefusedNamingTheHolder) {
 
 std::set<std::string> names_in(const fs::path& dir) {
   std::set<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.insert(entry.path().filename().string());
   return names;
 }
 
@@ -438,8 +439,8 @@ TEST(Trainer, ARunFromBeforeMarkersResumesAndIsMarked) {
 }
 
 // No file of a run is written through a symlink planted in its place: train.lock (which took the
-// trainer's pid), metrics.jsonl (truncated), config.yaml, and checkpoints/ (whose *.tmp files a save
-// deletes) pointing elsewhere are refused, naming them, and what they point to is unchanged.
+// trainer's pid), metrics.jsonl (truncated), config.yaml, and checkpoints/ (whose *.tmp files a
+// save deletes) pointing elsewhere are refused, naming them, and what they point to is unchanged.
 TEST(Trainer, NoFileOfARunIsWrittenThroughASymlink) {
   testing::TempDir dir;
   const fs::path victim = dir.path() / "victim.txt", elsewhere = dir.path() / "elsewhere";
@@ -464,7 +465,9 @@ TEST(Trainer, NoFileOfARunIsWrittenThroughASymlink) {
 TEST(Trainer, RunFilesThatAreFifosAreRefusedWithoutBlocking) {
   testing::TempDir dir;
   ASSERT_EQ(train_bias(dir.path()), 0);
-  for (const fs::path file : {dir.path() / "metrics.jsonl", dir.path() / "checkpoints" / "LATEST"}) {
+  const fs::path metrics = dir.path() / "metrics.jsonl";
+  const fs::path latest = dir.path() / "checkpoints" / "LATEST";
+  for (const fs::path& file : {metrics, latest}) {
     const fs::path kept = file.string() + ".kept";
     fs::rename(file, kept);
     ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
