@@ -41,6 +41,7 @@
 #include "recipes/catalog.h"
 #include "recipes/lm_objective.h"
 #include "runtime/registry.h"
+#include "runtime/run_directory.h"
 
 namespace forge {
 namespace {
@@ -98,9 +99,12 @@ std::string usage_text() {
 const std::map<std::string, std::string> kCommandUsage = {
     {"train",
      "usage: forge train CONFIG [key.path=value ...] [--ignore-memory-check]\n"
+     "                  [--use-existing-dir]\n"
      "Trains the recipe CONFIG names. Overrides use dotted paths (optimizer.lr=3e-4, a list as\n"
      "[a,b]). The run directory (output_dir) receives config.yaml, metrics.jsonl, checkpoints/ and\n"
      "report.html; a second run resumes from its latest checkpoint unless train.resume=never.\n"
+     "An output_dir that exists, is not empty and is not a run directory (no .forge-run) is\n"
+     "refused with exit 2; --use-existing-dir trains into it anyway, marking it as a run.\n"
      "Before building models the memory estimate of forge validate is compared with the\n"
      "machine's memory (MemAvailable, the cgroup's memory.max); a run that would not fit stops\n"
      "with exit 2 unless given --ignore-memory-check.\n"},
@@ -237,10 +241,12 @@ bool take_flag(std::vector<std::string>& args, const std::string& flag) {
 int cmd_train(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  const bool use_existing_dir = take_flag(rest, "--use-existing-dir");
   RunConfig config = config_from_args("train", rest);
   const std::vector<std::string> named = config_input_paths(config);
   check_output_path("train: output_dir", config.output_dir, {named.begin(), named.end()},
                     OutputShape::directory);
+  claim_output_dir(config.output_dir, use_existing_dir);
   const RecipeSpec& recipe = find_recipe(config.recipe);
   std::optional<MemoryLimit> limit = machine_memory();
   // Ranks that share a machine share its memory.

@@ -788,6 +788,60 @@ refused_output("score-output-onto-its-input",
                ["FORGE", "score", "--checkpoint", os.path.join(BASE, "reward_model"), "--input",
                 scored, "--output", scored], [scored])
 
+# Run directories (docs/reliability.md, "Run directories"): forge train writes only into a run
+# directory (marked by .forge-run, or a run from before markers), writes no file of a run through
+# a symlink, and opens none that is a FIFO; ranks started with different configs stop at set-up.
+def run_dir_case(name, argv, allowed, unchanged=(), copy_run=None, listing=()):
+    case("run_dir", name, argv, allowed, unchanged, copy_run=copy_run, timeout=20,
+         same_listing=listing)
+
+
+def planted(rel, kind, keep=()):
+    return dict(replace={}, keep=list(keep), plant={os.path.join("run", rel): kind})
+
+
+def train_into(d):
+    return ["FORGE", "train", run_yaml, "train.max_steps=2", "output_dir=" + d]
+
+
+RESUME = ["FORGE", "train", "RUN.yaml", "train.max_steps=8"]
+for label, files in [("a-directory-of-the-users", {"notes.txt": b"mine\n", "config.yaml": b"a: 1\n",
+                                                    "metrics.jsonl": b"not forge's\n"}),
+                     ("a-repository-root", {"README.md": b"# a project\n", "Makefile": b"all:\n",
+                                            os.path.join(".git", "HEAD"): b"ref: main\n"})]:
+    d = os.path.dirname(path("run_dir", label, "x"))
+    for rel, data in files.items():
+        write(path("run_dir", label, rel), data)
+    run_dir_case("train-into-" + label, train_into(d), (2,),
+                 [os.path.join(d, rel) for rel in files], listing=[d])
+run_dir_case("a-run-from-before-markers-resumes", RESUME, (0,),
+             copy_run=planted(".forge-run", "absent", keep=older))
+victim = write(path("run_dir", "victim.txt"), b"the user's own\n")
+for rel in ["train.lock", "metrics.jsonl", "config.yaml", "report.html",
+            os.path.join("checkpoints", "LATEST"), os.path.join("checkpoints", LATEST_NAME)]:
+    run_dir_case(rel.replace(os.sep, "-") + "-is-a-symlink", RESUME, (2,), [victim],
+                 copy_run=planted(rel, "symlink:" + victim, keep=older))
+elsewhere = os.path.dirname(write(path("run_dir", "elsewhere", "draft.tmp"), b"a draft\n"))
+run_dir_case("checkpoints-is-a-symlink", RESUME, (2,), [os.path.join(elsewhere, "draft.tmp")],
+             copy_run=planted("checkpoints", "symlink:" + elsewhere), listing=[elsewhere])
+# A fresh run (nothing to resume) whose metrics.jsonl links to a file of the user's: the writer
+# would truncate the file.
+fresh = os.path.dirname(write(path("run_dir", "fresh", ".forge-run"), b""))
+os.symlink(victim, os.path.join(fresh, "metrics.jsonl"))
+run_dir_case("fresh-run-metrics.jsonl-is-a-symlink", train_into(fresh), (2,), [victim])
+for rel in ["metrics.jsonl", os.path.join("checkpoints", "LATEST"),
+            os.path.join("checkpoints", LATEST_NAME)]:
+    run_dir_case(rel.replace(os.sep, "-") + "-is-a-fifo", RESUME, (2, 4),
+                 copy_run=planted(rel, "fifo", keep=older))
+if shutil.which("mpirun"):
+    d = os.path.dirname(path("run_dir", "ranks", "x"))
+    rank = ["FORGE", "train", run_yaml, "train.max_steps=2", "train.batch_size=1",
+            "train.grad_accum=2", "output_dir=" + d]
+    # -q: mpirun's own notes on a failed job are not forge's error line.
+    run_dir_case("ranks-started-with-different-configs",
+                 ["mpirun", "-q", "--allow-run-as-root", "--oversubscribe", "-np", "1"] + rank +
+                 [":", "-np", "1"] + rank + ["optimizer.lr=0.01"], (2,))
+
 with open(os.path.join(OUT, "manifest.jsonl"), "w") as f:
     for c in cases:
         f.write(json.dumps(c) + "\n")

@@ -6,7 +6,8 @@ A case passes when forge ends by itself within its timeout (no signal, no hang),
 the case allows (never 1: that is an internal error), with stderr holding exactly one error line
 ("forge: ..."; "forge: warning: ..." lines may precede it; none of it with control characters),
 with every file the case names byte-identical afterwards, and the directories it names holding the
-same files (no temp file left behind). Prints a summary per category and
+same files (no temp file left behind). A case that works on a copy of BASE/run may plant a FIFO or a
+symlink in place of one of its files, or remove one, first. Prints a summary per category and
 exits 1 when any case failed.
 """
 import collections
@@ -61,6 +62,19 @@ def limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
 
+def plant(p, kind):
+    """Puts something else in place of a file of the copied run: "absent" (removed), "fifo", or
+    "symlink:TARGET"."""
+    if os.path.isdir(p) and not os.path.islink(p):
+        shutil.rmtree(p)
+    elif os.path.lexists(p):
+        os.remove(p)
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind.startswith("symlink:"):
+        os.symlink(kind[len("symlink:"):], p)
+
+
 def run_case(c, scratch):
     argv = [FORGE if a == "FORGE" else a for a in c["argv"]]
     unchanged = list(c["unchanged"])
@@ -71,6 +85,8 @@ def run_case(c, scratch):
         shutil.copytree(os.path.join(BASE, "run"), os.path.join(copy_root, "run"), symlinks=True)
         for rel, src in c["copy_run"]["replace"].items():
             shutil.copyfile(src, os.path.join(copy_root, rel))
+        for rel, kind in c["copy_run"].get("plant", {}).items():
+            plant(os.path.join(copy_root, rel), kind)
         unchanged += [os.path.join(copy_root, rel) for rel in c["copy_run"]["keep"]]
         argv = [os.path.join(BASE, "run.yaml") if a == "RUN.yaml" else a for a in argv]
         argv.append("output_dir=" + os.path.join(copy_root, "run"))
