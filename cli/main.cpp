@@ -183,6 +183,8 @@ const std::map<std::string, std::string> kCommandUsage = {
 [[noreturn]] void usage_error(const std::string& message) { throw Error(ExitCode::usage, message); }
 
 // Splits `args` into positionals and --name value options; `flags` lists the allowed options.
+// An option given twice is refused: which of the two was meant (a second --output, a second
+// --prompt) cannot be guessed, and keeping either silently drops the other.
 struct ParsedArgs {
   std::vector<std::string> positional;
   std::map<std::string, std::string> options;
@@ -208,7 +210,8 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     if (std::find(flags.begin(), flags.end(), name) == flags.end())
       usage_error(detail::concat(command, ": unknown option --", name, " (see forge ", command,
                                  " --help)"));
-    parsed.options[name] = value;
+    if (!parsed.options.emplace(name, value).second)
+      usage_error(detail::concat(command, ": option --", name, " given twice"));
   }
   return parsed;
 }
@@ -229,9 +232,12 @@ RunConfig config_from_args(const std::string& command, const std::vector<std::st
   return load_config(args[0], {args.begin() + 1, args.end()});
 }
 
-// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
+// Removes `flag` (an option without a value, e.g. --force) from args; whether it was there. Given
+// twice, it is refused as parse_args refuses a repeated option.
 bool take_flag(std::vector<std::string>& args, const std::string& flag) {
-  return std::erase(args, flag) > 0;
+  const size_t count = std::erase(args, flag);
+  if (count > 1) usage_error(detail::concat("option ", flag, " given twice"));
+  return count > 0;
 }
 
 int cmd_train(const std::vector<std::string>& args) {
@@ -291,9 +297,11 @@ int cmd_eval(const std::vector<std::string>& args) {
     if (!p.options.count("data"))
       usage_error("eval: " + target.string() +
                   " is a Hugging Face model directory: name the text to score with --data FILE");
-    const std::string data = p.options.at("data");
+    // The file is checked once, as data.train, and then serves as data.val too: an override of
+    // each would report one bad --data path twice.
     config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(),
-                                {"data.train=" + data, "data.val=" + data});
+                                {"data.train=" + p.options.at("data")});
+    config.data.val = config.data.train;
     file = target;
   } else {
     if (p.options.count("data"))
@@ -505,14 +513,21 @@ int cmd_export(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Options that take several values (--input a b c) are collected until the next --option.
-std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& name) {
+// Options that take several values (--input a b c) are collected until the next --option; the
+// option itself is given once, as every other.
+std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& command,
+                                      const std::string& name) {
   std::vector<std::string> values, rest;
+  bool seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] != "--" + name) {
       rest.push_back(args[i]);
       continue;
     }
+    if (seen)
+      usage_error(detail::concat(command, ": option --", name, " given twice (it takes several "
+                                 "files after one --", name, ")"));
+    seen = true;
     while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) values.push_back(args[++i]);
   }
   args = rest;
@@ -556,7 +571,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
 int cmd_prepare(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool force = take_flag(rest, "--force");
-  std::vector<std::string> inputs = multi_option(rest, "input");
+  std::vector<std::string> inputs = multi_option(rest, "prepare", "input");
   ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
   if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("tokenizer")) usage_error("prepare: --tokenizer is required");
@@ -588,7 +603,7 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train")
     usage_error("tokenizer: expected 'train' (see forge tokenizer --help)");
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  std::vector<std::string> inputs = multi_option(rest, "input");
+  std::vector<std::string> inputs = multi_option(rest, "tokenizer train", "input");
   ParsedArgs p = parse_args("tokenizer train", rest, {"vocab-size", "output"});
   if (!p.positional.empty()) usage_error("tokenizer train: unexpected argument '" + p.positional[0] + "'");
   if (inputs.empty()) usage_error("tokenizer train: --input needs at least one file");

@@ -567,7 +567,7 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
     write_file_atomic(out / "merges.txt", "#version: 0.2\n", ExitCode::checkpoint);
     return;
   }
-  const fs::path dir = name == "gpt2" ? fs::path("data/tokenizers/gpt2") : fs::path(name);
+  const fs::path dir = name == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name);
   auto copy = [&](const char* from, const char* to) {
     write_file_atomic(out / to, read_input_file((dir / from).string(), kTokenizerInput),
                       ExitCode::checkpoint);

@@ -2,7 +2,8 @@
 // tests/golden/make_hf_goldens.py: a GPT-2 and a BERT directory load with their logits equal to
 // PyTorch's; `forge export --format hf` writes back the very tensors, names and config; a
 // directory is a starting point for model.init_from; PEFT export holds the adapters under PEFT's
-// names; broken directories are refused naming the file and the key or tensor.
+// names; broken directories are refused naming the file and the key or tensor; a bad --data path
+// is one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -242,6 +243,15 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   fs::path no_tokenizer = edited([](json&) {});
   fs::remove(no_tokenizer / "merges.txt");
   refused(no_tokenizer, "no tokenizer beside it (expected vocab.json and merges.txt");
+}
+
+// forge eval of a directory with a bad --data path reports it once, not once per split.
+TEST_F(HFInterop, EvalOfABadDataPathIsOneErrorLine) {
+  for (const std::string& data : {(dir_ / "missing.txt").string(), dir_.string(), std::string("''")}) {
+    const auto [code, output] = forge_output("eval " + (kGolden / "gpt2").string() + " --data " + data);
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
 }
 
 TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {

@@ -1,7 +1,7 @@
 // forge generate --prompts end to end on a briefly trained GPT run: one JSONL record a sample in the
 // documented key order, the same records for any --batch-size and on stdout as in --output, the
 // stop text ending samples, and the exit code of each bad input (a bad JSONL prompt line names
-// file:line and the field on one line).
+// file:line and the field on one line; a repeated option is refused).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -100,7 +100,8 @@ TEST_F(GenerateCli, WritesOneRecordPerSampleWhateverTheBatchSize) {
   }
 
   // The stop text, two tokens here, ends a sample once generated (the model has learned spaces).
-  const Result stopped = generate(sampling + " --stop 'e ' --max-new-tokens 19");
+  const Result stopped = generate("--prompts " + (dir_ / "prompts.txt").string() +
+                                  " --num-samples 2 --seed 5 --stop 'e ' --max-new-tokens 19");
   ASSERT_EQ(stopped.code, 0) << stopped.err;
   int finished = 0;
   const std::vector<int64_t> stop = {'e', ' '};
@@ -142,6 +143,19 @@ TEST_F(GenerateCli, BadInputsExitWithTheirCodes) {
   const Result single = generate("--prompt ROMEO: --max-new-tokens 40");
   EXPECT_EQ(single.code, 0) << single.err;
   EXPECT_EQ(single.out.rfind("ROMEO:", 0), 0u);
+}
+
+// An option given twice is refused naming it, not silently replaced by the second.
+TEST_F(GenerateCli, RepeatedOptionsAreRefused) {
+  const std::string prompts = " --prompts " + (dir_ / "prompts.txt").string();
+  const Result prompt = generate("--prompt a --prompt b");
+  EXPECT_EQ(prompt.code, 2);
+  EXPECT_EQ(prompt.err, "forge: usage error: generate: option --prompt given twice\n");
+  const Result output = generate(prompts + " --output " + (dir_ / "x.jsonl").string() +
+                                 " --output=" + (dir_ / "y.jsonl").string());
+  EXPECT_EQ(output.code, 2);
+  EXPECT_NE(output.err.find("option --output given twice"), std::string::npos) << output.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.jsonl") || fs::exists(dir_ / "y.jsonl"));
 }
 
 }  // namespace
