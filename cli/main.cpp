@@ -356,8 +356,7 @@ int cmd_predict(const std::vector<std::string>& args) {
 
 // forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
 // stdout or, written atomically at the end, in --output.
-int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
-                     nn::BatchOptions options) {
+int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::BatchOptions options) {
   if (p.options.count("output")) {
     std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
     inputs.push_back(p.options.at("prompts"));
@@ -365,10 +364,17 @@ int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
   }
   const std::vector<std::string> prompts =
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
-  LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
+  // The flags are checked against the prompts and the stored config before the model loads: a
+  // sample count, batch or length that cannot fit fails at once, not after the load.
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  const RunConfig stored = stored_config(file);
   std::unique_ptr<Tokenizer> tokenizer =
-      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+      make_tokenizer(stored.data.tokenizer, stored.data.special_tokens);
+  sampling.vocab_limit = tokenizer->vocab_size();
   const std::vector<std::vector<int64_t>> ids = encode_prompts(prompts, *tokenizer);
+  nn::check_prompts(ids, stored.model.context, stored.model.vocab_size, sampling);
+  check_generation_memory(stored.model, ids, sampling, options, machine_memory(), "generate");
+  LoadedGPT loaded = load_gpt(file);
   if (auto stop = p.options.find("stop"); stop != p.options.end()) {
     std::vector<int32_t> eot = end_of_text_ids(*tokenizer, stop->second);
     options.end_of_text.assign(eot.begin(), eot.end());
@@ -437,6 +443,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+  o.vocab_limit = tokenizer->vocab_size();  // a padded vocabulary's extra ids do not decode
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
   std::string text = tokenizer->decode({out.begin(), out.end()});

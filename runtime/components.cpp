@@ -165,6 +165,40 @@ void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimi
   throw Error(ExitCode::usage, std::string("forge: config error: ") + line);
 }
 
+void check_generation_memory(const ModelConfig& model,
+                             const std::vector<std::vector<int64_t>>& prompts,
+                             const nn::SamplingOptions& sampling, const nn::BatchOptions& batch,
+                             const std::optional<MemoryLimit>& limit, const std::string& who) {
+  if (!limit) return;
+  // The keys of a forge generate record with empty values; other callers keep at least as much.
+  constexpr double kRecordBytes = 100;
+  const double K = double(batch.num_samples), rows = double(prompts.size()) * K;
+  double completions = 0;
+  for (const std::vector<int64_t>& prompt : prompts)
+    completions += K * (double(sizeof(nn::Completion) + sizeof(int64_t)) + kRecordBytes +
+                        double(prompt.size()));
+  auto gib = [](double bytes) { return bytes / double(1 << 30); };
+  auto refuse = [&](const std::string& what, double bytes, const std::string& remedy) {
+    char amounts[160];
+    std::snprintf(amounts, sizeof amounts, " need at least %.1f GiB, more than the %.1f GiB ", gib(bytes),
+                  gib(limit->bytes));
+    throw Error(ExitCode::usage,
+                who + ": " + what + amounts + "available (" + limit->source + "); " + remedy);
+  };
+  if (completions > limit->bytes)
+    refuse(detail::concat(prompts.size(), " prompts x --num-samples ", batch.num_samples,
+                          " completions"),
+           completions, "lower --num-samples or split the prompts");
+  const double batch_rows = std::min(double(batch.batch_size), rows);
+  const double per_row = 4.0 * (2.0 * double(model.n_layers) * double(model.d_model) *
+                                    double(sampling.max_new_tokens) +
+                                double(model.vocab_size));
+  if (sampling.max_new_tokens > 0 && completions + batch_rows * per_row > limit->bytes)
+    refuse(detail::concat("--batch-size ", batch.batch_size, ": the completions and a batch of ",
+                          int64_t(batch_rows), " rows (key-value cache and logits)"),
+           completions + batch_rows * per_row, "lower --batch-size");
+}
+
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {
   std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)step);
   for (const Metric& metric : metrics)
