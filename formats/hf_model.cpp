@@ -19,6 +19,7 @@
 #include "data/bpe.h"
 #include "data/tokenizer.h"
 #include "nn/lora.h"
+#include "optim/clip.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
 #include "runtime/lora_config.h"
@@ -358,11 +359,17 @@ OpenedDirectory open_directory(const fs::path& dir) {
   return o;
 }
 
+// A tensor of Forge's from its parts. A NaN or an infinity is refused here, as training refuses
+// one after an update: nothing would show it before the model's outputs turn to NaN.
 Tensor read_mapped(const SafetensorsFile& f, const Mapped& m, const Shape& shape) {
   Tensor out = empty(shape);
   float* dst = out.data<float>();
   for (const Part& part : m.parts) {
-    Tensor t = f.read_f32(stored_name(f, part.name));
+    const std::string name = stored_name(f, part.name);
+    Tensor t = f.read_f32(name);
+    if (optim::first_nonfinite_param({{name, t}}))
+      fail(f.path(), "tensor '" + name + "' holds a NaN or an infinity (non-finite weights are "
+                                         "not loaded)");
     const float* src = t.data<float>();
     const int64_t n = t.numel();
     if (part.transposed) {  // [in, out] -> [out, in]

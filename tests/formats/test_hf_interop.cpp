@@ -2,8 +2,8 @@
 // tests/golden/make_hf_goldens.py: a GPT-2 and a BERT directory load with their logits equal to
 // PyTorch's; `forge export --format hf` writes back the very tensors, names and config; a
 // directory is a starting point for model.init_from; PEFT export holds the adapters under PEFT's
-// names; broken directories are refused naming the file and the key or tensor; a bad --data path
-// is one error line.
+// names; broken directories and non-finite weights are refused naming the file and the key or
+// tensor; a bad --data path is one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -243,6 +243,29 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   fs::path no_tokenizer = edited([](json&) {});
   fs::remove(no_tokenizer / "merges.txt");
   refused(no_tokenizer, "no tokenizer beside it (expected vocab.json and merges.txt");
+}
+
+// A NaN or an infinity in the weights is a checkpoint error naming the tensor, for every command
+// that reads the directory, as training refuses a non-finite parameter.
+TEST_F(HFInterop, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  for (float bad : {std::nanf(""), INFINITY}) {
+    const fs::path dir = dir_ / (std::isnan(bad) ? "nan" : "inf");
+    fs::copy(kGolden / "gpt2", dir);
+    NamedTensors tensors = all_tensors(dir / "model.safetensors");
+    for (NamedTensor& t : tensors)
+      if (t.name == "h.0.attn.c_attn.weight") t.tensor.data<float>()[5] = bad;
+    write_safetensors(dir / "model.safetensors", tensors, {}, ExitCode::checkpoint);
+    testing::expect_error(ExitCode::checkpoint, "tensor 'h.0.attn.c_attn.weight' holds a NaN",
+                          [&] { load_gpt(resolve_checkpoint(dir)); });
+    testing::write_file(dir_ / "text.txt", "to be or not to be");
+    for (const std::string& command :
+         {"inspect " + dir.string(), "eval " + dir.string() + " --data " + (dir_ / "text.txt").string(),
+          "generate --checkpoint " + dir.string() + " --prompt a --max-new-tokens 2"}) {
+      const auto [code, output] = forge_output(command);
+      EXPECT_EQ(code, 4) << command << "\n" << output;
+      EXPECT_NE(output.find("h.0.attn.c_attn.weight"), std::string::npos) << output;
+    }
+  }
 }
 
 // forge eval of a directory with a bad --data path reports it once, not once per split.
