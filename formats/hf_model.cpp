@@ -514,6 +514,8 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
 
 // The model of a checkpoint with a LoRA run's adapters merged, in the layout transformers reads.
 Export prepare_export(const fs::path& file) {
+  require_language_model(file, "the Hugging Face export (GPT2LMHeadModel, BertForPreTraining) "
+                               "cannot hold it");
   Export e;
   if (stored_config(file).model.arch == "gpt") {
     MergedGPT merged = load_merged_gpt(file);
@@ -618,6 +620,7 @@ void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
 }
 
 void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
+  require_language_model(checkpoint_file, "PEFT adapters of a causal language model cannot hold it");
   CheckpointInfo info = read_checkpoint_info(checkpoint_file);
   require_export(info.references.count("model") != 0, checkpoint_file,
                  "holds no LoRA adapters; export its model with --format hf");

@@ -345,11 +345,26 @@ RunConfig stored_config_of(const CheckpointInfo& info, const std::filesystem::pa
   return config;
 }
 
+// Forge's task heads (nn/classifier.h: classifiers, reward models) all live under "head.".
+void require_no_task_head(const CheckpointInfo& info, const std::filesystem::path& file,
+                          const std::string& use) {
+  for (const TensorSpec& t : info.main_model())
+    if (glob_match("head.*", t.name)) {
+      const RunConfig config = stored_config(info, file);
+      throw Error(ExitCode::usage,
+                  detail::concat(file.string(), ": the model of a ", config.recipe, " run, a ",
+                                 config.model.arch, " with a task head ('", t.name, "'); ", use));
+    }
+}
+
+constexpr const char* kNeedsLanguageModel = "this command takes a language model";
+
 template <class Model, class Config>
 LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
                               Config (*model_config)(const RunConfig&),
                               int64_t (*num_parameters)(const Config&)) {
   CheckpointInfo info = read_checkpoint_info(file);
+  require_no_task_head(info, file, kNeedsLanguageModel);
   RunConfig config = stored_config_of(info, file, arch);
   // The stored config decides what gets allocated, so it must agree with the tensors the file
   // holds before the model is built: a config claiming a huge model costs nothing to write.
@@ -393,8 +408,13 @@ LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointI
 
 }  // namespace
 
+void require_language_model(const std::filesystem::path& file, const std::string& use) {
+  require_no_task_head(read_checkpoint_info(file), file, use);
+}
+
 LoadedGPT load_gpt(const std::filesystem::path& file) {
   CheckpointInfo info = read_checkpoint_info(file);
+  require_no_task_head(info, file, kNeedsLanguageModel);
   if (info.references.count("model")) return load_gpt_adapters(file, info);
   return load_model<nn::GPT>(
       file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
@@ -437,6 +457,7 @@ MergedGPT load_merged_gpt(const std::filesystem::path& file) {
 }
 
 void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
+  require_language_model(file, "--merge writes language models only");
   if (!read_checkpoint_info(file).references.count("model"))
     throw Error(ExitCode::usage, file.string() + ": holds no adapters; it is a plain checkpoint already");
   MergedGPT merged = load_merged_gpt(file);

@@ -107,6 +107,11 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// Error(usage) when the model of checkpoint `file` carries a task head (a classifier's or a
+/// reward model's "head.*" tensors, nn/classifier.h) beside its backbone: the file is intact, but
+/// what asked for a language model cannot use it; `use` says why ("GGUF cannot hold it").
+void require_language_model(const std::filesystem::path& file, const std::string& use);
+
 /// Error(usage) unless `m` is a GPT-2-style GPT (layernorm, learned positions, gelu MLP, biases),
 /// the one layout GPT-2's formats hold: "<file>: <format> writes ...; this model has rmsnorm, ...".
 void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m,
@@ -149,8 +154,8 @@ struct LoadedModel {
 };
 using LoadedGPT = LoadedModel<nn::GPT>;
 using LoadedBert = LoadedModel<nn::Bert>;
-/// Throw Error(checkpoint) when the checkpoint holds another model family.
-/// A LoRA run's checkpoint (adapters only) loads as its base with the adapters injected (unmerged).
+/// Throw Error(checkpoint) when the checkpoint holds another model family, Error(usage) when its
+/// model has a task head (require_language_model). A LoRA run's checkpoint (adapters only) loads as its base with the adapters injected (unmerged).
 LoadedGPT load_gpt(const std::filesystem::path& checkpoint_file);
 LoadedBert load_bert(const std::filesystem::path& checkpoint_file);
 
