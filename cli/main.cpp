@@ -137,7 +137,9 @@ const std::map<std::string, std::string> kCommandUsage = {
      "tokens' log-probabilities under the model (temperature 1, no top-k/top-p), the stop text's\n"
      "tokens included; finished says it ended at the stop text. A sample depends on (seed,\n"
      "prompt index, sample index), not on the batch size. Every prompt plus --max-new-tokens\n"
-     "must fit the model context. Progress and tokens/s go to stderr.\n"
+     "must fit the model context; that, and the completions and one batch fitting memory, are\n"
+     "checked before the model loads. Progress and tokens/s go to stderr. A model whose\n"
+     "vocabulary is padded past its tokenizer's samples only ids the tokenizer decodes.\n"
      "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
     {"tokenize",
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
