@@ -620,7 +620,8 @@ void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
 }
 
 void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
-  require_language_model(checkpoint_file, "PEFT adapters of a causal language model cannot hold it");
+  require_language_model(checkpoint_file,
+                         "PEFT adapters of a causal language model cannot hold it");
   CheckpointInfo info = read_checkpoint_info(checkpoint_file);
   require_export(info.references.count("model") != 0, checkpoint_file,
                  "holds no LoRA adapters; export its model with --format hf");

@@ -41,7 +41,8 @@ int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 
 /// log P(token) under the distribution sample_token draws from: softmax(logits / temperature)
 /// restricted to the ids below vocab_limit, then to the top-k, then top-p, candidates and
-/// renormalised; -infinity for a token it never draws. Greedy (temperature 0): 0 for the argmax, else -infinity.
+/// renormalised; -infinity for a token it never draws. Greedy (temperature 0): 0 for the argmax,
+/// else -infinity.
 double sampling_log_probability(const float* logits, int64_t vocab, const SamplingOptions& options,
                                 int64_t token);
 

@@ -180,8 +180,8 @@ void check_generation_memory(const ModelConfig& model,
   auto gib = [](double bytes) { return bytes / double(1 << 30); };
   auto refuse = [&](const std::string& what, double bytes, const std::string& remedy) {
     char amounts[160];
-    std::snprintf(amounts, sizeof amounts, " need at least %.1f GiB, more than the %.1f GiB ", gib(bytes),
-                  gib(limit->bytes));
+    std::snprintf(amounts, sizeof amounts, " need at least %.1f GiB, more than the %.1f GiB ",
+                  gib(bytes), gib(limit->bytes));
     throw Error(ExitCode::usage,
                 who + ": " + what + amounts + "available (" + limit->source + "); " + remedy);
   };

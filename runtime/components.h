@@ -155,7 +155,8 @@ struct LoadedModel {
 using LoadedGPT = LoadedModel<nn::GPT>;
 using LoadedBert = LoadedModel<nn::Bert>;
 /// Throw Error(checkpoint) when the checkpoint holds another model family, Error(usage) when its
-/// model has a task head (require_language_model). A LoRA run's checkpoint (adapters only) loads as its base with the adapters injected (unmerged).
+/// model has a task head (require_language_model). A LoRA run's checkpoint (adapters only) loads
+/// as its base with the adapters injected (unmerged).
 LoadedGPT load_gpt(const std::filesystem::path& checkpoint_file);
 LoadedBert load_bert(const std::filesystem::path& checkpoint_file);
 

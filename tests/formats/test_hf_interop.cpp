@@ -259,7 +259,8 @@ TEST_F(HFInterop, NonFiniteWeightsAreRefusedNamingTheTensor) {
                           [&] { load_gpt(resolve_checkpoint(dir)); });
     testing::write_file(dir_ / "text.txt", "to be or not to be");
     for (const std::string& command :
-         {"inspect " + dir.string(), "eval " + dir.string() + " --data " + (dir_ / "text.txt").string(),
+         {"inspect " + dir.string(),
+          "eval " + dir.string() + " --data " + (dir_ / "text.txt").string(),
           "generate --checkpoint " + dir.string() + " --prompt a --max-new-tokens 2"}) {
       const auto [code, output] = forge_output(command);
       EXPECT_EQ(code, 4) << command << "\n" << output;
@@ -270,8 +271,10 @@ TEST_F(HFInterop, NonFiniteWeightsAreRefusedNamingTheTensor) {
 
 // forge eval of a directory with a bad --data path reports it once, not once per split.
 TEST_F(HFInterop, EvalOfABadDataPathIsOneErrorLine) {
-  for (const std::string& data : {(dir_ / "missing.txt").string(), dir_.string(), std::string("''")}) {
-    const auto [code, output] = forge_output("eval " + (kGolden / "gpt2").string() + " --data " + data);
+  for (const std::string& data :
+       {(dir_ / "missing.txt").string(), dir_.string(), std::string("''")}) {
+    const auto [code, output] =
+        forge_output("eval " + (kGolden / "gpt2").string() + " --data " + data);
     EXPECT_EQ(code, 2) << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   }

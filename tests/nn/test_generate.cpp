@@ -360,9 +360,9 @@ TEST(NnGenerateBatch, RefusesPromptsThatDoNotFitAndBadOptions) {
   }
 }
 
-// A model whose vocabulary is padded past its tokenizer's: with vocab_limit set, no sampler (greedy,
-// top-k, top-p, batched or one prompt) draws an id at or past it, even where such an id has the
-// largest logit, and the sampling distribution gives it probability 0.
+// A model whose vocabulary is padded past its tokenizer's: with vocab_limit set, no sampler
+// (greedy, top-k, top-p, batched or one prompt) draws an id at or past it, even where such an id
+// has the largest logit, and the sampling distribution gives it probability 0.
 TEST(NnSampleToken, NeverDrawsIdsPastTheVocabularyLimit) {
   const std::vector<float> logits = {0.5f, 1.0f, 0.0f, 4.0f, 5.0f};  // ids 3 and 4 lead
   SamplingOptions o;
