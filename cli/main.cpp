@@ -246,6 +246,9 @@ int cmd_train(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
   RunConfig config = config_from_args("train", rest);
+  const std::vector<std::string> named = config_input_paths(config);
+  check_output_path("train: output_dir", config.output_dir, {named.begin(), named.end()},
+                    OutputShape::directory);
   const RecipeSpec& recipe = find_recipe(config.recipe);
   std::optional<MemoryLimit> limit = machine_memory();
   // Ranks that share a machine share its memory.
@@ -362,7 +365,7 @@ int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::Batc
   if (p.options.count("output")) {
     std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
     inputs.push_back(p.options.at("prompts"));
-    check_output_path("generate", p.options.at("output"), inputs, OutputShape::file);
+    check_output_path("generate: --output", p.options.at("output"), inputs, OutputShape::file);
   }
   const std::vector<std::string> prompts =
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
@@ -499,7 +502,7 @@ int cmd_export(const std::vector<std::string>& args) {
   std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
   inputs.push_back(stored_config(file).data.tokenizer);
   const bool into_directory = format == "hf" || format == "peft";
-  check_output_path("export", output, inputs,
+  check_output_path("export: --output", output, inputs,
                     into_directory ? OutputShape::directory : OutputShape::file);
   if (merge) {
     export_merged(file, output);
@@ -621,8 +624,8 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   int64_t vocab = integer_option(p, "vocab-size", 0);
   if (vocab < 257 || vocab > INT32_MAX)
     usage_error(detail::concat("tokenizer train: --vocab-size must be in [257, 2^31), got ", vocab));
-  check_output_path("tokenizer train", p.options.at("output"), {inputs.begin(), inputs.end()},
-                    OutputShape::directory);
+  check_output_path("tokenizer train: --output", p.options.at("output"),
+                    {inputs.begin(), inputs.end()}, OutputShape::directory);
   train_bpe({inputs.begin(), inputs.end()}, int32_t(vocab), p.options.at("output"));
   std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("output"));
   std::printf("%s: vocabulary %d (encoder.json, vocab.bpe)\n", p.options.at("output").c_str(),

@@ -40,29 +40,27 @@ bool within(const fs::path& inner, const fs::path& outer) {
          outer.end();
 }
 
-[[noreturn]] void refuse(const std::string& command, const fs::path& output,
-                         const std::string& why) {
-  throw Error(ExitCode::usage,
-              command + ": --output " + quoted_path(output.string()) + ": " + why);
+[[noreturn]] void refuse(const std::string& what, const fs::path& output, const std::string& why) {
+  throw Error(ExitCode::usage, what + " " + quoted_path(output.string()) + ": " + why);
 }
 
 }  // namespace
 
-void check_output_path(const std::string& command, const fs::path& output,
+void check_output_path(const std::string& what, const fs::path& output,
                        const std::vector<fs::path>& inputs, OutputShape shape) {
   std::error_code ec;
   const fs::path parent = output.parent_path().empty() ? fs::path(".") : output.parent_path();
   if (shape == OutputShape::file && !fs::is_directory(parent, ec))
-    refuse(command, output, "no directory " + quoted_path(parent.string()));
+    refuse(what, output, "no directory " + quoted_path(parent.string()));
   const fs::file_status status = fs::status(output, ec);
   if (fs::exists(status)) {
     if (shape == OutputShape::file && !fs::is_regular_file(status))
-      refuse(command, output,
+      refuse(what, output,
              fs::is_directory(status) ? "is a directory; name a file"
                                       : "exists and is not a regular file (a device, FIFO or "
                                         "socket); name a file");
     if (shape == OutputShape::directory && !fs::is_directory(status))
-      refuse(command, output, "exists and is not a directory");
+      refuse(what, output, "exists and is not a directory");
   }
   const fs::path out = resolved(output);
   FileId out_id{};
@@ -70,17 +68,17 @@ void check_output_path(const std::string& command, const fs::path& output,
   for (const fs::path& input : inputs) {
     if (input.empty() || !fs::exists(input, ec)) continue;
     const fs::path in = resolved(input);
-    const std::string named = " " + quoted_path(input.string());
-    if (out == in) refuse(command, output, "is the input" + named + "; choose another output");
+    const std::string named = std::string(" ").append(quoted_path(input.string()));
+    if (out == in) refuse(what, output, "is the input" + named + "; choose another output");
     const bool input_is_directory = fs::is_directory(in, ec);
     if (input_is_directory && within(out, in))
-      refuse(command, output, "is inside the input" + named + "; choose another output");
+      refuse(what, output, "is inside the input" + named + "; choose another output");
     if (shape == OutputShape::directory && within(in, out))
-      refuse(command, output, "holds the input" + named + "; choose another output");
+      refuse(what, output, "holds the input" + named + "; choose another output");
     if (!out_exists) continue;
     FileId id{};
     if (file_id(input, id) && id == out_id)
-      refuse(command, output, "is the input" + named + " (the same file); choose another output");
+      refuse(what, output, "is the input" + named + " (the same file); choose another output");
     if (!input_is_directory || shape != OutputShape::file) continue;
     int seen = 0;
     for (auto it = fs::recursive_directory_iterator(
@@ -88,7 +86,7 @@ void check_output_path(const std::string& command, const fs::path& output,
          !ec && it != fs::recursive_directory_iterator() && seen < kMaxFilesPerDirectory;
          it.increment(ec), ++seen)
       if (it->is_regular_file(ec) && file_id(it->path(), id) && id == out_id)
-        refuse(command, output,
+        refuse(what, output,
                "is a link to " + quoted_path(it->path().string()) + " of the input" + named +
                    "; choose another output");
   }

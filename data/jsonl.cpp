@@ -1,5 +1,8 @@
+// Strict JSON Lines (data/jsonl.h): the one reader of record files and the one place that words
+// what is wrong with a record ("'file':line: field \"x\" ..."), so every record kind says it alike.
 #include "data/jsonl.h"
 
+#include <cmath>
 #include <functional>
 
 #include "core/error.h"
@@ -104,21 +107,56 @@ std::vector<std::string> read_texts(const std::filesystem::path& file, const Jso
   return texts;
 }
 
-std::string jsonl_string(const JsonlObject& object, const char* name) {
+void JsonlObject::fail(const std::string& what) const {
+  throw Error(ExitCode::data, where + ": " + what);
+}
+
+void JsonlObject::fail_field(const char* field, const std::string& what) const {
+  fail(detail::concat("field \"", field, "\" ", what));
+}
+
+void JsonlObject::fail_field(const char* field, size_t index, const std::string& what) const {
+  fail(detail::concat("field \"", field, "\"[", index, "] ", what));
+}
+
+namespace {
+
+const nlohmann::json& field_of(const JsonlObject& object, const char* name) {
   const auto it = object.value.find(name);
-  if (it == object.value.end())
-    throw Error(ExitCode::data, detail::concat(object.where, ": missing field \"", name, "\""));
-  if (!it->is_string())
-    throw Error(ExitCode::data, detail::concat(object.where, ": field \"", name,
-                                               "\" must be a string, got ", it->type_name()));
-  return it->get<std::string>();
+  if (it == object.value.end()) object.fail(detail::concat("missing field \"", name, "\""));
+  return *it;
+}
+
+bool is_finite_number(const nlohmann::json& v) {
+  return v.is_number() && std::isfinite(v.get<double>());
+}
+
+}  // namespace
+
+std::string jsonl_string(const JsonlObject& object, const char* name) {
+  const nlohmann::json& v = field_of(object, name);
+  if (!v.is_string())
+    object.fail_field(name, detail::concat("must be a string, got ", v.type_name()));
+  return v.get<std::string>();
 }
 
 std::string jsonl_nonempty_string(const JsonlObject& object, const char* name) {
   std::string s = jsonl_string(object, name);
-  if (s.empty())
-    throw Error(ExitCode::data, detail::concat(object.where, ": field \"", name, "\" is empty"));
+  if (s.empty()) object.fail_field(name, "is empty");
   return s;
+}
+
+double jsonl_finite_number(const JsonlObject& object, const char* name) {
+  const nlohmann::json& v = field_of(object, name);
+  if (!is_finite_number(v)) object.fail_field(name, "must be a finite number, got " + v.dump());
+  return v.get<double>();
+}
+
+double jsonl_finite_number(const JsonlObject& object, const char* name, size_t index) {
+  const nlohmann::json& v = field_of(object, name).at(index);
+  if (!is_finite_number(v))
+    object.fail_field(name, index, "must be a finite number, got " + v.dump());
+  return v.get<double>();
 }
 
 }  // namespace forge

@@ -17,6 +17,12 @@ namespace forge {
 struct JsonlObject {
   nlohmann::json value;
   std::string where;
+  /// Throws Error(data) "<where>: <what>".
+  [[noreturn]] void fail(const std::string& what) const;
+  /// Throws Error(data) "<where>: field \"<field>\" <what>".
+  [[noreturn]] void fail_field(const char* field, const std::string& what) const;
+  /// Throws Error(data) "<where>: field \"<field>\"[<index>] <what>", about an element of a list.
+  [[noreturn]] void fail_field(const char* field, size_t index, const std::string& what) const;
 };
 
 /// What a file's records are, for messages ("SFT file", "no SFT records", "an SFT record has
@@ -51,5 +57,13 @@ std::string jsonl_string(const JsonlObject& object, const char* name);
 
 /// jsonl_string, and Error(data) naming object.where and the field when the string is empty.
 std::string jsonl_nonempty_string(const JsonlObject& object, const char* name);
+
+/// The number field `name`. Throws Error(data) naming object.where and the field when it is
+/// missing, or not a finite number (quoting what it is).
+double jsonl_finite_number(const JsonlObject& object, const char* name);
+
+/// Element `index` of list field `name` (the caller checked the list's length), as
+/// jsonl_finite_number reads a field; the error names the element ("\"scores\"[2]").
+double jsonl_finite_number(const JsonlObject& object, const char* name, size_t index);
 
 }  // namespace forge

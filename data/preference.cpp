@@ -3,7 +3,6 @@
 #include "data/preference.h"
 
 #include <algorithm>
-#include <cmath>
 #include <span>
 
 #include "core/checksum.h"
@@ -23,25 +22,17 @@ void expand_ranking(const JsonlObject& o, const std::string& prompt,
   const nlohmann::json& completions = o.value.at("completions");
   const auto scores = o.value.find("scores");
   if (!completions.is_array() || completions.size() < 2)
-    throw Error(ExitCode::data,
-                o.where + ": field \"completions\" must be a list of at least 2 strings");
-  if (scores == o.value.end())
-    throw Error(ExitCode::data, o.where + ": missing field \"scores\" (one a completion)");
+    o.fail_field("completions", "must be a list of at least 2 strings");
+  if (scores == o.value.end()) o.fail("missing field \"scores\" (one a completion)");
   if (!scores->is_array() || scores->size() != completions.size())
-    throw Error(ExitCode::data,
-                detail::concat(o.where, ": field \"scores\" must be a list of ",
-                               completions.size(), " numbers, one a completion"));
+    o.fail_field("scores", detail::concat("must be a list of ", completions.size(),
+                                          " numbers, one a completion"));
   std::vector<double> score;
   for (size_t i = 0; i < completions.size(); ++i) {
     const nlohmann::json& c = completions[i];
-    const nlohmann::json& v = (*scores)[i];
     if (!c.is_string() || c.get<std::string>().empty())
-      throw Error(ExitCode::data, detail::concat(o.where, ": field \"completions\"[", i,
-                                                 "] must be a non-empty string"));
-    if (!v.is_number() || !std::isfinite(v.get<double>()))
-      throw Error(ExitCode::data, detail::concat(o.where, ": field \"scores\"[", i,
-                                                 "] must be a finite number, got ", v.dump()));
-    score.push_back(v.get<double>());
+      o.fail_field("completions", i, "must be a non-empty string");
+    score.push_back(jsonl_finite_number(o, "scores", i));
   }
   for (size_t i = 0; i < score.size(); ++i)
     for (size_t j = i + 1; j < score.size(); ++j) {
@@ -65,21 +56,13 @@ std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path&
     if (o.value.contains("completions")) {
       for (const char* pair_field : {"chosen", "rejected", "margin"})
         if (o.value.contains(pair_field))
-          throw Error(ExitCode::data,
-                      detail::concat(o.where, ": field \"", pair_field,
-                                     "\" does not go with \"completions\" (a ranked record)"));
+          o.fail_field(pair_field, "does not go with \"completions\" (a ranked record)");
       expand_ranking(o, prompt, records);
       continue;
     }
     PreferenceRecord r{prompt, jsonl_nonempty_string(o, "chosen"),
                        jsonl_nonempty_string(o, "rejected")};
-    if (o.value.contains("margin")) {
-      const nlohmann::json& m = o.value.at("margin");
-      if (!m.is_number() || !std::isfinite(m.get<double>()))
-        throw Error(ExitCode::data,
-                    o.where + ": field \"margin\" must be a finite number, got " + m.dump());
-      r.margin = m.get<double>();
-    }
+    if (o.value.contains("margin")) r.margin = jsonl_finite_number(o, "margin");
     records.push_back(std::move(r));
   }
   if (records.empty())

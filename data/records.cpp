@@ -118,12 +118,10 @@ std::vector<TextRecord> read_labeled_jsonl(const fs::path& file) {
     if (label != o.value.end() && label->is_number_integer())
       name = label->dump();
     else if (label != o.value.end() && !label->is_string())
-      throw Error(ExitCode::data, detail::concat(o.where, ": field \"label\" must be a string or ",
-                                                 "an integer, got ", label->type_name()));
+      o.fail_field("label",
+                   detail::concat("must be a string or an integer, got ", label->type_name()));
     else
-      name = jsonl_string(o, "label");
-    if (name.empty())
-      throw Error(ExitCode::data, o.where + ": field \"label\" is empty");
+      name = jsonl_nonempty_string(o, "label");
     records.push_back({jsonl_nonempty_string(o, "text"), std::move(name)});
   }
   return records;

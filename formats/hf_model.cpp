@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "nn/lora.h"
 #include "optim/clip.h"
+#include "runtime/bert_config.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
 #include "runtime/lora_config.h"
@@ -502,7 +503,7 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
             {"hidden_dropout_prob", m.dropout},
             {"attention_probs_dropout_prob", 0.0},
             {"max_position_embeddings", m.context},
-            {"type_vocab_size", c.get<int64_t>("bert.type_vocab_size")},
+            {"type_vocab_size", bert_settings(c).type_vocab_size},
             {"layer_norm_eps", m.norm_eps},
             {"initializer_range", 0.02},
             {"position_embedding_type", "absolute"},

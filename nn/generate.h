@@ -95,9 +95,10 @@ struct Completion {
 /// batched by prompt length, a prompt is prefilled once for its samples, and finished rows leave
 /// the batch. Every prompt must fit with its completion: Error(usage) when a prompt's length plus
 /// max_new_tokens exceeds the context (no sliding window, unlike generate()), Error(usage) for an
-/// empty prompt, Error(data) for an id outside the vocabulary. When sampling.stop returns true the
-/// call returns early with incomplete rows: discard that result. MoE models: a capacity-limited
-/// expert sees every row of a batch, so there a row can depend on its batch.
+/// empty prompt or for more completions than memory holds, Error(data) for an id outside the
+/// vocabulary. When sampling.stop returns true the call returns early with incomplete rows:
+/// discard that result. MoE models route each token alone in eval mode (nn/moe.h), so batch
+/// independence holds for them too.
 std::vector<Completion> generate_batch(const GPT& model,
                                        const std::vector<std::vector<int64_t>>& prompts,
                                        const SamplingOptions& sampling,

@@ -80,34 +80,43 @@ int64_t count_parameters(const GPTConfig& c, bool active) {
 std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c);
   std::vector<ParameterShape> out;
-  auto add = [&](std::string name, Shape shape, bool expert = false) {
-    out.push_back({std::move(name), std::move(shape), expert});
+  std::vector<std::string> scope = {"GPT"};  // the types of the modules above the next parameter
+  auto add = [&](std::string name, Shape shape, const char* module, bool expert = false) {
+    std::vector<std::string> modules = scope;
+    modules.push_back(module);
+    out.push_back({std::move(name), std::move(shape), expert, std::move(modules)});
   };
   auto linear = [&](const std::string& path, int64_t in, int64_t o, bool bias) {
-    add(path + ".weight", {o, in});
-    if (bias) add(path + ".bias", {o});
+    add(path + ".weight", {o, in}, "Linear");
+    if (bias) add(path + ".bias", {o}, "Linear");
   };
   auto norm = [&](const std::string& path) {
-    add(path + ".weight", {C});
-    if (c.norm == NormType::layernorm && c.bias) add(path + ".bias", {C});
+    const char* type = c.norm == NormType::layernorm ? "LayerNorm" : "RMSNorm";
+    add(path + ".weight", {C}, type);
+    if (c.norm == NormType::layernorm && c.bias) add(path + ".bias", {C}, type);
   };
-  add("tok_emb.weight", {V, C});
-  if (c.position == PositionType::learned) add("pos_emb.weight", {c.context, C});
+  add("tok_emb.weight", {V, C}, "Embedding");
+  if (c.position == PositionType::learned) add("pos_emb.weight", {c.context, C}, "Embedding");
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blocks." + std::to_string(l);
+    scope = {"GPT", "ModuleList<Block>", "Block"};
     norm(b + ".ln1");
+    scope.push_back("SelfAttention");
     linear(b + ".attn.qkv", C, 3 * C, c.bias);
     linear(b + ".attn.proj", C, C, c.bias);
+    scope.pop_back();
     norm(b + ".ln2");
     const std::string m = b + ".mlp";
-    if (is_moe_layer(c.moe, l)) {
+    const bool moe = is_moe_layer(c.moe, l);
+    scope.push_back(moe ? "MoE" : "MLP");
+    if (moe) {
       const MoELayerShape s = moe_layer_shape(c);
       const int64_t E = c.moe.n_experts;
-      add(m + ".router.weight", {E, C});
-      if (c.moe.noisy) add(m + ".router.noise", {E, C});
+      add(m + ".router.weight", {E, C}, "Router");
+      if (c.moe.noisy) add(m + ".router.noise", {E, C}, "Router");
       auto experts = [&](const std::string& path, int64_t in, int64_t o) {
-        add(path + ".weight", {E, o, in}, true);
-        if (s.bias) add(path + ".bias", {E, o}, true);
+        add(path + ".weight", {E, o, in}, "GroupedLinear", true);
+        if (s.bias) add(path + ".bias", {E, o}, "GroupedLinear", true);
       };
       if (s.swiglu) {
         experts(m + ".gate", C, s.hidden);
@@ -126,6 +135,7 @@ std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
       linear(m + ".proj", h, C, c.bias);
     }
   }
+  scope = {"GPT"};
   norm("ln_f");
   if (!c.tie_embeddings) linear("lm_head", C, V, false);
   return out;

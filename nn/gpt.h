@@ -53,9 +53,13 @@ struct ParameterShape {
   std::string name;  ///< as named_parameters() names it, e.g. "blocks.0.attn.qkv.weight"
   Shape shape;
   bool expert = false;  ///< an MoE expert tensor: [n_experts, ...], top_k of them per token
+  /// type_name() of each module on the name's path, the model first: {"GPT", "ModuleList<Block>",
+  /// "Block", "SelfAttention", "Linear"} for the example.
+  std::vector<std::string> modules;
 };
-/// Every parameter of GPT(config), in named_parameters() order (a test compares the two), for
-/// `forge validate` estimates and config checks that select parameters by name.
+/// Every parameter of GPT(config), in named_parameters() order (a test compares the two, and the
+/// module types with the built model's), for `forge validate` estimates and config checks that
+/// select parameters or modules by name (LoRA targets).
 std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& config);
 /// Parameter count of GPT(config) without building it (for `forge validate` estimates).
 int64_t gpt_num_parameters(const GPTConfig& config);

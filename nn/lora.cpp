@@ -4,6 +4,7 @@
 #include "nn/lora.h"
 
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "core/autograd.h"
@@ -216,40 +217,28 @@ NamedTensors select_trainable(const NamedTensors& params, const std::vector<std:
 
 int64_t lora_parameter_count(const GPTConfig& c, const LoRAConfig& config) {
   check_config(config);
-  // The module paths GPT(c) registers, in order, with the Linear shapes (see GPT's constructor).
-  const int64_t C = c.d_model, h = mlp_hidden_size(c);
+  // The modules GPT(c) registers, from its parameter list: each parameter's module and the ones
+  // above it, in model order (modules without parameters, the Dropouts, are never targets).
   std::vector<ModuleInfo> m;
-  auto add = [&](const std::string& path, const std::string& type) { m.push_back({path, type}); };
-  auto add_linear = [&](const std::string& path, int64_t in, int64_t out) {
-    m.push_back({path, "Linear", true, in, out});
-  };
-  const std::string norm = c.norm == NormType::layernorm ? "LayerNorm" : "RMSNorm";
-  add("", "GPT");
-  add("tok_emb", "Embedding");
-  if (c.position == PositionType::learned) add("pos_emb", "Embedding");
-  add("drop", "Dropout");
-  add("blocks", "ModuleList<Block>");
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blocks." + std::to_string(l);
-    add(b, "Block");
-    add(b + ".ln1", norm);
-    add(b + ".attn", "SelfAttention");
-    add_linear(b + ".attn.qkv", C, 3 * C);
-    add_linear(b + ".attn.proj", C, C);
-    add(b + ".attn.resid_drop", "Dropout");
-    add(b + ".ln2", norm);
-    add(b + ".mlp", "MLP");
-    if (c.mlp == MLPType::gelu) {
-      add_linear(b + ".mlp.fc", C, h);
-    } else {
-      add_linear(b + ".mlp.gate", C, h);
-      add_linear(b + ".mlp.up", C, h);
+  std::set<std::string> seen;
+  for (const ParameterShape& p : gpt_parameter_shapes(c)) {
+    std::string path;
+    for (size_t depth = 0, at = 0; depth < p.modules.size(); ++depth) {
+      if (depth > 0) {
+        const size_t dot = p.name.find('.', at);
+        path = p.name.substr(0, dot);
+        at = dot + 1;
+      }
+      if (!seen.insert(path).second) continue;
+      ModuleInfo info{path, p.modules[depth]};
+      info.linear = info.type == "Linear";
+      if (info.linear) {  // a Linear registers its weight [out, in] first
+        info.out = p.shape[0];
+        info.in = p.shape[1];
+      }
+      m.push_back(info);
     }
-    add_linear(b + ".mlp.proj", h, C);
-    add(b + ".mlp.drop", "Dropout");
   }
-  add("ln_f", norm);
-  if (!c.tie_embeddings) add_linear("lm_head", C, c.vocab_size);
   int64_t n = 0;
   for (size_t i : resolve_targets(m, config.targets)) n += config.rank * (m[i].in + m[i].out);
   return n;

@@ -1,6 +1,7 @@
 // The MoE layer in three parts: the router (noisy logits, top-k, softmax over the kept ones), the
 // dispatch (assignments checked against capacity on the host and grouped by expert, so that each
-// expert is one GEMM over its rows), and the balancing losses and statistics reported to the step.
+// expert is one GEMM over its rows), and the balancing losses and statistics reported to the step;
+// also the config's rules and the guard that makes training route as evaluation does.
 #include "nn/moe.h"
 
 #include <cmath>
@@ -14,10 +15,6 @@
 
 namespace forge::nn {
 namespace {
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw Error(ExitCode::usage, "model.moe: " + message);
-}
 
 Tensor index_tensor(const std::vector<int64_t>& values) {
   Tensor t = empty({int64_t(values.size())}, DType::i64);
@@ -80,24 +77,45 @@ Routing route(const std::vector<int64_t>& top, int64_t N, int64_t k, int64_t E,
 
 }  // namespace
 
-void check_moe_config(const MoEConfig& c) {
-  auto str = [](auto v) { return std::to_string(v); };
-  require(c.every >= 0, "every must be >= 0, got " + str(c.every));
-  require(c.n_experts >= 1, "n_experts must be >= 1, got " + str(c.n_experts));
-  require(c.top_k >= 1 && c.top_k <= c.n_experts, "top_k must be in [1, n_experts = " +
-                                                      str(c.n_experts) + "], got " + str(c.top_k));
-  require(c.ffn_mult > 0, "ffn_mult must be positive, got " + str(c.ffn_mult));
-  require(c.noise_eps >= 0, "noise_eps must be >= 0, got " + str(c.noise_eps));
-  require(c.capacity_factor >= 0 && c.eval_capacity_factor >= 0,
-          "capacity factors must be >= 0 (0 = no limit)");
-  require(c.w_importance >= 0 && c.w_load >= 0 && c.w_switch >= 0 && c.w_z >= 0,
-          "loss weights must be >= 0");
+std::vector<MoEConfigProblem> moe_config_problems(const MoEConfig& c) {
+  std::vector<MoEConfigProblem> out;
+  auto rule = [&](bool ok, std::vector<std::string> fields, std::string message) {
+    if (!ok) out.push_back({std::move(fields), std::move(message)});
+  };
+  auto at_least = [&](const char* field, double value, double bound) {
+    rule(value >= bound, {field},
+         detail::concat("model.moe.", field, " must be >= ", bound, ", got ", value));
+  };
+  at_least("every", double(c.every), 0);
+  at_least("n_experts", double(c.n_experts), 1);
+  at_least("top_k", double(c.top_k), 1);
+  rule(c.top_k <= c.n_experts, {"top_k", "n_experts"},
+       detail::concat("model.moe.top_k (", c.top_k, ") must be <= model.moe.n_experts (",
+                      c.n_experts, ")"));
+  rule(c.ffn_mult > 0, {"ffn_mult"},
+       detail::concat("model.moe.ffn_mult must be positive, got ", c.ffn_mult));
+  at_least("noise_eps", c.noise_eps, 0);
+  at_least("capacity_factor", c.capacity_factor, 0);
+  at_least("w_importance", c.w_importance, 0);
+  at_least("w_load", c.w_load, 0);
+  at_least("w_switch", c.w_switch, 0);
+  at_least("w_z", c.w_z, 0);
   if (c.balance == MoEBalance::cv2 && c.w_load > 0) {
-    require(c.noisy, "balance cv2 with w_load > 0 needs noisy: true (the smooth load estimator is "
-                     "the probability that the gating noise keeps an expert in the top k)");
-    require(c.top_k < c.n_experts, "balance cv2 with w_load > 0 needs top_k < n_experts, got " +
-                                       str(c.top_k) + " of " + str(c.n_experts));
+    rule(c.noisy, {"noisy", "balance", "w_load"},
+         "model.moe.balance 'cv2' with w_load > 0 needs model.moe.noisy: true (the smooth load "
+         "estimator is the probability that the gating noise keeps an expert in the top k); set "
+         "w_load: 0 or noisy: true");
+    rule(c.top_k < c.n_experts, {"top_k", "balance", "w_load"},
+         detail::concat("model.moe.balance 'cv2' with w_load > 0 needs top_k < n_experts (every "
+                        "expert is always chosen otherwise), got top_k ",
+                        c.top_k, " of ", c.n_experts));
   }
+  return out;
+}
+
+void check_moe_config(const MoEConfig& c) {
+  const std::vector<MoEConfigProblem> problems = moe_config_problems(c);
+  if (!problems.empty()) throw Error(ExitCode::usage, problems.front().message);
 }
 
 bool is_moe_layer(const MoEConfig& c, int64_t layer) {
@@ -185,12 +203,15 @@ Tensor MoE::forward(const Tensor& x) const {
   const Tensor xf = reshape(x, {-1, C});  // [N, C]
   const int64_t N = xf.size(0);
   const bool training = is_training();
+  // Noise and capacity make a token's route depend on a draw and on the tokens before it in the
+  // batch: wanted in training, never in evaluation or generation (nor when asked not to).
+  const bool stochastic = training && !deterministic_;
 
   // Gating: H(x) = x W_g + eps * (softplus(x W_noise) + noise_eps), eps ~ N(0, 1) in training,
   // drawn from the generator the trainer seeds per forward (so a resumed run draws the same).
   const Tensor clean = linear(xf, router->weight);  // [N, E]
   Tensor logits = clean, noise_std;
-  if (router->noise.defined() && training) {
+  if (router->noise.defined() && stochastic) {
     noise_std = softplus(linear(xf, router->noise)) + config_.noise_eps;
     logits = clean + normal({N, E}, 0.0, 1.0, default_generator(), x.dtype()) * noise_std;
   }
@@ -199,7 +220,7 @@ Tensor MoE::forward(const Tensor& x) const {
   const TopKGates top = top_k_gating(logits, k, smooth_load);  // [N, k] each
 
   const std::vector<int64_t> ids = top.experts.to_vector<int64_t>();
-  const double factor = training ? config_.capacity_factor : config_.eval_capacity_factor;
+  const double factor = stochastic ? config_.capacity_factor : 0.0;
   const Routing r = route(ids, N, k, E, factor > 0 ? expert_capacity(config_, factor, N) : 0);
   const Tensor tokens = index_tensor(r.tokens), slots = index_tensor(r.slots);
 
@@ -238,6 +259,18 @@ Tensor MoE::forward(const Tensor& x) const {
       report_aux_stat("expert_load" + layer + "_e" + std::to_string(e), routed_share[size_t(e)]);
   }
   return drop->forward(reshape(out, x.shape()));
+}
+
+DeterministicRouting::DeterministicRouting(Module& model) {
+  for (auto& [path, m] : model.named_modules())
+    if (auto* moe = dynamic_cast<MoE*>(m)) {
+      layers_.emplace_back(moe, moe->deterministic_routing());
+      moe->set_deterministic_routing(true);
+    }
+}
+
+DeterministicRouting::~DeterministicRouting() {
+  for (auto& [moe, before] : layers_) moe->set_deterministic_routing(before);
 }
 
 }  // namespace forge::nn

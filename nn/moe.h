@@ -1,11 +1,15 @@
 // A sparsely-gated mixture-of-experts feed-forward layer (Shazeer et al. 2017): a router sends each
 // token to its top-k of n_experts expert MLPs and mixes their outputs by the gates. Tokens are
 // grouped by expert and each expert runs as one GEMM (grouped_linear); balancing losses go to the
-// step through the auxiliary-loss channel (nn/aux_loss.h). docs/recipes/moe.md has the formulas.
+// step through the auxiliary-loss channel (nn/aux_loss.h). Routing is stochastic (noise, capacity)
+// in training only; evaluation, generation and DeterministicRouting route each token alone.
+// docs/recipes/moe.md has the formulas and the routing rules.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -24,8 +28,7 @@ struct MoEConfig {
   double ffn_mult = 4;     ///< each expert's hidden width, as GPTConfig::ffn_mult for the MLP
   bool noisy = true;       ///< H(x) = x W_g + eps * (softplus(x W_noise) + noise_eps) in training
   double noise_eps = 1e-2;
-  double capacity_factor = 1.25;       ///< training; 0 = no capacity limit
-  double eval_capacity_factor = 2.0;   ///< evaluation and generation; 0 = no limit
+  double capacity_factor = 1.25;  ///< stochastic routing (training) only; 0 = no capacity limit
   MoEBalance balance = MoEBalance::cv2;
   double w_importance = 0.1;
   double w_load = 0.1;
@@ -34,7 +37,16 @@ struct MoEConfig {
   bool operator==(const MoEConfig&) const = default;
 };
 
-/// Throws Error(usage) naming the first inconsistent field.
+/// A rule of MoEConfig that `config` breaks: the fields it reads ("top_k", "n_experts") and why,
+/// in a message that names them as the config keys model.moe.<field>.
+struct MoEConfigProblem {
+  std::vector<std::string> fields;
+  std::string message;
+};
+/// Every rule `config` breaks (none: consistent). The one statement of the rules: check_moe_config
+/// and the config loader's cross-key checks both report these.
+std::vector<MoEConfigProblem> moe_config_problems(const MoEConfig& config);
+/// Throws Error(usage) with the first of moe_config_problems.
 void check_moe_config(const MoEConfig& config);
 /// Whether block `layer` (0-based) holds an MoE feed-forward.
 bool is_moe_layer(const MoEConfig& config, int64_t layer);
@@ -99,10 +111,13 @@ class Router : public Module {
 };
 
 /// [B, T, C] -> [B, T, C]: children "router", then "fc" (GELU) or "gate" and "up" (SwiGLU), and
-/// "proj", each a GroupedLinear over the experts. A token's assignment beyond its expert's
-/// capacity contributes nothing: the token passes through the residual. In training, under an
-/// AuxCollector, reports the balancing loss and the statistics cv_importance_l<L>, cv_load_l<L>,
-/// dropped_frac_l<L> and expert_load_l<L>_e<i> (L the block index).
+/// "proj", each a GroupedLinear over the experts. In training the routing is stochastic: noisy
+/// gating, and a token's assignment beyond its expert's capacity (claimed in the flattened batch's
+/// token order) contributes nothing, the token passing through the residual. Otherwise (eval mode,
+/// or deterministic routing switched on) the clean logits pick the experts and nothing is dropped,
+/// so a token's output depends on that token alone, not on its batch or padding. In training,
+/// under an AuxCollector, reports the balancing loss and the statistics cv_importance_l<L>,
+/// cv_load_l<L>, dropped_frac_l<L> and expert_load_l<L>_e<i> (L the block index).
 class MoE : public UnaryModule {
  public:
   MoE(const MoEConfig& config, const MoELayerShape& shape, int64_t layer,
@@ -110,6 +125,11 @@ class MoE : public UnaryModule {
   Tensor forward(const Tensor& x) const override;
 
   const MoEConfig& config() const { return config_; }
+  /// Route in training as in evaluation (no noise, no capacity): what two forwards that must agree
+  /// token for token need, e.g. PPO's rollout and update passes. Balancing losses still apply,
+  /// except cv2's load term, which is built on the noise.
+  void set_deterministic_routing(bool on) { deterministic_ = on; }
+  bool deterministic_routing() const { return deterministic_; }
 
   std::shared_ptr<Router> router;
   std::shared_ptr<GroupedLinear> fc, gate, up, proj;
@@ -118,6 +138,20 @@ class MoE : public UnaryModule {
  private:
   MoEConfig config_;
   int64_t layer_;
+  bool deterministic_ = false;
+};
+
+/// Switches deterministic routing on in every MoE layer of `model` for its lifetime, and back to
+/// what each had at the end. A model without MoE layers is left as it is.
+class DeterministicRouting {
+ public:
+  explicit DeterministicRouting(Module& model);
+  ~DeterministicRouting();
+  DeterministicRouting(const DeterministicRouting&) = delete;
+  DeterministicRouting& operator=(const DeterministicRouting&) = delete;
+
+ private:
+  std::vector<std::pair<MoE*, bool>> layers_;  // each layer and its setting before
 };
 
 }  // namespace forge::nn

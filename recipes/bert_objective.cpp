@@ -30,35 +30,6 @@ double mean_nsp_loss(const std::map<std::string, double>& s) {
 
 }  // namespace
 
-BertSettings bert_settings(const RunConfig& c) {
-  return {.type_vocab_size = c.get<int64_t>("bert.type_vocab_size"),
-          .mask_prob = c.get<double>("bert.mask_prob"),
-          .eval_pairs = c.get<int64_t>("bert.eval_pairs"),
-          .paragraphs_per_document = c.get<int64_t>("bert.paragraphs_per_document"),
-          .sentence_breaks = c.get<bool>("bert.sentence_breaks")};
-}
-
-ConfigSection bert_section() {
-  return {
-      "bert",
-      "what only BERT recipes read: segments, masking, documents and evaluation pairs",
-      {section_key(
-           "bert.type_vocab_size",
-           integer_key(2, "[1, 1024]").aka({"n_segments", "num_token_types"}).fixes_architecture(),
-           "number of segment (token-type) embeddings"),
-       section_key("bert.mask_prob",
-                   number_key(0.15, "(0, 1)").aka({"mlm_probability", "masking_prob"}),
-                   "share of non-special tokens chosen for masked-LM"),
-       section_key("bert.eval_pairs", integer_key(2048, "[1, 1000000000]"),
-                   "sentence pairs of the validation documents scored by the final evaluation"),
-       section_key("bert.paragraphs_per_document", integer_key(1, ">= 1"),
-                   "consecutive blank-line paragraphs that form one document (lines are "
-                   "sentences)"),
-       section_key("bert.sentence_breaks", boolean_key(false),
-                   "a sentence also ends after . ! or ? and a space (prose with a paragraph "
-                   "per line)")}};
-}
-
 void check_bert_specials(ConfigChecker& checker, const std::string& recipe) {
   const std::vector<std::string>& specials = checker.config().data.special_tokens;
   std::string missing;
@@ -72,7 +43,7 @@ void check_bert_specials(ConfigChecker& checker, const std::string& recipe) {
 
 BertData load_bert_data(const RunConfig& config) {
   const DataConfig& d = config.data;
-  const BertSettings bert = bert_settings(config);
+  const BertSection bert = bert_settings(config);
   BertData data;
   data.tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   DocumentOptions documents;

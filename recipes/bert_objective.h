@@ -1,7 +1,7 @@
-// The BERT objective that BERT recipes share (bert_pretrain, distill): the `bert:` section,
-// documents of sentences split into training and validation pairs, summed MLM and NSP
-// cross-entropy per batch with the counts behind the logged accuracies, and evaluation on the
-// fixed validation pairs.
+// The BERT objective that BERT recipes share (bert_pretrain, distill): documents of sentences
+// split into training and validation pairs, summed MLM and NSP cross-entropy per batch with the
+// counts behind the logged accuracies, and evaluation on the fixed validation pairs. Their `bert:`
+// section is runtime/bert_config.h's.
 #pragma once
 
 #include <map>
@@ -11,24 +11,12 @@
 #include "data/bert_data.h"
 #include "data/tokenizer.h"
 #include "nn/bert.h"
+#include "runtime/bert_config.h"
 #include "runtime/config.h"
 #include "runtime/metrics.h"
 #include "runtime/registry.h"
 
 namespace forge {
-
-/// The `bert:` section (RunConfig::sections) as typed values.
-struct BertSettings {
-  int64_t type_vocab_size = 0;
-  double mask_prob = 0;
-  int64_t eval_pairs = 0;
-  int64_t paragraphs_per_document = 0;
-  bool sentence_breaks = false;
-};
-BertSettings bert_settings(const RunConfig& config);
-
-/// The `bert:` section: keys only the BERT recipes read.
-ConfigSection bert_section();
 
 /// The pair format's rule for `recipe`'s check: data.special_tokens holds [PAD] [CLS] [SEP] [MASK].
 void check_bert_specials(ConfigChecker& checker, const std::string& recipe);

@@ -32,14 +32,13 @@ namespace fs = std::filesystem;
 bool is_bert(const RunConfig& c) { return c.model.arch == "bert"; }
 
 int64_t max_tokens(const RunConfig& c) {
-  const int64_t m = c.get<int64_t>("classify.max_len");
+  const int64_t m = classify_settings(c).max_len;
   return m > 0 ? m : c.model.context;
 }
 
 nn::ClassifierHeadConfig head_config(const RunConfig& c, int64_t labels) {
-  return {.num_labels = labels,
-          .hidden = c.get<int64_t>("classify.hidden"),
-          .dropout = c.get<double>("classify.dropout")};
+  const ClassifySection s = classify_settings(c);
+  return {.num_labels = labels, .hidden = s.hidden, .dropout = s.dropout};
 }
 
 // How texts become rows: BERT frames them with [CLS] ... [SEP]; every row is cut at max_len.
@@ -62,8 +61,9 @@ struct ClassifyData {
 ClassifyData load_data(const RunConfig& c) {
   ClassifyData data;
   data.tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
-  const RecordFormat format = parse_record_format(c.get<std::string>("classify.records"));
-  const auto& labels = c.get<std::vector<std::string>>("classify.labels");
+  const ClassifySection s = classify_settings(c);
+  const RecordFormat format = s.records;
+  const std::vector<std::string>& labels = s.labels;
   std::vector<TextRecord> records = read_labeled_records({c.data.train}, format);
   if (!labels.empty()) records = keep_labels(records, labels);
   RecordDataset all = tokenize_records(records, *data.tokenizer, row_options(c, labels));
@@ -142,7 +142,7 @@ Metrics eval_metrics(const ClassifierEval& e) {
 }
 
 MemoryEstimate estimate_classify(const RunConfig& config) {
-  const auto& listed = config.get<std::vector<std::string>>("classify.labels");
+  const std::vector<std::string> listed = classify_settings(config).labels;
   const nn::ClassifierHeadConfig head =
       head_config(config, std::max<int64_t>(2, int64_t(listed.size())));
   int64_t params = 0;
@@ -167,6 +167,7 @@ MemoryEstimate estimate_classify(const RunConfig& config) {
 void check_classify(ConfigChecker& checker) {
   check_model_family(checker);
   const RunConfig& c = checker.config();
+  const ClassifySection s = classify_settings(c);
   if (is_bert(c)) {
     const auto& specials = c.data.special_tokens;
     const bool framed = std::find(specials.begin(), specials.end(), "[CLS]") != specials.end() &&
@@ -174,11 +175,11 @@ void check_classify(ConfigChecker& checker) {
     checker.cross({"data.special_tokens", "model.arch"}, framed,
                   "data.special_tokens: a BERT classifier reads [CLS] text [SEP]; list both");
     checker.cross({"classify.max_len", "model.context"},
-                  c.get<int64_t>("classify.max_len") <= c.model.context,
+                  s.max_len <= c.model.context,
                   "classify.max_len: a BERT reads at most model.context tokens (" +
                       std::to_string(c.model.context) + ")");
   }
-  const auto& labels = c.get<std::vector<std::string>>("classify.labels");
+  const std::vector<std::string>& labels = s.labels;
   std::vector<std::string> sorted = labels;
   std::sort(sorted.begin(), sorted.end());
   checker.cross(
@@ -190,7 +191,7 @@ void check_classify(ConfigChecker& checker) {
 
 std::unique_ptr<nn::SequenceClassifier> load_classifier(const RunConfig& stored,
                                                         const fs::path& file) {
-  const auto& labels = stored.get<std::vector<std::string>>("classify.labels");
+  const std::vector<std::string> labels = classify_settings(stored).labels;
   if (labels.size() < 2)
     throw Error(ExitCode::checkpoint,
                 quoted_path(file.string()) + ": the stored config lists no classify.labels");
@@ -205,7 +206,7 @@ int eval_classify(const RunConfig& config, const fs::path& checkpoint, const Com
   const RunConfig stored = stored_config(checkpoint);
   std::unique_ptr<nn::SequenceClassifier> model = load_classifier(stored, checkpoint);
   // The run's own labels, so that ids mean what they meant in training.
-  const auto& labels = stored.get<std::vector<std::string>>("classify.labels");
+  const std::vector<std::string> labels = classify_settings(stored).labels;
   ClassifyData data = load_data(with_labels(config, labels));
   NoGradGuard no_grad;
   ClassifierEval e = evaluate_classifier(*model, *data.val, config.train.batch_size, 0);
@@ -219,7 +220,7 @@ int predict_classify(const RunConfig& stored, const fs::path& checkpoint, const 
   const std::vector<std::string> texts =
       read_texts(input, {"input", "an input record", {"text", "label"}}, "text");
   std::unique_ptr<nn::SequenceClassifier> model = load_classifier(stored, checkpoint);
-  const auto& labels = stored.get<std::vector<std::string>>("classify.labels");
+  const std::vector<std::string> labels = classify_settings(stored).labels;
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(stored.data.tokenizer, stored.data.special_tokens);
   const RecordTokenizeOptions options = row_options(stored, {});
@@ -349,6 +350,14 @@ ConfigSection classify_section() {
                    "GPT head: width of the layer between concat pooling and the output"),
        section_key("classify.dropout", number_key(0.1, "[0, 1)"),
                    "dropout before the head's last Linear")}};
+}
+
+ClassifySection classify_settings(const RunConfig& config) {
+  return {.labels = config.get<std::vector<std::string>>("classify.labels"),
+          .records = parse_record_format(config.get<std::string>("classify.records")),
+          .max_len = config.get<int64_t>("classify.max_len"),
+          .hidden = config.get<int64_t>("classify.hidden"),
+          .dropout = config.get<double>("classify.dropout")};
 }
 
 RecipeSpec classify_recipe() {

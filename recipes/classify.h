@@ -22,6 +22,17 @@ namespace forge {
 RecipeSpec classify_recipe();
 ConfigSection classify_section();
 
+/// The classify: section, a field a key of classify_section (its docs and defaults are there).
+struct ClassifySection {
+  std::vector<std::string> labels;
+  RecordFormat records{};
+  int64_t max_len{};
+  int64_t hidden{};
+  double dropout{};
+};
+/// What `config` says in its classify: section.
+ClassifySection classify_settings(const RunConfig& config);
+
 /// The classifier a classify config describes, with `labels` outputs, initialised from `gen`.
 /// `weights` (a checkpoint the model will load, or empty) supplies what the config does not say
 /// about a BERT's shape (its segment vocabulary).

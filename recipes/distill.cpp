@@ -9,6 +9,7 @@
 #include "recipes/distill.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -27,29 +28,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The distill: section as typed values.
-struct DistillSettings {
-  std::string teacher;
-  std::string init_from_teacher;
-  double temperature = 0, alpha_ce = 0, alpha_kd = 0, alpha_cos = 0;
-  bool reverse_kl = false;
-};
+// distill.init_from_teacher's choices, in TeacherInit's order: the section parses by this table and
+// the error lines name a mode by it.
+constexpr std::array<const char*, 3> kTeacherInits = {"none", "every_other", "blocks"};
 
-DistillSettings distill_settings(const RunConfig& c) {
-  return {.teacher = c.get<std::string>("distill.teacher"),
-          .init_from_teacher = c.get<std::string>("distill.init_from_teacher"),
-          .temperature = c.get<double>("distill.temperature"),
-          .alpha_ce = c.get<double>("distill.alpha_ce"),
-          .alpha_kd = c.get<double>("distill.alpha_kd"),
-          .alpha_cos = c.get<double>("distill.alpha_cos"),
-          .reverse_kl = c.get<std::string>("distill.kl") == "reverse"};
-}
+std::string teacher_init_name(TeacherInit init) { return kTeacherInits[size_t(init)]; }
 
 void check_distill(ConfigChecker& checker) {
   check_model_family(checker);
   const RunConfig& c = checker.config();
   if (c.model.arch == "bert") check_bert_specials(checker, "distill");
-  const DistillSettings s = distill_settings(c);
+  const DistillSection s = distill_settings(c);
   checker.cross({"distill.teacher"}, !s.teacher.empty(),
                 "distill.teacher: recipe distill needs a teacher; name its run directory or "
                 "checkpoint");
@@ -58,14 +47,14 @@ void check_distill(ConfigChecker& checker) {
                 "distill.alpha_ce, distill.alpha_kd and distill.alpha_cos are all 0: the student "
                 "would learn nothing");
   checker.cross({"distill.init_from_teacher", "model.init_from"},
-                s.init_from_teacher == "none" || c.model.init_from.empty(),
-                "distill.init_from_teacher '" + s.init_from_teacher +
+                s.init_from_teacher == TeacherInit::none || c.model.init_from.empty(),
+                "distill.init_from_teacher '" + teacher_init_name(s.init_from_teacher) +
                     "' and model.init_from both initialise the student; choose one");
-  const std::vector<int64_t>& blocks = c.get<std::vector<int64_t>>("distill.teacher_blocks");
-  const bool listed = s.init_from_teacher == "blocks";
+  const std::vector<int64_t>& blocks = s.teacher_blocks;
+  const bool listed = s.init_from_teacher == TeacherInit::blocks;
   checker.cross({"distill.teacher_blocks", "distill.init_from_teacher"}, listed || blocks.empty(),
                 "distill.teacher_blocks is read only with distill.init_from_teacher: blocks (it is '" +
-                    s.init_from_teacher + "')");
+                    teacher_init_name(s.init_from_teacher) + "')");
   if (!listed) return;
   checker.cross({"distill.teacher_blocks", "model.n_layers"},
                 int64_t(blocks.size()) == c.model.n_layers,
@@ -81,7 +70,7 @@ void check_distill(ConfigChecker& checker) {
 
 // The teacher's checkpoint and the config stored in it.
 std::pair<fs::path, RunConfig> teacher_checkpoint(const RunConfig& config) {
-  const fs::path file = resolve_checkpoint(config.get<std::string>("distill.teacher"));
+  const fs::path file = resolve_checkpoint(distill_settings(config).teacher);
   return {file, load_config_string(read_checkpoint_info(file).config_yaml, file.string(), {},
                                    ConfigFiles::skip)};
 }
@@ -102,7 +91,7 @@ MemoryEstimate estimate_distill(const RunConfig& config) {
   // forge validate reports a student block the teacher lacks, as forge train would.
   teacher_blocks_for_student(config, teacher.model.n_layers);
   const int64_t student = num_parameters(config);
-  const int64_t projection = config.get<double>("distill.alpha_cos") > 0 &&
+  const int64_t projection = distill_settings(config).alpha_cos > 0 &&
                                      teacher.model.d_model != config.model.d_model
                                  ? config.model.d_model * teacher.model.d_model
                                  : 0;
@@ -173,7 +162,7 @@ struct StepTotals {
   int64_t scored = 0, real = 0, examples = 0;
 };
 
-KLDivOptions kl_options(const DistillSettings& s) {
+KLDivOptions kl_options(const DistillSection& s) {
   KLDivOptions kl;
   kl.temperature = s.temperature;
   kl.reverse = s.reverse_kl;
@@ -186,7 +175,7 @@ KLDivOptions kl_options(const DistillSettings& s) {
 // summed over the real positions scaled by scored / real of the whole step: the trainer divides by
 // the step's scored positions, which turns each sum into its mean over the step. A term whose
 // weight is 0 is still computed for the train line, without a graph.
-MicroBatchLoss distill_loss(const DistillTerms& t, const DistillSettings& s,
+MicroBatchLoss distill_loss(const DistillTerms& t, const DistillSection& s,
                             const StepTotals& step, const nn::Linear* projection) {
   std::vector<Tensor> terms;
   auto weighted = [&](const Tensor& sum_term, double alpha, double scale = 1.0) {
@@ -239,7 +228,7 @@ struct Agreement {
   double kd_sum = 0;
   int64_t agree = 0, scored = 0;
   void add(const Tensor& student_logits, const Tensor& teacher_logits, const Tensor& targets,
-           int64_t scored_rows, const DistillSettings& s) {
+           int64_t scored_rows, const DistillSection& s) {
     kd_sum += kd_kl_div(student_logits, teacher_logits, targets, kl_options(s)).item();
     agree += count_agreeing(student_logits, teacher_logits, targets);
     scored += scored_rows;
@@ -253,7 +242,7 @@ struct Agreement {
 };
 
 Metrics gpt_distill_eval(const nn::GPT& student, const nn::GPT& teacher, const LMWindows& val,
-                         int64_t batch_size, int64_t batches, bool full, const DistillSettings& s) {
+                         int64_t batch_size, int64_t batches, bool full, const DistillSection& s) {
   double loss = 0, teacher_loss = 0;
   Agreement agreement;
   for_each_eval_batch(val, batch_size, batches, full, [&](const LMBatch& batch) {
@@ -270,7 +259,7 @@ Metrics gpt_distill_eval(const nn::GPT& student, const nn::GPT& teacher, const L
 
 Metrics bert_distill_eval(const nn::Bert& student, const nn::Bert& teacher, const BertPairs& val,
                           uint64_t seed, int64_t batch_size, int64_t pairs,
-                          const DistillSettings& s) {
+                          const DistillSection& s) {
   std::map<std::string, double> student_sums, teacher_sums;
   Agreement agreement;
   for_each_eval_pair_batch(val, seed, batch_size, pairs, [&](const BertBatch& batch) {
@@ -298,7 +287,7 @@ struct StudentRun {
 };
 
 int run_distill(const RunConfig& config, const Teacher& teacher, const StudentRun& run) {
-  const DistillSettings s = distill_settings(config);
+  const DistillSection s = distill_settings(config);
   init_student(*run.student, config, teacher);
   // With unequal widths the cosine compares the teacher's states with a learned projection of the
   // student's, trained and saved beside it.
@@ -398,7 +387,7 @@ int train_gpt_student(const RunConfig& config, const Teacher& teacher) {
                         .teacher_hidden = reshape(te.hidden, {-1, te.hidden.size(-1)}),
                         .scored = st.num_targets};
   };
-  const DistillSettings s = distill_settings(config);
+  const DistillSection s = distill_settings(config);
   run.evaluate = [&](bool full) {
     return gpt_distill_eval(student, *teacher.gpt, *data.val, B, config.train.eval_batches, full,
                             s);
@@ -458,7 +447,7 @@ int train_bert_student(const RunConfig& config, const Teacher& teacher) {
                         .scored = batch.num_mlm_targets(),
                         .sums = std::move(st.sums)};
   };
-  const DistillSettings s = distill_settings(config);
+  const DistillSection s = distill_settings(config);
   run.evaluate = [&](bool full) {
     return bert_distill_eval(student, *teacher.bert, *data.val, seed, B,
                              bert_eval_pair_count(config, full), s);
@@ -470,10 +459,10 @@ int train_bert_student(const RunConfig& config, const Teacher& teacher) {
 }  // namespace
 
 std::vector<int64_t> teacher_blocks_for_student(const RunConfig& config, int64_t teacher_layers) {
-  const std::string mode = config.get<std::string>("distill.init_from_teacher");
-  const std::string teacher = config.get<std::string>("distill.teacher");
+  const DistillSection s = distill_settings(config);
+  const std::string& teacher = s.teacher;
   std::vector<int64_t> blocks;
-  if (mode == "every_other") {
+  if (s.init_from_teacher == TeacherInit::every_other) {
     for (int64_t s = 0; s < config.model.n_layers; ++s) blocks.push_back(2 * s);
     if (!blocks.empty() && blocks.back() >= teacher_layers)
       throw Error(ExitCode::usage,
@@ -481,8 +470,8 @@ std::vector<int64_t> teacher_blocks_for_student(const RunConfig& config, int64_t
                       std::to_string(blocks.back()) + " for model.n_layers " +
                       std::to_string(config.model.n_layers) + ", but distill.teacher '" +
                       teacher + "' has " + std::to_string(teacher_layers) + " blocks");
-  } else if (mode == "blocks") {
-    blocks = config.get<std::vector<int64_t>>("distill.teacher_blocks");
+  } else if (s.init_from_teacher == TeacherInit::blocks) {
+    blocks = s.teacher_blocks;
     for (int64_t b : blocks)
       if (b >= teacher_layers)
         throw Error(ExitCode::usage, "distill.teacher_blocks: block " + std::to_string(b) +
@@ -534,7 +523,7 @@ ConfigSection distill_section() {
                    "the frozen teacher: a run directory or a checkpoint; its family, vocabulary, "
                    "tokenizer and special tokens are the student's"),
        section_key("distill.init_from_teacher",
-                   choice_key("none", {"none", "every_other", "blocks"}),
+                   choice_key(kTeacherInits[0], {kTeacherInits.begin(), kTeacherInits.end()}),
                    "the student's start on a fresh run: its own init, teacher blocks 0, 2, 4, ... "
                    "(DistilBERT), or distill.teacher_blocks; embeddings, final norm and heads "
                    "come from the teacher too"),
@@ -552,6 +541,19 @@ ConfigSection distill_section() {
                    "positions"),
        section_key("distill.kl", choice_key("forward", {"forward", "reverse"}),
                    "forward: KL(p_teacher || p_student); reverse: KL(p_student || p_teacher)")}};
+}
+
+DistillSection distill_settings(const RunConfig& config) {
+  const std::string& init = config.get<std::string>("distill.init_from_teacher");
+  return {.teacher = config.get<std::string>("distill.teacher"),
+          .init_from_teacher = TeacherInit(
+              std::find(kTeacherInits.begin(), kTeacherInits.end(), init) - kTeacherInits.begin()),
+          .teacher_blocks = config.get<std::vector<int64_t>>("distill.teacher_blocks"),
+          .temperature = config.get<double>("distill.temperature"),
+          .alpha_ce = config.get<double>("distill.alpha_ce"),
+          .alpha_kd = config.get<double>("distill.alpha_kd"),
+          .alpha_cos = config.get<double>("distill.alpha_cos"),
+          .reverse_kl = config.get<std::string>("distill.kl") == "reverse"};
 }
 
 RecipeSpec distill_recipe() {
@@ -573,7 +575,7 @@ int train_distill(const RunConfig& config) {
 
 int eval_distill(const RunConfig& config, const fs::path& checkpoint_file, const CommandOptions&) {
   Teacher teacher = load_teacher(config);
-  const DistillSettings s = distill_settings(config);
+  const DistillSection s = distill_settings(config);
   const int64_t B = config.train.batch_size;
   Metrics m;
   int64_t step = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "nn/module.h"
@@ -19,6 +20,23 @@ RecipeSpec distill_recipe();
 
 /// The `distill:` section: the teacher, the student's initialisation and the loss weights.
 ConfigSection distill_section();
+
+/// distill.init_from_teacher: where the student's blocks start on a fresh run.
+enum class TeacherInit { none, every_other, blocks };
+
+/// The distill: section, a field a key of distill_section (its docs and defaults are there).
+struct DistillSection {
+  std::string teacher;
+  TeacherInit init_from_teacher{};
+  std::vector<int64_t> teacher_blocks;
+  double temperature{};
+  double alpha_ce{};
+  double alpha_kd{};
+  double alpha_cos{};
+  bool reverse_kl{};  ///< distill.kl: reverse
+};
+/// What `config` says in its distill: section.
+DistillSection distill_settings(const RunConfig& config);
 
 /// Trains per `config` (the run directory of README.md); returns the process exit code.
 int train_distill(const RunConfig& config);

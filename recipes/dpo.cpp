@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "nn/lora.h"
+#include "nn/moe.h"
 #include "nn/preference.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
@@ -134,6 +135,9 @@ int train_dpo(const RunConfig& config) {
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, !dpo.precompute_reference);
   nn::GPT& model = *policy.model;
+  // MoE layers route each token alone (no noise, no capacity) in train mode as the reference does
+  // in eval mode, so the implicit rewards start at 0.
+  const nn::DeterministicRouting routing(model);
   std::unique_ptr<optim::Optimizer> optimizer =
       build_optimizer(config, policy_trained_parameters(config, policy), lora_lr_scale(config));
 

@@ -70,7 +70,7 @@ std::vector<int64_t> all_rows(const Rows& rows) {
 std::pair<std::unique_ptr<LMWindows>, std::unique_ptr<LMWindows>> load_records(
     const RunConfig& config, const Tokenizer& tokenizer, const std::vector<int32_t>& eot) {
   const DataConfig& d = config.data;
-  const RecordFormat format = parse_record_format(config.get<std::string>("finetune.records"));
+  const RecordFormat format = finetune_settings(config).records;
   std::vector<std::string> labels;
   auto tokenize = [&](const std::string& path) {
     Rows rows;
@@ -111,7 +111,7 @@ FinetuneData load_data(const RunConfig& config) {
   }
   data.tokenizer = make_tokenizer(config.data.tokenizer, config.data.special_tokens);
   const std::vector<int32_t> eot =
-      end_of_text_ids(*data.tokenizer, config.get<std::string>("finetune.end_of_text"));
+      end_of_text_ids(*data.tokenizer, finetune_settings(config).end_of_text);
   if (data.kind == DataKind::records) {
     std::tie(data.train_windows, data.val_windows) = load_records(config, *data.tokenizer, eot);
     return data;
@@ -156,6 +156,11 @@ MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch) {
   ce.ignore_index = LMWindows::kIgnoreTarget;
   return {cross_entropy(reshape(logits, {-1, V}), reshape(batch.targets, {-1}), ce),
           batch.num_targets};
+}
+
+FinetuneSection finetune_settings(const RunConfig& config) {
+  return {.end_of_text = config.get<std::string>("finetune.end_of_text"),
+          .records = parse_record_format(config.get<std::string>("finetune.records"))};
 }
 
 ConfigSection finetune_section() {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
+#include "data/prepare.h"
 #include "data/sft.h"
 #include "nn/gpt.h"
 #include "runtime/config.h"
@@ -14,6 +16,14 @@ namespace forge {
 
 RecipeSpec finetune_recipe();
 ConfigSection finetune_section();
+
+/// The finetune: section, a field a key of finetune_section (its docs and defaults are there).
+struct FinetuneSection {
+  std::string end_of_text;
+  RecordFormat records{};
+};
+/// What `config` says in its finetune: section.
+FinetuneSection finetune_settings(const RunConfig& config);
 
 int train_finetune(const RunConfig& config);
 int eval_finetune(const RunConfig& config, const std::filesystem::path& checkpoint_file,

@@ -134,12 +134,6 @@ std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::str
   return std::move(load_lm_splits(c).val);
 }
 
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key) {
-  return held_out_text(config, config.get<std::string>(text_key),
-                       config.get<double>(fraction_key));
-}
-
 Metric text_loss(const nn::GPT& model, const LMWindows& text, int64_t batch_size, int64_t batches,
                  bool full) {
   NoGradGuard no_grad;
@@ -216,6 +210,10 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   sampling.seed = uint64_t(o.integer("seed", 0));
   sampling.vocab_limit = tokenizer->vocab_size();
   nn::check_sampling(sampling);
+  if (sampling.temperature == 0)
+    throw Error(ExitCode::usage,
+                "eval: --temperature 0: --prompts reports the KL of the distribution the policy "
+                "samples from, and greedy decoding has none; give a temperature above 0");
   nn::BatchOptions batch;
   batch.num_samples = o.integer("num-samples", 4);
   batch.batch_size = o.integer("batch-size", 64);
@@ -230,11 +228,15 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   const std::vector<nn::Completion> mine = nn::generate_batch(policy, ids, sampling, batch);
   const std::vector<nn::Completion> theirs = reference.with_model(
       [&](const nn::GPT& m) { return nn::generate_batch(m, ids, sampling, batch); });
-  const std::vector<double> ref_logps = reference.with_model(
-      [&](const nn::GPT& m) { return completion_logprobs(m, ids, mine, batch.batch_size); });
+  // As PPO's evaluation: the KL of the distribution the samples were drawn from (tempered, cut to
+  // top-k and top-p) to the reference at the same temperature, not cut, since its own cut would
+  // make the KL infinite whenever the policy draws a token outside it.
+  const std::vector<double> ref_logps = reference.with_model([&](const nn::GPT& m) {
+    return completion_logprobs(m, ids, mine, batch.batch_size, sampling.temperature);
+  });
   double kl = 0, tokens = 0;
   for (size_t i = 0; i < mine.size(); ++i) {
-    kl += mine[i].logprob - ref_logps[i];
+    kl += mine[i].sampling_logprob - ref_logps[i];
     tokens += double(mine[i].tokens.size());
   }
   Metrics m = {{"samples", double(mine.size())},
@@ -278,11 +280,13 @@ int eval_policy(
 
 std::vector<std::pair<std::string, std::string>> policy_eval_options() {
   return {{"prompts",
-           "FILE: sample each prompt from the policy and the reference; report "
-           "their KL (and rewards with --reward-model)"},
+           "FILE: sample each prompt from the policy and the reference; report the KL of the "
+           "policy's sampling distribution to the reference (and rewards with --reward-model)"},
           {"num-samples", "K samples per prompt and model (default 4)"},
           {"max-new-tokens", "tokens per sample (default 96)"},
-          {"temperature", "sampling temperature (default 1: the KL estimate needs 1)"},
+          {"temperature",
+           "sampling temperature above 0 (default 1); the KL compares the policy's sampling "
+           "distribution (this temperature, top-k, top-p) with the reference at this temperature"},
           {"top-k", "default 0 (all tokens)"},
           {"top-p", "default 1 (off)"},
           {"seed", "sampling seed (default 0); both models draw the same numbers"},

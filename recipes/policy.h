@@ -128,9 +128,6 @@ MemoryEstimate estimate_policy_memory(const RunConfig& config, const PolicyMemor
 /// pretraining text; nothing when `text` is empty.
 std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text,
                                          double fraction);
-/// The same for the file named by key `text_key` and the fraction by key `fraction_key`.
-std::unique_ptr<LMWindows> held_out_text(const RunConfig& config, const std::string& text_key,
-                                         const std::string& fraction_key);
 
 /// "text_loss": the LM loss of `model` on held-out text (lm_eval's windows and batches), without
 /// gradient: does the policy still write the base's language?
@@ -151,8 +148,9 @@ std::vector<double> completion_rewards(const LoadedRewardModel& rm,
                                        const Tokenizer& tokenizer, int64_t batch_size);
 
 /// forge eval --prompts: K samples of every prompt from the policy and from the reference (the same
-/// draws), the policy's KL to the reference per token on its own samples, and with --reward-model
-/// both models' mean reward and the policy's win rate by reward (ties half).
+/// draws), the KL per token of the distribution the policy's samples were drawn from (temperature,
+/// top-k, top-p) to the reference at the same temperature, and with --reward-model both models'
+/// mean reward and the policy's win rate by reward (ties half). Error(usage) for temperature 0.
 Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const ReferencePolicy& reference,
                         const CommandOptions& options);
 

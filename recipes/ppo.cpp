@@ -25,6 +25,7 @@
 #include "data/sft.h"
 #include "nn/classifier.h"
 #include "nn/generate.h"
+#include "nn/moe.h"
 #include "nn/ppo.h"
 #include "nn/preference.h"
 #include "runtime/checkpoint.h"
@@ -553,6 +554,9 @@ int train_ppo(const RunConfig& config) {
   Policy policy = build_policy(config, resuming, true);
   nn::GPT& model = *policy.model;
   const Critic critic = build_critic(s, model, reward, rm_file);
+  // MoE layers route each token alone (no noise, no capacity) in the rollout and the updates
+  // alike, so the updates' log-probabilities and values start equal to the rollout's.
+  const nn::DeterministicRouting policy_routing(model), value_routing(critic.module());
   NamedTensors trained = policy_trained_parameters(config, policy);
   for (const NamedTensor& t : critic.module().named_parameters())
     trained.push_back({"value." + t.name, t.tensor});
@@ -664,12 +668,11 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
     std::unique_ptr<Tokenizer> tokenizer =
         make_tokenizer(config.data.tokenizer, config.data.special_tokens);
     const PromptSplits prompts = load_prompts(config, *tokenizer);
-    const LoadedRewardModel reward =
-        load_reward_model(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+    const LoadedRewardModel reward = load_reward_model(resolve_checkpoint(s.reward_model));
     const Critic no_critic;
     const PPOModels m{policy, ref, reward, no_critic, *tokenizer};
     Evaluator evaluator(config, s, prompts.val,
-                        held_out_text(config, "ppo.eval_text", "ppo.eval_text_fraction"));
+                        held_out_text(config, s.eval_text, s.eval_text_fraction));
     return evaluator.evaluate(m, 0, s.kl.init_kl_coef);
   });
 }
@@ -677,16 +680,14 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
 MemoryEstimate estimate_ppo(const RunConfig& config) {
   // The reward model's size (and the separate value model's, its copy) from its stored config. The
   // loader has found the checkpoint; one that does not read stops validate as it would train.
-  const RunConfig rm =
-      stored_config(resolve_checkpoint(config.get<std::string>("ppo.reward_model")));
+  const PPOSettings s = ppo_settings(config);
+  const RunConfig rm = stored_config(resolve_checkpoint(s.reward_model));
   const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
-  const bool shared = config.get<std::string>("ppo.value") == "shared";
   return estimate_policy_memory(
       config, {.reference_copy = true,
                .frozen_parameters = reward,
-               .trained_parameters = shared ? config.model.d_model : reward,
-               .rows = std::max(config.train.batch_size,
-                                config.get<int64_t>("ppo.generation_batch_size"))});
+               .trained_parameters = s.shared_value() ? config.model.d_model : reward,
+               .rows = std::max(config.train.batch_size, s.generation_batch_size)});
 }
 
 void check_ppo(ConfigChecker& checker) {

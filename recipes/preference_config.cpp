@@ -27,12 +27,17 @@ ConfigSection preference_section() {
                    "<|endoftext|>), else this text itself; empty = nothing")}};
 }
 
+PreferenceSection preference_settings(const RunConfig& config) {
+  return {.max_length = config.get<int64_t>("preference.max_length"),
+          .max_prompt_length = config.get<int64_t>("preference.max_prompt_length"),
+          .end_of_text = config.get<std::string>("preference.end_of_text")};
+}
+
 PreferenceTruncation preference_truncation(const RunConfig& config) {
+  const PreferenceSection s = preference_settings(config);
   PreferenceTruncation t;
-  const int64_t max_length = config.get<int64_t>("preference.max_length");
-  const int64_t max_prompt = config.get<int64_t>("preference.max_prompt_length");
-  t.max_length = max_length > 0 ? max_length : config.model.context;
-  t.max_prompt_length = max_prompt > 0 ? max_prompt : t.max_length / 4;
+  t.max_length = s.max_length > 0 ? s.max_length : config.model.context;
+  t.max_prompt_length = s.max_prompt_length > 0 ? s.max_prompt_length : t.max_length / 4;
   return t;
 }
 
@@ -58,7 +63,7 @@ PreferenceData load_preference_data(const RunConfig& config) {
   PreferenceData data;
   data.tokenizer = make_tokenizer(config.data.tokenizer, config.data.special_tokens);
   const std::vector<int32_t> eot =
-      end_of_text_ids(*data.tokenizer, config.get<std::string>("preference.end_of_text"));
+      end_of_text_ids(*data.tokenizer, preference_settings(config).end_of_text);
   const PreferenceTruncation t = preference_truncation(config);
   auto read = [&](const std::string& path) {
     return tokenize_preferences(read_preference_jsonl(path), *data.tokenizer, eot, t);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "data/preference.h"
 #include "data/tokenizer.h"
@@ -13,6 +14,16 @@
 namespace forge {
 
 ConfigSection preference_section();
+
+/// The preference: section, a field a key of preference_section (its docs and defaults are there;
+/// 0 lengths are resolved by preference_truncation).
+struct PreferenceSection {
+  int64_t max_length{};
+  int64_t max_prompt_length{};
+  std::string end_of_text;
+};
+/// What `config` says in its preference: section.
+PreferenceSection preference_settings(const RunConfig& config);
 
 /// preference.max_length and max_prompt_length with their defaults resolved (model.context, and a
 /// quarter of max_length as TRL's 128 of 512).

@@ -26,10 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double center_coefficient(const RunConfig& c) {
-  return c.get<double>("reward_model.center_rewards_coefficient");
-}
-
 Metrics reward_metrics(const std::map<std::string, double>& sums) {
   const double pairs = std::max(1.0, sums.count("pairs") ? sums.at("pairs") : 0.0);
   auto mean = [&](const char* key) { return (sums.count(key) ? sums.at(key) : 0.0) / pairs; };
@@ -69,7 +65,7 @@ int train_reward_model(const RunConfig& config) {
   std::unique_ptr<optim::Optimizer> optimizer = build_optimizer(config, model.named_parameters());
 
   const int64_t B = config.train.batch_size;
-  const double center = center_coefficient(config);
+  const double center = reward_model_settings(config).center_rewards_coefficient;
   PreferenceLoader loader(data.train, B, uint64_t(config.seed));
   Recipe recipe;
   recipe.eval_at_start = true;
@@ -94,7 +90,7 @@ int eval_reward_model(const RunConfig& config, const fs::path& checkpoint, const
   PreferenceData data = load_preference_data(config);
   NoGradGuard no_grad;
   const Metrics m = evaluate_reward_model(*loaded.model, *data.val, config.train.batch_size, 0,
-                                          center_coefficient(config));
+                                          reward_model_settings(config).center_rewards_coefficient);
   print_eval(checkpoint.string(), read_checkpoint_info(checkpoint).step, m);
   return 0;
 }
@@ -155,7 +151,7 @@ std::vector<double> score_texts(const LoadedRewardModel& rm, const std::vector<s
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(rm.config.data.tokenizer, rm.config.data.special_tokens);
   const std::vector<int32_t> eot =
-      end_of_text_ids(*tokenizer, rm.config.get<std::string>("preference.end_of_text"));
+      end_of_text_ids(*tokenizer, preference_settings(rm.config).end_of_text);
   const int64_t context = rm.config.model.context;
   std::vector<std::vector<int32_t>> rows;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -225,6 +221,11 @@ ConfigSection reward_model_section() {
                        "r_chosen - r_rejected to exceed it")}};
 }
 
+RewardModelSection reward_model_settings(const RunConfig& config) {
+  return {.center_rewards_coefficient =
+              config.get<double>("reward_model.center_rewards_coefficient")};
+}
+
 namespace {
 
 // forge score: options checked before the work, so a typo does not cost the whole scoring.
@@ -239,7 +240,7 @@ int score_command(const CommandOptions& options) {
   if (!output.empty()) {
     std::vector<fs::path> inputs = checkpoint_inputs(checkpoint);
     inputs.push_back(input);
-    check_output_path("score", output, inputs, OutputShape::file);
+    check_output_path("score: --output", output, inputs, OutputShape::file);
   }
   return score_records(resolve_checkpoint(checkpoint), input, output, batch);
 }

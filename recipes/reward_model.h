@@ -18,6 +18,14 @@ namespace forge {
 RecipeSpec reward_model_recipe();
 ConfigSection reward_model_section();
 
+/// The reward_model: section, a field a key of reward_model_section (its docs and defaults are
+/// there).
+struct RewardModelSection {
+  double center_rewards_coefficient{};
+};
+/// What `config` says in its reward_model: section.
+RewardModelSection reward_model_settings(const RunConfig& config);
+
 /// The Bradley-Terry loss of a batch of pairs summed over them, their count, and sums for the
 /// train line: "pairs", "correct" (r_chosen > r_rejected), "chosen", "rejected" (summed rewards).
 MicroBatchLoss reward_loss(const nn::GPTRewardModel& model, const PreferenceBatch& batch,

@@ -21,7 +21,7 @@
 
 #include "core/durable_file.h"
 #include "core/isolate.h"
-#include "data/hdf5_handle.h"
+#include "data/hdf5_io.h"
 
 namespace forge {
 
@@ -42,38 +42,26 @@ fs::path temp_path_for(const fs::path& file) { return fs::path(file.string() + "
 
 namespace {
 
+using hdf5::file_access_plist;
 using hdf5::Hid;
 using hdf5::quiet_hdf5;
+using hdf5::read_attr_int;
+using hdf5::read_attr_str;
+using hdf5::write_attr_int;
+using hdf5::write_attr_str;
 
-/// Fixed-length string attributes live in the 64 KiB object header; anything larger is damage.
-constexpr size_t kMaxFixedString = size_t(1) << 16;
 /// Forge tensors have at most a handful of dimensions; HDF5 allows 32.
 constexpr int kMaxRank = 8;
 
 /// Everything about one HDF5 file needed to report errors against it.
-struct H5File {
-  fs::path path;
+struct H5File : hdf5::Reporter {
   Hid id;
   uint64_t file_size = 0;
-  [[noreturn]] void fail(const std::string& what) const { forge::fail(path, what); }
-  Hid check(hid_t id, herr_t (*close)(hid_t), const std::string& what) const {
-    if (id < 0) fail(what);
-    return Hid(id, close);
-  }
-  void check(herr_t rc, const std::string& what) const {
-    if (rc < 0) fail(what);
-  }
 };
 
-Hid file_access_plist() {
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  // 1.8 object headers and superblock carry checksums, so corrupt metadata fails at open; every
-  // HDF5 since 1.8 (and so every h5py) reads them.
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
-  // The trainer is the only writer of its run directory; file locks fail on some network file
-  // systems and would only add a way to break.
-  H5Pset_file_locking(fapl.get(), false, true);
-  return fapl;
+/// Errors about a checkpoint file: exit 4, the path as given.
+hdf5::Reporter checkpoint_file(const fs::path& file) {
+  return {file.string(), ExitCode::checkpoint};
 }
 
 hid_t file_type(DType t) {
@@ -103,65 +91,6 @@ std::optional<DType> parse_dtype(const std::string& s) {
 }
 
 Hid scalar_space() { return Hid(H5Screate(H5S_SCALAR), H5Sclose); }
-
-void write_attr_i64(const H5File& f, hid_t obj, const std::string& name, int64_t value) {
-  Hid space = scalar_space();
-  Hid attr = f.check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT),
-                     H5Aclose, "cannot create attribute '" + name + "'");
-  f.check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), "cannot write attribute '" + name + "'");
-}
-
-void write_attr_u32(const H5File& f, hid_t obj, const std::string& name, uint32_t value) {
-  Hid space = scalar_space();
-  Hid attr = f.check(H5Acreate2(obj, name.c_str(), H5T_STD_U32LE, space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT),
-                     H5Aclose, "cannot create attribute '" + name + "'");
-  f.check(H5Awrite(attr.get(), H5T_NATIVE_UINT32, &value), "cannot write attribute '" + name + "'");
-}
-
-// Variable-length UTF-8: h5py reads it back as a Python str, and the text lives in the global
-// heap, so a long config is not limited by the 64 KiB object-header attribute size.
-void write_attr_str(const H5File& f, hid_t obj, const std::string& name, const std::string& value) {
-  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Hid space = scalar_space();
-  Hid attr = f.check(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT),
-                     H5Aclose, "cannot create attribute '" + name + "'");
-  const char* p = value.c_str();
-  f.check(H5Awrite(attr.get(), type.get(), &p), "cannot write attribute '" + name + "'");
-}
-
-Hid open_attr(const H5File& f, hid_t obj, const std::string& where, const std::string& name) {
-  htri_t exists = H5Aexists(obj, name.c_str());
-  if (exists <= 0) f.fail("missing attribute '" + name + "' on " + where);
-  return f.check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose,
-                 "cannot open attribute '" + name + "' on " + where);
-}
-
-int64_t read_attr_i64(const H5File& f, hid_t obj, const std::string& where,
-                      const std::string& name) {
-  Hid attr = open_attr(f, obj, where, name);
-  Hid type(H5Aget_type(attr.get()), H5Tclose);
-  Hid space(H5Aget_space(attr.get()), H5Sclose);
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
-    f.fail("attribute '" + name + "' on " + where + " is not an integer");
-  int64_t value = 0;
-  f.check(H5Aread(attr.get(), H5T_NATIVE_INT64, &value),
-          "cannot read attribute '" + name + "' on " + where);
-  return value;
-}
-
-std::string read_attr_str(const H5File& f, hid_t obj, const std::string& where,
-                          const std::string& name) {
-  Hid attr = open_attr(f, obj, where, name);
-  std::string problem;
-  std::optional<std::string> value = hdf5::read_string_attr(attr.get(), problem, kMaxFixedString);
-  if (!value) f.fail("attribute '" + name + "' on " + where + " " + problem);
-  return *value;
-}
 
 /// Member names of a group, in creation order when the group tracks it (ours do), else by name.
 std::vector<std::string> member_names(const H5File& f, hid_t group, const std::string& where) {
@@ -200,7 +129,7 @@ StoredSpec read_spec(const H5File& f, hid_t dataset, const std::string& where,
                      const std::string& name) {
   StoredSpec s;
   s.spec.name = name;
-  std::string dtype_str = read_attr_str(f, dataset, where, "dtype");
+  std::string dtype_str = read_attr_str(f, dataset, "dtype", where);
   std::optional<DType> dtype = parse_dtype(dtype_str);
   if (!dtype) f.fail(where + " has unknown dtype '" + dtype_str + "'");
   s.spec.dtype = *dtype;
@@ -228,7 +157,7 @@ StoredSpec read_spec(const H5File& f, hid_t dataset, const std::string& where,
     nbytes *= d;  // cannot overflow, and stays <= file_size, after the check above
     s.spec.shape.push_back(int64_t(d));
   }
-  s.crc = uint32_t(read_attr_i64(f, dataset, where, "crc32"));
+  s.crc = uint32_t(read_attr_int(f, dataset, "crc32", where));
   return s;
 }
 
@@ -290,7 +219,7 @@ H5File open_for_read(const fs::path& file) {
   Hid fapl = file_access_plist();
   hid_t id = H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (id < 0) fail(file, "cannot open as HDF5 (truncated or corrupt file)");
-  return H5File{file, Hid(id, H5Fclose), file_size};
+  return H5File{checkpoint_file(file), Hid(id, H5Fclose), file_size};
 }
 
 /// Root attributes (all required), and the config checksum, which HDF5's own metadata checksums
@@ -299,18 +228,18 @@ H5File open_for_read(const fs::path& file) {
 CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxiliary_tensors) {
   hid_t root = f.id.get();
   CheckpointInfo info;
-  info.format_version = read_attr_i64(f, root, "/", "format_version");
+  info.format_version = read_attr_int(f, root, "format_version", "/");
   if (info.format_version > kCheckpointFormatVersion)
     f.fail("format_version " + std::to_string(info.format_version) +
            " is newer than this build of forge reads (" +
            std::to_string(kCheckpointFormatVersion) + "); upgrade forge");
   if (info.format_version < 1)
     f.fail("unknown format_version " + std::to_string(info.format_version));
-  info.step = read_attr_i64(f, root, "/", "step");
+  info.step = read_attr_int(f, root, "step", "/");
   if (info.step < 0) f.fail("negative step " + std::to_string(info.step));
-  info.config_yaml = read_attr_str(f, root, "/", "config");
-  info.forge_version = read_attr_str(f, root, "/", "forge_version");
-  uint32_t stored = uint32_t(read_attr_i64(f, root, "/", "config_crc32"));
+  info.config_yaml = read_attr_str(f, root, "config", "/");
+  info.forge_version = read_attr_str(f, root, "forge_version", "/");
+  uint32_t stored = uint32_t(read_attr_int(f, root, "config_crc32", "/"));
   if (crc32(info.config_yaml.data(), info.config_yaml.size()) != stored)
     f.fail("checksum mismatch in attribute 'config': the file is corrupt");
   // A group under the root and the names of its attributes.
@@ -329,7 +258,7 @@ CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxi
   std::vector<std::string> names;
   Hid g = open_group("counters", names);
   for (const std::string& name : names)
-    info.counters[name] = read_attr_i64(f, g.get(), "'/counters'", name);
+    info.counters[name] = read_attr_int(f, g.get(), name, "'/counters'");
   // Written by runs that reference models they do not save; absent in older checkpoints.
   if (H5Lexists(root, "references", H5P_DEFAULT) > 0) {
     names.clear();
@@ -338,7 +267,7 @@ CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxi
       size_t dot = name.rfind('.');
       std::string model = dot == std::string::npos ? "" : name.substr(0, dot);
       std::string field = dot == std::string::npos ? name : name.substr(dot + 1);
-      std::string value = read_attr_str(f, r.get(), "'/references'", name);
+      std::string value = read_attr_str(f, r.get(), name, "'/references'");
       if (field == "path")
         info.references[model].path = value;
       else if (field == "digest")
@@ -358,7 +287,7 @@ CheckpointInfo read_header(const H5File& f, std::map<std::string, int64_t>& auxi
       if (name.empty() || name.find('.') != std::string::npos)
         f.fail("invalid auxiliary model name '" + name + "' in '/auxiliary'");
       info.auxiliary.push_back(name);
-      auxiliary_tensors[name] = read_attr_i64(f, a.get(), "'/auxiliary'", name);
+      auxiliary_tensors[name] = read_attr_int(f, a.get(), name, "'/auxiliary'");
     }
   }
   return info;
@@ -469,7 +398,7 @@ void write_group(const H5File& f, const std::string& group, const NamedTensors& 
                        c.raw_data()),
               "cannot write " + where + " (disk full?)");
     write_attr_str(f, ds.get(), "dtype", dtype_name(c.dtype()));
-    write_attr_u32(f, ds.get(), "crc32", crc32(c.raw_data(), nbytes));
+    write_attr_int(f, ds.get(), "crc32", H5T_STD_U32LE, crc32(c.raw_data(), nbytes));
   }
 }
 
@@ -477,17 +406,19 @@ void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
   Hid fapl = file_access_plist();
   hid_t id = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (id < 0) fail(file, "cannot create checkpoint file (directory writable? disk full?)");
-  H5File f{file, Hid(id, H5Fclose)};
+  H5File f{checkpoint_file(file), Hid(id, H5Fclose)};
   hid_t root = f.id.get();
-  write_attr_i64(f, root, "format_version", kCheckpointFormatVersion);
-  write_attr_i64(f, root, "step", data.step);
+  write_attr_int(f, root, "format_version", H5T_STD_I64LE, kCheckpointFormatVersion);
+  write_attr_int(f, root, "step", H5T_STD_I64LE, data.step);
   write_attr_str(f, root, "config", data.config_yaml);
-  write_attr_u32(f, root, "config_crc32", crc32(data.config_yaml.data(), data.config_yaml.size()));
+  write_attr_int(f, root, "config_crc32", H5T_STD_U32LE,
+                 crc32(data.config_yaml.data(), data.config_yaml.size()));
   write_attr_str(f, root, "forge_version", kForgeVersion);
   {
     Hid g = f.check(H5Gcreate2(root, "counters", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                     "cannot create group '/counters'");
-    for (const auto& [key, value] : data.counters) write_attr_i64(f, g.get(), key, value);
+    for (const auto& [key, value] : data.counters)
+      write_attr_int(f, g.get(), key, H5T_STD_I64LE, value);
   }
   if (!data.references.empty()) {
     Hid g = f.check(H5Gcreate2(root, "references", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -507,7 +438,7 @@ void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
                   "save_checkpoint: invalid auxiliary model name '", model, "'");
       int64_t tensors = 0;
       for (const NamedTensor& t : data.model) tensors += is_auxiliary_tensor({model}, t.name);
-      write_attr_i64(f, g.get(), model, tensors);
+      write_attr_int(f, g.get(), model, H5T_STD_I64LE, tensors);
     }
   }
   write_group(f, "/model", data.model);

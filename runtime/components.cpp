@@ -17,6 +17,7 @@
 #include "core/glob.h"
 #include "optim/groups.h"
 #include "nn/lora.h"
+#include "runtime/bert_config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/lora_config.h"
 
@@ -46,7 +47,6 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   e.noisy = m.moe_noisy;
   e.noise_eps = m.moe_noise_eps;
   e.capacity_factor = m.moe_capacity_factor;
-  e.eval_capacity_factor = m.moe_eval_capacity_factor;
   e.balance = m.moe_balance == "switch" ? nn::MoEBalance::switch_loss
               : m.moe_balance == "none" ? nn::MoEBalance::none
                                         : nn::MoEBalance::cv2;
@@ -62,7 +62,7 @@ nn::BertConfig bert_config(const RunConfig& config) {
   nn::BertConfig b;
   b.vocab_size = m.vocab_size;
   b.max_positions = m.context;
-  b.type_vocab_size = config.get<int64_t>("bert.type_vocab_size");
+  b.type_vocab_size = bert_settings(config).type_vocab_size;
   b.d_model = m.d_model;
   b.n_layers = m.n_layers;
   b.n_heads = m.n_heads;

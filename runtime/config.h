@@ -45,7 +45,6 @@ struct ModelConfig {
   bool moe_noisy{};
   double moe_noise_eps{};
   double moe_capacity_factor{};
-  double moe_eval_capacity_factor{};
   std::string moe_balance;  // cv2 | switch | none
   double moe_w_importance{};
   double moe_w_load{};
@@ -177,6 +176,10 @@ const std::vector<ConfigKey>& config_schema();
 
 /// The schema key with this dotted path, or nullptr.
 const ConfigKey* find_config_key(const std::string& path);
+
+/// Every file and model the config names: the values of its path and checkpoint keys that are
+/// set (data, tokenizer, model.init_from, a teacher, a reward model, ...).
+std::vector<std::string> config_input_paths(const RunConfig& config);
 
 /// The schema defaults (required keys empty, derived keys unresolved).
 RunConfig default_config();

@@ -65,6 +65,13 @@ const std::map<std::string, std::string> kMovedKeys = {
     {"data.sentence_breaks", "bert.sentence_breaks"},
 };
 
+// Keys Forge no longer reads, and why; configs stored in older checkpoints still hold them.
+const std::map<std::string, std::string> kRetiredKeys = {
+    {"model.moe.eval_capacity_factor",
+     "evaluation and generation route every token without a capacity limit, so that a row's "
+     "output does not depend on its batch (docs/recipes/moe.md)"},
+};
+
 class Loader : public ConfigChecker {
  public:
   Loader(std::string name, ConfigFiles files)
@@ -139,10 +146,7 @@ class Loader : public ConfigChecker {
   // A rule across keys; skipped when one of them was already rejected on its own.
   void cross(std::initializer_list<std::string> keys, bool ok,
              const std::string& message) override {
-    if (ok) return;
-    for (const std::string& k : keys)
-      if (bad_.count(k)) return;
-    error(blame(keys), message);
+    if (!ok) reject(keys, message);
   }
 
   const RunConfig& config() const override { return config_; }
@@ -219,6 +223,9 @@ class Loader : public ConfigChecker {
         const std::string& moved = kMovedKeys.at(path);
         if (recipe_reads(config_, recipe_section_of(moved)))
           assign(*find_config_key(moved), v, at(v.Mark()));
+      } else if (kRetiredKeys.count(path)) {
+        if (files_ != ConfigFiles::skip)
+          error(key_at, "'" + path + "' was removed: " + kRetiredKeys.at(path));
       } else {
         std::string guess = suggest_key(prefix, name);
         if (!guess.empty() && parent_of(guess) == prefix) guess = leaf_of(guess);
@@ -539,8 +546,15 @@ class Loader : public ConfigChecker {
     }
   }
 
+  // A broken rule across `keys`, unless one of them was already rejected on its own.
+  void reject(const std::vector<std::string>& keys, const std::string& message) {
+    for (const std::string& k : keys)
+      if (bad_.count(k)) return;
+    error(blame(keys), message);
+  }
+
   // The first of `keys` the file or an override set; else the file as a whole.
-  Where blame(std::initializer_list<std::string> keys) const {
+  Where blame(const std::vector<std::string>& keys) const {
     for (const std::string& k : keys)
       if (auto it = where_.find(k); it != where_.end()) return it->second;
     return Where{};
@@ -595,17 +609,11 @@ class Loader : public ConfigChecker {
     cross({"model.moe.every", "model.n_layers"}, m.moe_every <= m.n_layers,
           "model.moe.every (" + str(m.moe_every) + ") leaves no MoE block among model.n_layers (" +
               str(m.n_layers) + ")");
-    cross({"model.moe.top_k", "model.moe.n_experts"}, m.moe_top_k <= m.moe_experts,
-          "model.moe.top_k (" + str(m.moe_top_k) + ") must be <= model.moe.n_experts (" +
-              str(m.moe_experts) + ")");
-    if (m.moe_balance == "cv2" && m.moe_w_load > 0) {
-      cross({"model.moe.noisy", "model.moe.balance", "model.moe.w_load"}, m.moe_noisy,
-            "model.moe.balance 'cv2' with w_load > 0 needs model.moe.noisy: true (the smooth "
-            "load estimator is built on the gating noise); set w_load: 0 or noisy: true");
-      cross({"model.moe.top_k", "model.moe.balance", "model.moe.w_load"},
-            m.moe_top_k < m.moe_experts,
-            "model.moe.balance 'cv2' with w_load > 0 needs top_k < n_experts (every expert is "
-            "always chosen otherwise), got top_k " + str(m.moe_top_k));
+    // The layer's own rules, on the MoEConfig a model would be built from.
+    for (const nn::MoEConfigProblem& p : nn::moe_config_problems(gpt_config(m).moe)) {
+      std::vector<std::string> keys;
+      for (const std::string& field : p.fields) keys.push_back("model.moe." + field);
+      reject(keys, p.message);
     }
   }
 

@@ -209,10 +209,8 @@ std::vector<ConfigKey> common_keys() {
       "added to the noise scale so it never vanishes (the paper's code uses 1e-2)");
   add("model.moe.capacity_factor", number_key(1.25, ">= 0"), in(model, &M::moe_capacity_factor),
       "training: an expert takes at most capacity_factor * tokens * top_k / n_experts "
-      "assignments, the rest pass through the residual; 0 = no limit");
-  add("model.moe.eval_capacity_factor", number_key(2.0, ">= 0"),
-      in(model, &M::moe_eval_capacity_factor),
-      "the same in evaluation and generation; 0 = no limit");
+      "assignments, the rest pass through the residual; 0 = no limit (evaluation and "
+      "generation have none)");
   add("model.moe.balance", choice_key("cv2", {"cv2", "switch", "none"}).aka({"aux_loss", "balancing"}),
       in(model, &M::moe_balance),
       "load balancing: cv2 (Shazeer et al. 2017: w_importance CV(importance)^2 + w_load "
@@ -428,6 +426,17 @@ const ConfigKey* find_config_key(const std::string& path) {
   const auto& by_path = config_detail::schema_index().by_path;
   auto it = by_path.find(path);
   return it == by_path.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> config_input_paths(const RunConfig& config) {
+  std::vector<std::string> paths;
+  for (const ConfigKey& key : config_schema()) {
+    if (key.type != ConfigType::path && key.type != ConfigType::checkpoint) continue;
+    const ConfigValue value = key.get(config);
+    if (const auto* text = std::get_if<std::string>(&value); text && !text->empty())
+      paths.push_back(*text);
+  }
+  return paths;
 }
 
 RunConfig default_config() {

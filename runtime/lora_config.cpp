@@ -32,39 +32,41 @@ ConfigSection lora_section() {
                        "[\"ln_f.*\"]")}};
 }
 
-nn::LoRAConfig lora_settings(const RunConfig& config) {
-  nn::LoRAConfig c;
-  c.rank = config.get<int64_t>("lora.rank");
-  c.alpha = config.get<double>("lora.alpha");
-  c.dropout = config.get<double>("lora.dropout");
-  c.rslora = config.get<bool>("lora.rslora");
-  c.targets = config.get<std::vector<std::string>>("lora.targets");
-  return c;
+LoRASection lora_settings(const RunConfig& config) {
+  LoRASection s;
+  s.rank = config.get<int64_t>("lora.rank");
+  s.alpha = config.get<double>("lora.alpha");
+  s.dropout = config.get<double>("lora.dropout");
+  s.rslora = config.get<bool>("lora.rslora");
+  s.targets = config.get<std::vector<std::string>>("lora.targets");
+  s.lr_ratio = config.get<double>("lora.lr_ratio");
+  s.train_also = config.get<std::vector<std::string>>("lora.train_also");
+  return s;
 }
 
 std::vector<std::string> lora_trainable_patterns(const RunConfig& config) {
   std::vector<std::string> include = {"*.lora_A", "*.lora_B"};
-  for (const std::string& p : config.get<std::vector<std::string>>("lora.train_also"))
-    include.push_back(p);
+  for (const std::string& p : lora_settings(config).train_also) include.push_back(p);
   return include;
 }
 
 std::vector<std::pair<std::string, double>> lora_lr_scale(const RunConfig& config) {
-  const double ratio = config.get<double>("lora.lr_ratio");
-  if (config.get<int64_t>("lora.rank") == 0 || ratio == 1.0) return {};
-  return {{"*.lora_B", ratio}};
+  const LoRASection s = lora_settings(config);
+  if (s.rank == 0 || s.lr_ratio == 1.0) return {};
+  return {{"*.lora_B", s.lr_ratio}};
 }
 
 int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& config) {
   const std::vector<nn::ParameterShape> params = nn::gpt_parameter_shapes(model);
-  const auto& also = config.get<std::vector<std::string>>("lora.train_also");
+  const LoRASection lora = lora_settings(config);
+  const std::vector<std::string>& also = lora.train_also;
   for (const std::string& pattern : also)
     if (std::none_of(params.begin(), params.end(),
                      [&](const nn::ParameterShape& p) { return glob_match(pattern, p.name); }))
       throw Error(ExitCode::usage, "lora.train_also: '" + pattern +
                                        "' matches no parameter of the model (names such as '" +
                                        params.back().name + "', 'blocks.0.ln1.weight')");
-  int64_t n = nn::lora_parameter_count(model, lora_settings(config));
+  int64_t n = nn::lora_parameter_count(model, lora);
   for (const nn::ParameterShape& p : params)
     if (std::any_of(also.begin(), also.end(),
                     [&](const std::string& pattern) { return glob_match(pattern, p.name); }))
@@ -73,18 +75,16 @@ int64_t lora_trainable_parameters(const nn::GPTConfig& model, const RunConfig& c
 }
 
 void check_lora(ConfigChecker& checker) {
-  const RunConfig& c = checker.config();
-  checker.cross({"lora.targets", "lora.rank"},
-                c.get<int64_t>("lora.rank") == 0 ||
-                    !c.get<std::vector<std::string>>("lora.targets").empty(),
+  const LoRASection s = lora_settings(checker.config());
+  checker.cross({"lora.targets", "lora.rank"}, s.rank == 0 || !s.targets.empty(),
                 "lora.targets: lora.rank > 0 needs at least one pattern of Linear layers");
   // Both act on adapters only: without them they would be ignored, silently.
-  const bool adapters = c.get<int64_t>("lora.rank") > 0;
-  checker.cross({"lora.lr_ratio", "lora.rank"}, adapters || c.get<double>("lora.lr_ratio") == 1.0,
+  const bool adapters = s.rank > 0;
+  checker.cross({"lora.lr_ratio", "lora.rank"}, adapters || s.lr_ratio == 1.0,
                 "lora.lr_ratio: sets the rate of the adapters' B, but lora.rank is 0 (no "
                 "adapters; every weight trains at optimizer.lr)");
   checker.cross({"lora.train_also", "lora.rank"},
-                adapters || c.get<std::vector<std::string>>("lora.train_also").empty(),
+                adapters || s.train_also.empty(),
                 "lora.train_also: names what trains beside the adapters, but lora.rank is 0 (no "
                 "adapters; every weight trains)");
 }

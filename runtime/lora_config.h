@@ -15,8 +15,15 @@ namespace forge {
 
 ConfigSection lora_section();
 
-/// lora.* as nn takes it; rank 0 means no adapters (full fine-tuning).
-nn::LoRAConfig lora_settings(const RunConfig& config);
+/// The lora: section, a field a key of lora_section (its docs and defaults are there). The
+/// adapters' keys (rank, alpha, dropout, targets, rslora) are nn::LoRAConfig's fields, so the
+/// section passes where nn takes adapters; rank 0 means none (every weight trains).
+struct LoRASection : nn::LoRAConfig {
+  double lr_ratio{};
+  std::vector<std::string> train_also;
+};
+/// What `config` says in its lora: section.
+LoRASection lora_settings(const RunConfig& config);
 
 /// Globs of the parameters a LoRA run trains: the adapters and lora.train_also.
 std::vector<std::string> lora_trainable_patterns(const RunConfig& config);

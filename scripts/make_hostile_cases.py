@@ -781,6 +781,11 @@ refused_output("generate-output-onto-its-prompts",
 refused_output("generate-output-onto-its-checkpoint",
                ["FORGE", "generate", "--checkpoint", RUN, "--prompts", prompts,
                 "--max-new-tokens", "2", "--output", GOOD], [GOOD], [CKPT_DIR])
+refused_output("train-into-the-run-it-starts-from",
+               ["FORGE", "train", run_yaml, "recipe=finetune", "model.init_from=" + RUN,
+                "output_dir=" + RUN], [GOOD, os.path.join(CKPT_DIR, "LATEST")], [CKPT_DIR])
+refused_output("train-into-a-directory-holding-its-data",
+               ["FORGE", "train", run_yaml, "output_dir=" + BASE], [tiny_txt], [BASE])
 refused_output("score-output-onto-its-input",
                ["FORGE", "score", "--checkpoint", os.path.join(BASE, "reward_model"), "--input",
                 scored, "--output", scored], [scored])

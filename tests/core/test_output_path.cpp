@@ -34,7 +34,7 @@ class OutputPath : public ::testing::Test {
   // The message of the refusal, or "" when the output is accepted.
   std::string refusal(const fs::path& output, OutputShape shape = OutputShape::file) {
     try {
-      check_output_path("export", output, {dir_ / "run", dir_ / "prompts.txt"}, shape);
+      check_output_path("export: --output", output, {dir_ / "run", dir_ / "prompts.txt"}, shape);
       return "";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ExitCode::usage) << e.what();

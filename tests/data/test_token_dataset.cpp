@@ -11,7 +11,7 @@
 
 #include "core/checksum.h"
 #include "core/durable_file.h"
-#include "data/hdf5_handle.h"
+#include "data/hdf5_io.h"
 #include "data/token_dataset.h"
 #include "tests/test_util.h"
 

@@ -358,6 +358,18 @@ TEST(NnGenerateBatch, RefusesPromptsThatDoNotFitAndBadOptions) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("prompt 1 is 15 tokens"), std::string::npos) << e.what();
   }
+  // 3 x 2^32 completions do not fit in memory: a usage error naming the option, not a failed
+  // allocation (an internal error).
+  bad = b;
+  bad.num_samples = int64_t(1) << 32;
+  EXPECT_EQ(code({fits, fits, fits}, o, bad), ExitCode::usage);
+  try {
+    generate_batch(model, {fits, fits, fits}, o, bad);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 prompts x --num-samples 4294967296"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A model whose vocabulary is padded past its tokenizer's: with vocab_limit set, no sampler

@@ -393,6 +393,17 @@ TEST(LoRAInject, TargetErrorsNameThePattern) {
   EXPECT_NE(twice.find("a LoRALinear"), std::string::npos) << twice;
 }
 
+// The elements of the adapters inject_lora(GPT(c), lc) adds.
+int64_t injected_adapter_count(const GPTConfig& c, const LoRAConfig& lc) {
+  Generator gen(0);
+  GPT m(c, gen);
+  inject_lora(m, lc, gen);
+  int64_t n = 0;
+  for (const NamedTensor& p : m.named_parameters())
+    if (p.name.find(".lora_") != std::string::npos) n += p.tensor.numel();
+  return n;
+}
+
 TEST(LoRAInject, ParameterCountFromConfigMatchesInjection) {
   GPTConfig untied = tiny_gpt();
   untied.tie_embeddings = false;
@@ -401,15 +412,8 @@ TEST(LoRAInject, ParameterCountFromConfigMatchesInjection) {
          {std::vector<std::string>{"*.attn.qkv", "*.attn.proj"},
           std::vector<std::string>{"*"}, std::vector<std::string>{"blocks.1.mlp.*", "lm_head"}}) {
       if (targets.back() == "lm_head" && c.tie_embeddings) continue;
-      Generator gen(0);
-      GPT m(c, gen);
       const LoRAConfig lc = lora_config(targets, 3);
-      inject_lora(m, lc, gen);
-      int64_t n = 0;
-      for (const NamedTensor& p : m.named_parameters())
-        if (p.name.find(".lora_") != std::string::npos || p.name.rfind("lora_", 0) == 0)
-          n += p.tensor.numel();
-      EXPECT_EQ(lora_parameter_count(c, lc), n) << targets[0];
+      EXPECT_EQ(lora_parameter_count(c, lc), injected_adapter_count(c, lc)) << targets[0];
     }
   }
   GPTConfig big;  // GPT-2 124M: counted, not built
@@ -423,6 +427,32 @@ TEST(LoRAInject, ParameterCountFromConfigMatchesInjection) {
   EXPECT_NE(other.find("(it matches 'blocks.0.attn', a SelfAttention)"), std::string::npos) << other;
   std::string norm = error_of([&] { lora_parameter_count(tiny_gpt(true), lora_config({"ln_f"})); });
   EXPECT_NE(norm.find("a RMSNorm"), std::string::npos) << norm;
+}
+
+// An MoE base: its expert layers are GroupedLinear and its routers Router, not Linear, so the count
+// from the config adapts the dense blocks only, as inject_lora does, and refuses what it refuses
+// with the same message.
+TEST(LoRAInject, ParameterCountOfAnMoEBaseMatchesInjection) {
+  GPTConfig c = tiny_gpt();
+  c.moe = {.every = 2, .n_experts = 3, .top_k = 2, .ffn_mult = 2};  // block 1 is an MoE
+  for (const std::vector<std::string>& targets :
+       {std::vector<std::string>{"*.mlp.fc"}, std::vector<std::string>{"*"},
+        std::vector<std::string>{"*.mlp.*", "*.attn.qkv"}}) {
+    const LoRAConfig lc = lora_config(targets, 3);
+    EXPECT_EQ(lora_parameter_count(c, lc), injected_adapter_count(c, lc)) << targets[0];
+  }
+  GPTConfig all = c;
+  all.moe.every = 1;  // no dense MLP left
+  for (const std::string target : {"*.mlp.fc", "*.router"}) {
+    Generator gen(0);
+    GPT m(all, gen);
+    const std::string injected = error_of([&] { inject_lora(m, lora_config({target}), gen); });
+    const std::string counted = error_of([&] { lora_parameter_count(all, lora_config({target})); });
+    EXPECT_EQ(counted, injected);
+    EXPECT_NE(counted.find(target == "*.router" ? "a Router" : "a GroupedLinear"),
+              std::string::npos)
+        << counted;
+  }
 }
 
 // ---- select_trainable ----

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "core/autograd.h"
@@ -152,7 +153,7 @@ void expect_near_all(const Tensor& a, const Tensor& b, double tol, const std::st
 }
 
 void expect_dispatch_matches_dense(bool swiglu) {
-  nn::MoEConfig config{.every = 1, .n_experts = E, .top_k = K, .eval_capacity_factor = 0};
+  nn::MoEConfig config{.every = 1, .n_experts = E, .top_k = K};
   Generator gen(5);
   nn::MoE layer(config, small_shape(swiglu), 0, gen);
   {
@@ -327,18 +328,34 @@ TEST(MoEConfig, InconsistentSettingsNameTheField) {
   EXPECT_NE(message({.n_experts = 4, .top_k = 4}).find("top_k < n_experts"), std::string::npos);
   EXPECT_NE(message({.noisy = false}).find("noisy"), std::string::npos);
   EXPECT_EQ(message({.noisy = false, .w_load = 0}), "");
+  // Every broken rule, with the fields it reads: the config loader blames their keys.
+  const std::vector<nn::MoEConfigProblem> problems =
+      nn::moe_config_problems({.n_experts = 4, .top_k = 5, .w_z = -1});
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_EQ(problems[0].fields, (std::vector<std::string>{"top_k", "n_experts"}));
+  EXPECT_EQ(problems[0].message, "model.moe.top_k (5) must be <= model.moe.n_experts (4)");
+  EXPECT_EQ(problems[1].fields, (std::vector<std::string>{"w_z"}));
+  EXPECT_EQ(problems[1].message, "model.moe.w_z must be >= 0, got -1");
+  EXPECT_EQ(problems[2].fields, (std::vector<std::string>{"top_k", "balance", "w_load"}));
+}
+
+// A GPT of vocabulary 64, context 16, width 16 and 2 heads, with the given MoE blocks.
+nn::GPTConfig moe_gpt_config(int64_t n_layers, const nn::MoEConfig& moe) {
+  nn::GPTConfig g;
+  g.vocab_size = 64;
+  g.context = 16;
+  g.d_model = 16;
+  g.n_layers = n_layers;
+  g.n_heads = 2;
+  g.moe = moe;
+  return g;
 }
 
 // Every second block holds the MoE; the parameter count of the built model is what
 // gpt_num_parameters predicts, and the active count holds top_k of n_experts experts.
 TEST(MoEGPT, EverySecondBlockIsAnMoEAndParametersAreCounted) {
-  nn::GPTConfig g;
-  g.vocab_size = 64;
-  g.context = 16;
-  g.d_model = 16;
-  g.n_layers = 4;
-  g.n_heads = 2;
-  g.moe = {.every = 2, .n_experts = 4, .top_k = 2, .ffn_mult = 2};
+  const nn::GPTConfig g =
+      moe_gpt_config(4, {.every = 2, .n_experts = 4, .top_k = 2, .ffn_mult = 2});
   Generator gen(4);
   nn::GPT model(g, gen);
   EXPECT_FALSE((*model.blocks)[0]->has_moe);
@@ -353,6 +370,97 @@ TEST(MoEGPT, EverySecondBlockIsAnMoEAndParametersAreCounted) {
   EXPECT_EQ(nn::gpt_active_parameters(g), nn::gpt_num_parameters(dense) + 2 * (2 * 4 * 16 + 16));
   Tensor ids = from_vector(std::vector<double>(32, 5.0), {2, 16}, DType::i64);
   EXPECT_EQ(model.forward(ids).shape(), (Shape{2, 16, 64}));
+}
+
+// Deterministic routing in training is evaluation's routing: the same output token for token, no
+// noise drawn, nothing dropped even where the training capacity would drop half the assignments;
+// the guard sets it on every MoE layer and puts back what each had.
+TEST(MoERouting, DeterministicRoutingInTrainingRoutesAsEvaluation) {
+  nn::MoEConfig config{.every = 1, .n_experts = 4, .top_k = 2, .capacity_factor = 1.0,
+                       .w_load = 0};
+  Generator gen(8);
+  nn::MoE layer(config, small_shape(false), 0, gen);
+  {
+    NoGradGuard no_grad;
+    // All tokens prefer experts 0 and 1, so capacity 1.0 drops half the assignments; a noise
+    // scale that would reorder them if it were drawn.
+    layer.router->weight.copy_(from_vector(std::vector<double>{2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1,
+                                                               0, 0, 0, 0, 0, 0, -1, -1, -1, -1,
+                                                               -1, -1},
+                                           {4, C}));
+    layer.router->noise.copy_(full({4, C}, 3.0));
+  }
+  const Tensor x = ones({2, 4, C});
+  layer.eval();
+  const std::vector<float> evaluated = layer.forward(x).to_vector<float>();
+  layer.train();
+  const GeneratorState before = default_generator().state();
+  nn::AuxCollector collector;
+  std::vector<float> deterministic;
+  {
+    nn::DeterministicRouting routing(layer);
+    EXPECT_TRUE(layer.deterministic_routing());
+    deterministic = layer.forward(x).to_vector<float>();
+  }
+  EXPECT_FALSE(layer.deterministic_routing());
+  EXPECT_EQ(deterministic, evaluated);
+  EXPECT_EQ(default_generator().state(), before);  // no noise drawn
+  nn::AuxReport report = collector.take();
+  EXPECT_EQ(report.stats.at("dropped_frac_l0").first, 0.0);
+  // The importance loss still trains the router; the load term, built on the noise, is off.
+  ASSERT_EQ(report.losses.size(), 1u);
+  EXPECT_TRUE(report.losses[0].requires_grad());
+  EXPECT_NE(layer.forward(x).to_vector<float>(), evaluated);  // stochastic again
+}
+
+// A GPT whose MoE blocks all send every token to the same two of 8 experts (ln2's bias dominates
+// the router's input), so any capacity limit claimed across the batch would drop assignments.
+std::unique_ptr<nn::GPT> skewed_moe_gpt() {
+  const nn::GPTConfig g =
+      moe_gpt_config(2, {.every = 1, .n_experts = 8, .top_k = 2, .ffn_mult = 2});
+  Generator gen(9);
+  auto model = std::make_unique<nn::GPT>(g, gen);
+  NoGradGuard no_grad;
+  for (NamedTensor p : model->named_parameters()) {
+    if (p.name.ends_with(".ln2.bias")) p.tensor.copy_(full({g.d_model}, 4.0));
+    if (p.name.ends_with(".router.weight")) p.tensor.copy_(normal(p.tensor.shape(), 0.0, 1.0, gen));
+  }
+  model->eval();
+  return model;
+}
+
+// Evaluation and generation route without capacity: a row's logits alone equal its logits behind
+// other rows in one forward, and left-padded in a KV-cache batch as generation runs it.
+TEST(MoERouting, ARowsLogitsDoNotDependOnItsBatchOrLeftPadding) {
+  const std::unique_ptr<nn::GPT> gpt = skewed_moe_gpt();
+  const nn::GPT& model = *gpt;
+  auto row = [](int64_t n, uint64_t seed) {
+    std::vector<double> ids;
+    uint64_t state = seed;
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      ids.push_back(double((state >> 33) % 64));
+    }
+    return ids;
+  };
+  const std::vector<double> mine = row(10, 1), other = row(10, 2), longer = row(13, 3);
+  const Tensor alone = model.forward(from_vector(mine, {1, 10}, DType::i64));  // [1, 10, V]
+
+  std::vector<double> two = other;
+  two.insert(two.end(), mine.begin(), mine.end());
+  const Tensor behind = model.forward(from_vector(two, {2, 10}, DType::i64));
+  expect_near_all(slice(behind, 0, 1, 2), alone, 1e-5, "behind another row");
+
+  // Generation's layout: rows right-aligned at slot 13, mine last and padded by 3 slots.
+  const int64_t L = 13;
+  std::vector<double> padded(size_t(2 * L), 0.0);
+  std::copy(longer.begin(), longer.end(), padded.begin());
+  std::copy(mine.begin(), mine.end(), padded.begin() + 2 * L - 10);
+  nn::KVCache cache = model.make_cache(2, L);
+  cache.start = {0, L - 10};
+  const Tensor batched =
+      model.forward_incremental(from_vector(padded, {2, L}, DType::i64), cache);  // [2, L, V]
+  expect_near_all(slice(slice(batched, 0, 1, 2), 1, L - 10, L), alone, 1e-5, "left-padded");
 }
 
 }  // namespace

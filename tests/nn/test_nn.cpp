@@ -239,17 +239,23 @@ TEST(NnGPT, ParameterCount) {
   EXPECT_EQ(mlp_hidden_size(big), 344);  // 2/3 * 512 = 341 -> 344
 }
 
-// gpt_parameter_shapes lists what the built model holds, name by name and in order, across the
-// architecture switches and with MoE blocks (noisy or not, GELU or SwiGLU experts).
+// gpt_parameter_shapes lists what the built model holds, name by name and in order, with the type
+// of every module on each name's path, across the architecture switches and with MoE blocks (noisy
+// or not, GELU or SwiGLU experts).
 TEST(NnGPT, ParameterShapesAreTheBuiltModelsParameters) {
   Generator gen(0);
   auto expect_listed = [&](const GPTConfig& c) {
-    const NamedTensors built = GPT(c, gen).named_parameters();
+    GPT model(c, gen);
+    const NamedTensors built = model.named_parameters();
     const std::vector<ParameterShape> listed = gpt_parameter_shapes(c);
     ASSERT_EQ(listed.size(), built.size());
     for (size_t i = 0; i < built.size(); ++i) {
       EXPECT_EQ(listed[i].name, built[i].name);
       EXPECT_EQ(listed[i].shape, built[i].tensor.shape()) << built[i].name;
+      std::vector<std::string> path_types;
+      for (size_t dot = 0; dot != std::string::npos; dot = built[i].name.find('.', dot + 1))
+        path_types.push_back(type_name(*model.find_module(built[i].name.substr(0, dot))));
+      EXPECT_EQ(listed[i].modules, path_types) << built[i].name;
       const bool expert = c.moe.every > 0 && built[i].name.find(".mlp.") != std::string::npos &&
                           built[i].name.find(".router.") == std::string::npos &&
                           built[i].tensor.size(0) == c.moe.n_experts;

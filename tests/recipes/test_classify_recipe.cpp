@@ -2,7 +2,7 @@
 // its own words among shared filler) and a tiny base GPT trained in SetUp: a fixed-seed run with
 // asserted accuracy, eval and predict and the report's confusion matrix, kill-and-resume with the
 // loader cursor, each block's learning rate and the step it starts training under layer_lr_decay,
-// STLR and gradual unfreezing, data errors, and a BERT classifier.
+// STLR and gradual unfreezing, data errors, a BERT classifier, and the classify: section's struct.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -17,8 +17,10 @@
 #include "optim/schedule.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
+#include "recipes/classify.h"
 #include "runtime/confusion.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -323,6 +325,24 @@ TEST_F(ClassifyRecipe, ABertClassifierTrainsFromRandomInit) {
   EXPECT_NE(out.find("classify.max_len: a BERT reads at most model.context tokens (48)"),
             std::string::npos)
       << out;
+}
+
+TEST(ClassifySection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<ClassifySection>(
+      classify_section(),
+      "recipe: classify\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: records}\n",
+      classify_settings,
+      {{{"classify.labels=[neg, pos]"},
+        [](const ClassifySection& s) {
+          EXPECT_EQ(s.labels, (std::vector<std::string>{"neg", "pos"}));
+        }},
+       {{"classify.records=lines"},
+        [](const ClassifySection& s) { EXPECT_EQ(s.records, RecordFormat::lines); }},
+       {{"classify.records=file"},
+        [](const ClassifySection& s) { EXPECT_EQ(s.records, RecordFormat::file); }},
+       {{"classify.max_len=12"}, [](const ClassifySection& s) { EXPECT_EQ(s.max_len, 12); }},
+       {{"classify.hidden=7"}, [](const ClassifySection& s) { EXPECT_EQ(s.hidden, 7); }},
+       {{"classify.dropout=0.3"}, [](const ClassifySection& s) { EXPECT_EQ(s.dropout, 0.3); }}});
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // B/k), a teacher that stays untouched and out of the student's checkpoints, the student's
 // initialisation from teacher blocks and its errors, vocabulary / tokenizer / family mismatches,
 // kill-and-resume (with the cosine projection saved beside the student), a changed teacher on
-// resume, `forge eval` and `forge validate`.
+// resume, `forge eval` and `forge validate`; the distill: section read into its struct.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -18,6 +18,7 @@
 #include "recipes/distill.h"
 #include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -466,6 +467,33 @@ TEST_F(DistillRecipe, EvalGenerateAndValidateOfADistillRun) {
   EXPECT_NE(summary.find("# trainable parameters: " + std::to_string(student) + " ("),
             std::string::npos)
       << summary;
+}
+
+TEST(DistillSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<DistillSection>(
+      distill_section(),
+      "recipe: distill\nmodel: {n_layers: 2}\ndata: {train: x.txt}\ndistill: {teacher: runs/t}\n",
+      distill_settings,
+      {{{"distill.teacher=runs/other"},
+        [](const DistillSection& s) { EXPECT_EQ(s.teacher, "runs/other"); }},
+       {{"distill.init_from_teacher=every_other"},
+        [](const DistillSection& s) { EXPECT_EQ(s.init_from_teacher, TeacherInit::every_other); }},
+       {{"distill.init_from_teacher=blocks", "distill.teacher_blocks=[3, 1]"},
+        [](const DistillSection& s) { EXPECT_EQ(s.init_from_teacher, TeacherInit::blocks); }},
+       {{"distill.teacher_blocks=[3, 1]", "distill.init_from_teacher=blocks"},
+        [](const DistillSection& s) {
+          EXPECT_EQ(s.teacher_blocks, (std::vector<int64_t>{3, 1}));
+        }},
+       {{"distill.temperature=4"}, [](const DistillSection& s) { EXPECT_EQ(s.temperature, 4.0); }},
+       {{"distill.alpha_ce=0.25"}, [](const DistillSection& s) { EXPECT_EQ(s.alpha_ce, 0.25); }},
+       {{"distill.alpha_kd=0.75"}, [](const DistillSection& s) { EXPECT_EQ(s.alpha_kd, 0.75); }},
+       {{"distill.alpha_cos=1"}, [](const DistillSection& s) { EXPECT_EQ(s.alpha_cos, 1.0); }},
+       {{"distill.kl=reverse"}, [](const DistillSection& s) { EXPECT_TRUE(s.reverse_kl); }}});
+  const DistillSection defaults = distill_settings(load_config_string(
+      "recipe: distill\ndata: {train: x.txt}\ndistill: {teacher: runs/t}\n", "x.yaml", {},
+      ConfigFiles::skip));
+  EXPECT_EQ(defaults.init_from_teacher, TeacherInit::none);
+  EXPECT_FALSE(defaults.reverse_kl);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // losses for full and LoRA fine-tuning on record files, the initial evaluation equal to the
 // base's, adapter-only checkpoints, kill-and-resume of a LoRA run and a changed base, SFT on JSONL
 // (masking, resume, changed and bad lines), eval/generate on a LoRA run, merged logits equal to
-// the adapters', the errors of init_from and the trainable count of `forge validate`.
+// the adapters', the errors of init_from, the trainable count of `forge validate`, and the
+// finetune: and lora: sections read into their structs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -19,8 +20,10 @@
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "recipes/finetune.h"
+#include "runtime/lora_config.h"
 #include "runtime/metrics.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -471,6 +474,40 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
             std::string::npos)
       << out;
   EXPECT_EQ(forge_output("validate " + full).first, 0);
+}
+
+TEST(FinetuneSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<FinetuneSection>(
+      finetune_section(),
+      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: records}\n",
+      finetune_settings,
+      {{{"finetune.end_of_text=<|im_end|>"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.end_of_text, "<|im_end|>"); }},
+       {{"finetune.records=lines"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::lines); }},
+       {{"finetune.records=file"},
+        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::file); }}});
+}
+
+TEST(LoRASection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<LoRASection>(
+      lora_section(),
+      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: x.txt}\n"
+      "lora: {rank: 4}\n",
+      lora_settings,
+      {{{"lora.rank=2"}, [](const LoRASection& s) { EXPECT_EQ(s.rank, 2); }},
+       {{"lora.alpha=8"}, [](const LoRASection& s) { EXPECT_EQ(s.alpha, 8.0); }},
+       {{"lora.dropout=0.05"}, [](const LoRASection& s) { EXPECT_EQ(s.dropout, 0.05); }},
+       {{"lora.targets=[\"*.attn.qkv\"]"},
+        [](const LoRASection& s) {
+          EXPECT_EQ(s.targets, (std::vector<std::string>{"*.attn.qkv"}));
+        }},
+       {{"lora.rslora=true"}, [](const LoRASection& s) { EXPECT_TRUE(s.rslora); }},
+       {{"lora.lr_ratio=16"}, [](const LoRASection& s) { EXPECT_EQ(s.lr_ratio, 16.0); }},
+       {{"lora.train_also=[\"ln_f.*\"]"},
+        [](const LoRASection& s) {
+          EXPECT_EQ(s.train_also, (std::vector<std::string>{"ln_f.*"}));
+        }}});
 }
 
 }  // namespace

@@ -137,6 +137,9 @@ TEST_F(GenerateCli, BadInputsExitWithTheirCodes) {
   EXPECT_EQ(generate("--num-samples 2").code, 2);
   EXPECT_EQ(generate("--prompt x" + prompts).code, 2);
   EXPECT_EQ(generate(prompts + " --num-samples 0").code, 2);
+  const Result too_many = generate(prompts + " --max-new-tokens 8 --num-samples 4294967296");
+  EXPECT_EQ(too_many.code, 2);
+  EXPECT_NE(too_many.err.find("--num-samples 4294967296"), std::string::npos) << too_many.err;
   EXPECT_EQ(generate(prompts + " --batch-size 0").code, 2);
   EXPECT_EQ(generate(prompts + " --output " + (dir_ / "no" / "such.jsonl").string()).code, 2);
   const Result too_long = generate(prompts + " --max-new-tokens 20");  // 13 + 20 > context 32

@@ -1,20 +1,29 @@
 // What finetune, dpo and ppo share through recipes/policy.h, checked per recipe: the memory
 // estimate of `forge validate` for each one's case (full or LoRA, a reference copy or not, ppo's
 // reward and value models and generation rows), the dpo: section read into its struct, forge eval
-// of a dpo run, and a ppo config whose reward model is not a readable checkpoint refused by
-// `forge validate` with exit 4.
+// of a dpo run and its --prompts KL, and a ppo config whose reward model is not a readable
+// checkpoint refused by `forge validate` with exit 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "data/tokenizer.h"
+#include "nn/generate.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
 #include "recipes/dpo.h"
+#include "recipes/lm_objective.h"
+#include "recipes/policy.h"
 #include "runtime/registry.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -138,30 +147,27 @@ TEST_F(PolicyMemory, PPOHoldsTheRewardModelAndTrainsAValueModelOrHead) {
 }
 
 TEST(DPOSection, HoldsEveryKeyOfTheSection) {
-  const auto load = [](const std::vector<std::string>& overrides) {
-    return dpo_settings(load_config_string(
-        "recipe: dpo\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n",
-        "x.yaml", overrides, ConfigFiles::skip));
-  };
-  // A field a key: a key added to the section without one fails here first.
-  EXPECT_EQ(dpo_section().keys.size(), 6u);
-  const DPOSection defaults = load({});
-  EXPECT_EQ(defaults.beta, 0.1);
+  const std::string yaml =
+      "recipe: dpo\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n";
+  testing::expect_every_key_reaches_its_field<DPOSection>(
+      dpo_section(), yaml, dpo_settings,
+      {{{"dpo.beta=0.5"}, [](const DPOSection& s) { EXPECT_EQ(s.beta, 0.5); }},
+       {{"dpo.loss_type=ipo"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::ipo); }},
+       {{"dpo.loss_type=hinge"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::hinge); }},
+       {{"dpo.label_smoothing=0.2"},
+        [](const DPOSection& s) { EXPECT_EQ(s.label_smoothing, 0.2); }},
+       {{"dpo.precompute_reference=true"},
+        [](const DPOSection& s) { EXPECT_TRUE(s.precompute_reference); }},
+       {{"dpo.eval_text=text.txt"},
+        [](const DPOSection& s) { EXPECT_EQ(s.eval_text, "text.txt"); }},
+       {{"dpo.eval_text_fraction=0.25"},
+        [](const DPOSection& s) { EXPECT_EQ(s.eval_text_fraction, 0.25); }}});
+  const DPOSection defaults =
+      dpo_settings(load_config_string(yaml, "x.yaml", {}, ConfigFiles::skip));
   EXPECT_EQ(defaults.loss_type, nn::DPOLossType::sigmoid);
-  EXPECT_EQ(defaults.label_smoothing, 0.0);
   EXPECT_FALSE(defaults.precompute_reference);
-  EXPECT_EQ(defaults.eval_text, "");
-  EXPECT_EQ(defaults.eval_text_fraction, 0.1);
-  const DPOSection set =
-      load({"dpo.beta=0.5", "dpo.loss_type=ipo", "dpo.precompute_reference=true",
-            "dpo.eval_text=text.txt", "dpo.eval_text_fraction=0.25"});
-  EXPECT_EQ(set.beta, 0.5);
-  EXPECT_EQ(set.loss_type, nn::DPOLossType::ipo);
-  EXPECT_TRUE(set.precompute_reference);
-  EXPECT_EQ(set.eval_text, "text.txt");
-  EXPECT_EQ(set.eval_text_fraction, 0.25);
-  EXPECT_EQ(load({"dpo.loss_type=hinge"}).loss_type, nn::DPOLossType::hinge);
-  EXPECT_EQ(load({"dpo.label_smoothing=0.2"}).label_smoothing, 0.2);
 }
 
 class PolicyEval : public testing::RecipeTest {};
@@ -194,6 +200,71 @@ TEST_F(PolicyEval, DPOEvalRepeatsTheRunsLastTextLossAndAddsThePromptsMetrics) {
   EXPECT_NE(prompts, std::string::npos) << out;
   EXPECT_LT(own, prompts) << out;
   EXPECT_NE(out.find("val_samples 2\n"), std::string::npos) << out;
+}
+
+// forge eval --prompts on a policy and a reference that differ (two initialisations), sampled at
+// temperature 0.5 among the top 5 tokens: the KL is that of the distribution the samples came
+// from (the policy's, tempered and cut, as the sampler sums it) to the reference at temperature
+// 0.5, read here off the reference's full forwards. Temperature-1 log-probabilities of both models
+// give another number. Greedy decoding has no such distribution and is refused.
+TEST_F(PolicyEval, PromptsKLIsThatOfTheSamplingDistributionToTheTemperedReference) {
+  const RunConfig config = load_config_string(
+      "recipe: dpo\nmodel: {init_from: base, vocab_size: 256, context: 32, d_model: 32, "
+      "n_layers: 2, n_heads: 2}\ndata: {tokenizer: bytes, train: pairs.jsonl}\n",
+      "x.yaml", {}, ConfigFiles::skip);
+  Generator policy_init(1), reference_init(2);
+  nn::GPT policy(gpt_config(config.model), policy_init);
+  auto copy = std::make_unique<nn::GPT>(gpt_config(config.model), reference_init);
+  copy->eval();
+  const nn::GPT& ref = *copy;
+  const ReferencePolicy reference(policy, std::move(copy));
+  testing::write_file(dir_ / "prompts.txt", "ROMEO:\nJULIET:\n");
+  CommandOptions options;
+  options.values = {{"prompts", (dir_ / "prompts.txt").string()},
+                    {"temperature", "0.5"},
+                    {"top-k", "5"},
+                    {"num-samples", "3"},
+                    {"max-new-tokens", "6"},
+                    {"seed", "7"}};
+  double kl = -1;
+  for (const Metric& metric : evaluate_policy(config, policy, reference, options))
+    if (metric.key == "kl_per_token") kl = metric.value.as_double();
+
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer("bytes", {});
+  const std::vector<std::vector<int64_t>> prompts =
+      encode_prompts({"ROMEO:", "JULIET:"}, *tokenizer);
+  const nn::SamplingOptions sampling{
+      .max_new_tokens = 6, .temperature = 0.5, .top_k = 5, .seed = 7};
+  const nn::BatchOptions batch{.num_samples = 3};
+  NoGradGuard no_grad;
+  double sampled = 0, untempered = 0, tokens = 0;
+  for (const nn::Completion& c : nn::generate_batch(policy, prompts, sampling, batch)) {
+    std::vector<int64_t> row = prompts[size_t(c.prompt_index)];
+    const int64_t P = int64_t(row.size());
+    row.insert(row.end(), c.tokens.begin(), c.tokens.end());
+    Tensor ids = empty({1, int64_t(row.size())}, DType::i64);
+    std::copy(row.begin(), row.end(), ids.data<int64_t>());
+    const Tensor logits = ref.forward(ids).contiguous();  // [1, T, V]
+    const int64_t V = logits.size(2);
+    const std::vector<double> at_t = log_softmax(mul(logits, 2.0), -1).to_vector<double>();
+    const std::vector<double> at_1 = log_softmax(logits, -1).to_vector<double>();
+    double ref_t = 0, ref_1 = 0;
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      const size_t at = size_t((P - 1 + int64_t(i)) * V + c.tokens[i]);
+      ref_t += at_t[at];
+      ref_1 += at_1[at];
+    }
+    sampled += c.sampling_logprob - ref_t;
+    untempered += c.logprob - ref_1;
+    tokens += double(c.tokens.size());
+  }
+  EXPECT_NEAR(kl, sampled / tokens, 1e-5);
+  EXPECT_GT(std::abs(kl - untempered / tokens), 0.1) << untempered / tokens;
+
+  options.values["temperature"] = "0";
+  testing::expect_error(ExitCode::usage, "--temperature 0", [&] {
+    evaluate_policy(config, policy, reference, options);
+  });
 }
 
 class PolicyValidate : public testing::RecipeTest {};

@@ -4,7 +4,7 @@
 // reference; the reference never changes (a precomputed reference trains identically) and is not
 // saved; a LoRA policy's reference is its base; eval, score and eval --prompts agree with training
 // and with forge generate; kill-and-resume is exact with the loader cursor; bad input exits with
-// its code and one line.
+// its code and one line; the preference: and reward_model: sections read into their structs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -16,7 +16,10 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
+#include "recipes/preference_config.h"
+#include "recipes/reward_model.h"
 #include "tests/recipes/recipe_test.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -244,6 +247,29 @@ TEST_F(PreferenceRecipes, BadInputsExitWithTheirCodesAndOneLine) {
   expect("score --checkpoint " + (dir_ / "base").string() + " --input " +
              (dir_ / "val.jsonl").string(),
          4, "a gpt_pretrain checkpoint, not a reward_model one");
+}
+
+constexpr const char* kRewardModel =
+    "recipe: reward_model\nmodel: {init_from: base, context: 64}\n"
+    "data: {tokenizer: bytes, train: pairs.jsonl}\n";
+
+TEST(PreferenceSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<PreferenceSection>(
+      preference_section(), kRewardModel, preference_settings,
+      {{{"preference.max_length=48"},
+        [](const PreferenceSection& s) { EXPECT_EQ(s.max_length, 48); }},
+       {{"preference.max_prompt_length=20"},
+        [](const PreferenceSection& s) { EXPECT_EQ(s.max_prompt_length, 20); }},
+       {{"preference.end_of_text=<|endoftext|>"},
+        [](const PreferenceSection& s) { EXPECT_EQ(s.end_of_text, "<|endoftext|>"); }}});
+}
+
+TEST(RewardModelSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<RewardModelSection>(
+      reward_model_section(), kRewardModel, reward_model_settings,
+      {{{"reward_model.center_rewards_coefficient=0.01"}, [](const RewardModelSection& s) {
+          EXPECT_EQ(s.center_rewards_coefficient, 0.01);
+        }}});
 }
 
 }  // namespace

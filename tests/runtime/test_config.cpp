@@ -1,7 +1,7 @@
 // Config loading against the schema: values and defaults, every error kind with its exact line
 // (file:line:col and message), did-you-mean, overrides, derived defaults, cross-field checks, the
 // recipe registry and its sections, checkpoint keys and model.init_from, the resolved-config round
-// trip, and docs/config.md staying in step with the schema.
+// trip, docs/config.md staying in step with the schema, and the bert: section's struct.
 // Tests run from the repository root, so fixture paths are repo-relative.
 #include <gtest/gtest.h>
 
@@ -15,10 +15,12 @@
 #include "core/error.h"
 #include "optim/optimizer.h"
 #include "recipes/bert_pretrain.h"
+#include "runtime/bert_config.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
 #include "runtime/registry.h"
+#include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -119,6 +121,16 @@ TEST(ConfigLoad, TheSplitSeedIsTheSeedUnlessGiven) {
   EXPECT_EQ(fixed.seed, 7);
   // The resolved config names it, so a run stored with it reloads the same.
   EXPECT_NE(to_yaml(fixed).find("  split_seed: 3\n"), std::string::npos);
+}
+
+// What forge train compares its output_dir with: every path and checkpoint key that is set.
+TEST(ConfigLoad, InputPathsAreEveryPathAndCheckpointKeySet) {
+  const RunConfig c = load_config_string(
+      minimal(), "x.yaml", {"recipe=finetune", "data.val=val.txt", "model.init_from=runs/base"},
+      ConfigFiles::skip);
+  std::vector<std::string> paths = config_input_paths(c);
+  std::sort(paths.begin(), paths.end());
+  EXPECT_EQ(paths, (std::vector<std::string>{"runs/base", kTiny, "val.txt"}));
 }
 
 TEST(ConfigLoad, BlockAndFlowStyleAgree) {
@@ -575,6 +587,18 @@ TEST(ConfigSections, NotReadByTheRecipeIsOneErrorAtTheSection) {
                                "bert_pretrain, distill)"));
 }
 
+TEST(BertSection, HoldsEveryKeyOfTheSection) {
+  testing::expect_every_key_reaches_its_field<BertSection>(
+      bert_section(), kBert, bert_settings,
+      {{{"bert.type_vocab_size=3"}, [](const BertSection& s) { EXPECT_EQ(s.type_vocab_size, 3); }},
+       {{"bert.mask_prob=0.3"}, [](const BertSection& s) { EXPECT_EQ(s.mask_prob, 0.3); }},
+       {{"bert.eval_pairs=64"}, [](const BertSection& s) { EXPECT_EQ(s.eval_pairs, 64); }},
+       {{"bert.paragraphs_per_document=2"},
+        [](const BertSection& s) { EXPECT_EQ(s.paragraphs_per_document, 2); }},
+       {{"bert.sentence_breaks=true"},
+        [](const BertSection& s) { EXPECT_TRUE(s.sentence_breaks); }}});
+}
+
 TEST(ConfigSections, KeysHaveDefaultsOverridesRangesAndRoundTrip) {
   RunConfig d = default_config();
   EXPECT_EQ(d.get<int64_t>("bert.type_vocab_size"), 2);
@@ -584,7 +608,7 @@ TEST(ConfigSections, KeysHaveDefaultsOverridesRangesAndRoundTrip) {
   EXPECT_FALSE(d.get<bool>("bert.sentence_breaks"));
   RunConfig c = load_config_string(kBert + "bert: {mask_prob: 0.2, sentence_breaks: true}\n",
                                    "x.yaml", {"bert.eval_pairs=64"});
-  BertSettings b = bert_settings(c);
+  BertSection b = bert_settings(c);
   EXPECT_EQ(b.mask_prob, 0.2);
   EXPECT_TRUE(b.sentence_breaks);
   EXPECT_EQ(b.eval_pairs, 64);
