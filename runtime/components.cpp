@@ -205,8 +205,8 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   // A path that exists but cannot be followed (a symlink loop, no permission) is named with why;
-  // status sets no error for a path that does not exist.
-  if (ec)
+  // one that does not exist is said so below.
+  if (ec && status.type() != std::filesystem::file_type::not_found)
     throw Error(ExitCode::checkpoint,
                 quoted_path(path.string()) + ": cannot be read: " + ec.message());
   if (std::filesystem::is_regular_file(status) || foreign_layout(path)) return path;
