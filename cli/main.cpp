@@ -41,6 +41,7 @@
 #include "recipes/catalog.h"
 #include "recipes/lm_objective.h"
 #include "runtime/registry.h"
+#include "runtime/run_directory.h"
 
 namespace forge {
 namespace {
@@ -98,9 +99,12 @@ std::string usage_text() {
 const std::map<std::string, std::string> kCommandUsage = {
     {"train",
      "usage: forge train CONFIG [key.path=value ...] [--ignore-memory-check]\n"
+     "                  [--use-existing-dir]\n"
      "Trains the recipe CONFIG names. Overrides use dotted paths (optimizer.lr=3e-4, a list as\n"
      "[a,b]). The run directory (output_dir) receives config.yaml, metrics.jsonl, checkpoints/ and\n"
      "report.html; a second run resumes from its latest checkpoint unless train.resume=never.\n"
+     "An output_dir that exists, is not empty and is not a run directory (no .forge-run) is\n"
+     "refused with exit 2; --use-existing-dir trains into it anyway, marking it as a run.\n"
      "Before building models the memory estimate of forge validate is compared with the\n"
      "machine's memory (MemAvailable, the cgroup's memory.max); a run that would not fit stops\n"
      "with exit 2 unless given --ignore-memory-check.\n"},
@@ -137,7 +141,9 @@ const std::map<std::string, std::string> kCommandUsage = {
      "tokens' log-probabilities under the model (temperature 1, no top-k/top-p), the stop text's\n"
      "tokens included; finished says it ended at the stop text. A sample depends on (seed,\n"
      "prompt index, sample index), not on the batch size. Every prompt plus --max-new-tokens\n"
-     "must fit the model context. Progress and tokens/s go to stderr.\n"
+     "must fit the model context; that, and the completions and one batch fitting memory, are\n"
+     "checked before the model loads. Progress and tokens/s go to stderr. A model whose\n"
+     "vocabulary is padded past its tokenizer's samples only ids the tokenizer decodes.\n"
      "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
     {"tokenize",
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
@@ -183,6 +189,8 @@ const std::map<std::string, std::string> kCommandUsage = {
 [[noreturn]] void usage_error(const std::string& message) { throw Error(ExitCode::usage, message); }
 
 // Splits `args` into positionals and --name value options; `flags` lists the allowed options.
+// An option given twice is refused: which of the two was meant (a second --output, a second
+// --prompt) cannot be guessed, and keeping either silently drops the other.
 struct ParsedArgs {
   std::vector<std::string> positional;
   std::map<std::string, std::string> options;
@@ -208,7 +216,8 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
     if (std::find(flags.begin(), flags.end(), name) == flags.end())
       usage_error(detail::concat(command, ": unknown option --", name, " (see forge ", command,
                                  " --help)"));
-    parsed.options[name] = value;
+    if (!parsed.options.emplace(name, value).second)
+      usage_error(detail::concat(command, ": option --", name, " given twice"));
   }
   return parsed;
 }
@@ -229,18 +238,23 @@ RunConfig config_from_args(const std::string& command, const std::vector<std::st
   return load_config(args[0], {args.begin() + 1, args.end()});
 }
 
-// Removes every `flag` (an option without a value, e.g. --force) from args; whether it was there.
+// Removes `flag` (an option without a value, e.g. --force) from args; whether it was there. Given
+// twice, it is refused as parse_args refuses a repeated option.
 bool take_flag(std::vector<std::string>& args, const std::string& flag) {
-  return std::erase(args, flag) > 0;
+  const size_t count = std::erase(args, flag);
+  if (count > 1) usage_error(detail::concat("option ", flag, " given twice"));
+  return count > 0;
 }
 
 int cmd_train(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool ignore_memory = take_flag(rest, "--ignore-memory-check");
+  const bool use_existing_dir = take_flag(rest, "--use-existing-dir");
   RunConfig config = config_from_args("train", rest);
   const std::vector<std::string> named = config_input_paths(config);
   check_output_path("train: output_dir", config.output_dir, {named.begin(), named.end()},
                     OutputShape::directory);
+  claim_output_dir(config.output_dir, use_existing_dir);
   const RecipeSpec& recipe = find_recipe(config.recipe);
   std::optional<MemoryLimit> limit = machine_memory();
   // Ranks that share a machine share its memory.
@@ -294,9 +308,11 @@ int cmd_eval(const std::vector<std::string>& args) {
     if (!p.options.count("data"))
       usage_error("eval: " + target.string() +
                   " is a Hugging Face model directory: name the text to score with --data FILE");
-    const std::string data = p.options.at("data");
+    // The file is checked once, as data.train, and then serves as data.val too: an override of
+    // each would report one bad --data path twice.
     config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(),
-                                {"data.train=" + data, "data.val=" + data});
+                                {"data.train=" + p.options.at("data")});
+    config.data.val = config.data.train;
     file = target;
   } else {
     if (p.options.count("data"))
@@ -351,8 +367,7 @@ int cmd_predict(const std::vector<std::string>& args) {
 
 // forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
 // stdout or, written atomically at the end, in --output.
-int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
-                     nn::BatchOptions options) {
+int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::BatchOptions options) {
   if (p.options.count("output")) {
     std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
     inputs.push_back(p.options.at("prompts"));
@@ -360,10 +375,17 @@ int generate_batched(const ParsedArgs& p, const nn::SamplingOptions& sampling,
   }
   const std::vector<std::string> prompts =
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
-  LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
+  // The flags are checked against the prompts and the stored config before the model loads: a
+  // sample count, batch or length that cannot fit fails at once, not after the load.
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  const RunConfig stored = stored_config(file);
   std::unique_ptr<Tokenizer> tokenizer =
-      make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+      make_tokenizer(stored.data.tokenizer, stored.data.special_tokens);
+  sampling.vocab_limit = tokenizer->vocab_size();
   const std::vector<std::vector<int64_t>> ids = encode_prompts(prompts, *tokenizer);
+  nn::check_prompts(ids, stored.model.context, stored.model.vocab_size, sampling);
+  check_generation_memory(stored.model, ids, sampling, options, machine_memory(), "generate");
+  LoadedGPT loaded = load_gpt(file);
   if (auto stop = p.options.find("stop"); stop != p.options.end()) {
     std::vector<int32_t> eot = end_of_text_ids(*tokenizer, stop->second);
     options.end_of_text.assign(eot.begin(), eot.end());
@@ -432,6 +454,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(loaded.config.data.tokenizer, loaded.config.data.special_tokens);
+  o.vocab_limit = tokenizer->vocab_size();  // a padded vocabulary's extra ids do not decode
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
   std::string text = tokenizer->decode({out.begin(), out.end()});
@@ -508,14 +531,21 @@ int cmd_export(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Options that take several values (--input a b c) are collected until the next --option.
-std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& name) {
+// Options that take several values (--input a b c) are collected until the next --option; the
+// option itself is given once, as every other.
+std::vector<std::string> multi_option(std::vector<std::string>& args, const std::string& command,
+                                      const std::string& name) {
   std::vector<std::string> values, rest;
+  bool seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] != "--" + name) {
       rest.push_back(args[i]);
       continue;
     }
+    if (seen)
+      usage_error(detail::concat(command, ": option --", name, " given twice (it takes several "
+                                 "files after one --", name, ")"));
+    seen = true;
     while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) values.push_back(args[++i]);
   }
   args = rest;
@@ -559,7 +589,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
 int cmd_prepare(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool force = take_flag(rest, "--force");
-  std::vector<std::string> inputs = multi_option(rest, "input");
+  std::vector<std::string> inputs = multi_option(rest, "prepare", "input");
   ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
   if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("tokenizer")) usage_error("prepare: --tokenizer is required");
@@ -591,7 +621,7 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train")
     usage_error("tokenizer: expected 'train' (see forge tokenizer --help)");
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  std::vector<std::string> inputs = multi_option(rest, "input");
+  std::vector<std::string> inputs = multi_option(rest, "tokenizer train", "input");
   ParsedArgs p = parse_args("tokenizer train", rest, {"vocab-size", "output"});
   if (!p.positional.empty()) usage_error("tokenizer train: unexpected argument '" + p.positional[0] + "'");
   if (inputs.empty()) usage_error("tokenizer train: --input needs at least one file");

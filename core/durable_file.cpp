@@ -2,6 +2,7 @@
 #include "core/durable_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -24,6 +25,26 @@ namespace {
 }
 
 }  // namespace
+
+// O_NONBLOCK lets a FIFO be refused rather than waited on; it changes nothing for a regular file.
+int open_regular_for_writing(const fs::path& file, int flags, ExitCode code) {
+  const int fd = ::open(file.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+      fail(file, "is a symlink: forge writes no file through a link; remove it", code);
+    if (err == ENXIO || err == EISDIR)  // a FIFO without a reader, a directory
+      fail(file, "exists and is not a regular file; remove it", code);
+    fail(file, std::string("cannot open for writing: ") + std::strerror(err), code);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(file, "exists and is not a regular file; remove it", code);
+  }
+  return fd;
+}
 
 void fsync_path(const fs::path& path, bool directory, ExitCode code) {
   int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);

@@ -11,6 +11,12 @@
 
 namespace forge {
 
+/// open(2) of `file` with `flags` (O_RDWR or O_WRONLY, with O_CREAT, O_APPEND, O_TRUNC ...) that
+/// follows no symlink and never waits: Error(code) naming the file when it is a symlink or exists
+/// and is not a regular file (a FIFO, device, socket or directory), so that a link planted in a
+/// run directory is never written through and a FIFO never blocks. Returns the descriptor.
+int open_regular_for_writing(const std::filesystem::path& file, int flags, ExitCode code);
+
 /// fsync of a file, or of a directory (which makes a rename in it durable); Error(code) naming it.
 void fsync_path(const std::filesystem::path& path, bool directory, ExitCode code);
 

@@ -77,12 +77,16 @@ std::string vocabulary_hash(const Tokenizer& tokenizer) {
   return buf;
 }
 
+std::filesystem::path shipped_tokenizer_dir(const std::string& name) {
+  return std::filesystem::path(FORGE_SOURCE_DIR) / "data" / "tokenizers" / name;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
                                           const std::vector<std::string>& specials) {
   if (name_or_dir == "bytes") return std::make_unique<ByteTokenizer>(specials);
   namespace fs = std::filesystem;
   const fs::path dir =
-      name_or_dir == "gpt2" ? fs::path("data/tokenizers/gpt2") : fs::path(name_or_dir);
+      name_or_dir == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name_or_dir);
   constexpr const char* kLookedFor =
       "\"bytes\", \"gpt2\" or a directory with vocab.txt (WordPiece), encoder.json + vocab.bpe or "
       "vocab.json + merges.txt (byte-level BPE)";

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,7 +52,12 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "bytes"; }
 };
 
-/// "bytes", "gpt2" (data/tokenizers/gpt2, relative to the working directory) or a directory,
+/// Where Forge's shipped tokenizer `name` ("gpt2") lives: data/tokenizers/NAME of the source tree
+/// the binary was built from, recorded at build time (CMakeLists.txt), so the name works from any
+/// working directory.
+std::filesystem::path shipped_tokenizer_dir(const std::string& name);
+
+/// "bytes", "gpt2" (shipped_tokenizer_dir) or a directory,
 /// named after it, with encoder.json + vocab.bpe or vocab.json + merges.txt (BpeTokenizer), or
 /// else vocab.txt (WordPieceTokenizer). `specials` are extra special tokens appended after the
 /// vocabulary (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep

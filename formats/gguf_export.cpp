@@ -199,6 +199,7 @@ std::string gguf_file(const Metadata& meta, const NamedTensors& tensors) {
 }  // namespace
 
 void export_gguf(const fs::path& checkpoint_file, const fs::path& output) {
+  require_language_model(checkpoint_file, "GGUF (llama.cpp's gpt2 language model) cannot hold it");
   require_gpt2_layout(checkpoint_file, stored_config(checkpoint_file).model, "GGUF export");
   const MergedGPT gpt = load_merged_gpt(checkpoint_file);
   const ModelConfig& m = gpt.config.model;

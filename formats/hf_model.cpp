@@ -20,6 +20,7 @@
 #include "data/bpe.h"
 #include "data/tokenizer.h"
 #include "nn/lora.h"
+#include "optim/clip.h"
 #include "runtime/bert_config.h"
 #include "runtime/components.h"
 #include "runtime/config.h"
@@ -386,11 +387,17 @@ OpenedDirectory open_directory(const fs::path& dir) {
   return o;
 }
 
+// A tensor of Forge's from its parts. A NaN or an infinity is refused here, as training refuses
+// one after an update: nothing would show it before the model's outputs turn to NaN.
 Tensor read_mapped(const SafetensorsFile& f, const Mapped& m, const Shape& shape) {
   Tensor out = empty(shape);
   float* dst = out.data<float>();
   for (const Part& part : m.parts) {
-    Tensor t = f.read_f32(stored_name(f, part.name));
+    const std::string name = stored_name(f, part.name);
+    Tensor t = f.read_f32(name);
+    if (optim::first_nonfinite_param({{name, t}}))
+      fail(f.path(), "tensor '" + name + "' holds a NaN or an infinity (non-finite weights are "
+                                         "not loaded)");
     const float* src = t.data<float>();
     const int64_t n = t.numel();
     if (part.transposed) {  // [in, out] -> [out, in]
@@ -537,6 +544,8 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
 
 // The model of a checkpoint with a LoRA run's adapters merged, in the layout transformers reads.
 Export prepare_export(const fs::path& file) {
+  require_language_model(file, "the Hugging Face export (GPT2LMHeadModel, BertForPreTraining) "
+                               "cannot hold it");
   Export e;
   if (stored_config(file).model.arch == "gpt") {
     MergedGPT merged = load_merged_gpt(file);
@@ -597,7 +606,7 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
     write_file_atomic(out / "merges.txt", "#version: 0.2\n", ExitCode::checkpoint);
     return;
   }
-  const fs::path dir = name == "gpt2" ? fs::path("data/tokenizers/gpt2") : fs::path(name);
+  const fs::path dir = name == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name);
   auto copy = [&](const char* from, const char* to) {
     write_file_atomic(out / to, read_input_file((dir / from).string(), kTokenizerInput),
                       ExitCode::checkpoint);
@@ -641,6 +650,8 @@ void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
 }
 
 void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
+  require_language_model(checkpoint_file,
+                         "PEFT adapters of a causal language model cannot hold it");
   CheckpointInfo info = read_checkpoint_info(checkpoint_file);
   require_export(info.references.count("model") != 0, checkpoint_file,
                  "holds no LoRA adapters; export its model with --format hf");

@@ -24,6 +24,9 @@ void check_sampling(const SamplingOptions& o) {
   if (o.top_k < 0) throw Error(ExitCode::usage, detail::concat("--top-k must be >= 0, got ", o.top_k));
   if (!(o.top_p > 0 && o.top_p <= 1))
     throw Error(ExitCode::usage, detail::concat("--top-p must be in (0, 1], got ", o.top_p));
+  if (o.vocab_limit < 0)
+    throw Error(ExitCode::usage, detail::concat("sampling: vocab_limit must be >= 0, got ",
+                                                o.vocab_limit));
 }
 
 uint64_t sample_stream(int64_t prompt, int64_t sample) {
@@ -34,6 +37,11 @@ uint64_t sample_stream(int64_t prompt, int64_t sample) {
 
 namespace {
 
+// The ids sampling may draw: the first vocab_limit of the model's `vocab` when set.
+int64_t drawable(int64_t vocab, const SamplingOptions& o) {
+  return o.vocab_limit > 0 ? std::min(vocab, o.vocab_limit) : vocab;
+}
+
 // What sample_token draws from: candidates `order` by descending logit, the first `keep` of them
 // with unnormalised probabilities `p` summing to `total`.
 struct Candidates {
@@ -43,7 +51,8 @@ struct Candidates {
   double total;
 };
 
-Candidates candidates(const float* logits, int64_t vocab, const SamplingOptions& o) {
+Candidates candidates(const float* logits, int64_t model_vocab, const SamplingOptions& o) {
+  const int64_t vocab = drawable(model_vocab, o);
   // Candidates by descending logit, ties by id: a total order, so an unstable sort (no buffer to
   // allocate, unlike stable_sort) gives the one deterministic order. With top-k only the first k
   // need their place (a partial sort: O(V log k) for GPT-2's 50257 ids, not O(V log V)).
@@ -74,7 +83,8 @@ Candidates candidates(const float* logits, int64_t vocab, const SamplingOptions&
 
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t stream,
                      uint64_t draw) {
-  if (o.temperature == 0.0) return int64_t(std::max_element(logits, logits + vocab) - logits);
+  if (o.temperature == 0.0)
+    return int64_t(std::max_element(logits, logits + drawable(vocab, o)) - logits);
   const Candidates c = candidates(logits, vocab, o);
   auto w = philox(o.seed, stream, draw);
   double u = uniform_from_bits(w[0], w[1]) * c.total, acc = 0;
@@ -89,7 +99,7 @@ double sampling_log_probability(const float* logits, int64_t vocab, const Sampli
                                 int64_t token) {
   constexpr double kNever = -std::numeric_limits<double>::infinity();
   if (o.temperature == 0.0)
-    return std::max_element(logits, logits + vocab) - logits == token ? 0.0 : kNever;
+    return std::max_element(logits, logits + drawable(vocab, o)) - logits == token ? 0.0 : kNever;
   const Candidates c = candidates(logits, vocab, o);
   for (size_t i = 0; i < c.keep; ++i)
     if (c.order[i] == token) return std::log(c.p[i] / c.total);
@@ -240,6 +250,20 @@ bool decode_rows(const GPT& model, const std::vector<std::vector<int64_t>>& prom
 
 }  // namespace
 
+void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t context, int64_t vocab,
+                   const SamplingOptions& sampling) {
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::vector<int64_t>& prompt = prompts[p];
+    check_prompt(prompt, vocab, detail::concat("prompt ", p));
+    if (sampling.max_new_tokens > context - int64_t(prompt.size()))  // no overflow for any N
+      throw Error(ExitCode::usage,
+                  detail::concat("generate: prompt ", p, " is ", prompt.size(),
+                                 " tokens, and with --max-new-tokens ", sampling.max_new_tokens,
+                                 " its sample would pass the model context ", context,
+                                 " (shorten it or lower --max-new-tokens)"));
+  }
+}
+
 std::vector<Completion> generate_batch(const GPT& model,
                                        const std::vector<std::vector<int64_t>>& prompts,
                                        const SamplingOptions& sampling,
@@ -254,16 +278,7 @@ std::vector<Completion> generate_batch(const GPT& model,
     if (v < 0 || v >= vocab)
       throw Error(ExitCode::usage, detail::concat("generate: end-of-text token ", v,
                                                   " is outside the vocabulary [0, ", vocab, ")"));
-  for (int64_t p = 0; p < P; ++p) {
-    const std::vector<int64_t>& prompt = prompts[size_t(p)];
-    check_prompt(prompt, vocab, detail::concat("prompt ", p));
-    if (int64_t(prompt.size()) + sampling.max_new_tokens > context)
-      throw Error(ExitCode::usage,
-                  detail::concat("generate: prompt ", p, " is ", prompt.size(),
-                                 " tokens, and with --max-new-tokens ", sampling.max_new_tokens,
-                                 " its sample would pass the model context ", context,
-                                 " (shorten it or lower --max-new-tokens)"));
-  }
+  check_prompts(prompts, context, vocab, sampling);
   // All P * K completions are held at once: a count past int64, or past what the allocator can
   // give, is a request to lower, not an internal error.
   auto too_many = [&] {

@@ -19,6 +19,9 @@ struct SamplingOptions {
   int64_t top_k = 0;         ///< keep the k most likely tokens; 0 = all
   double top_p = 1.0;        ///< keep the smallest set whose probability reaches top_p; 1 = all
   uint64_t seed = 0;
+  /// Draw only ids below this: the tokenizer's vocabulary, for a model whose vocabulary is padded
+  /// past it (an id the tokenizer cannot decode is never drawn). 0 = every id of the model.
+  int64_t vocab_limit = 0;
   /// Optional: asked before each token; generation ends early when it returns true (a trainer
   /// sampling mid-run notices a stop request this way).
   std::function<bool()> stop = {};
@@ -31,13 +34,15 @@ void check_sampling(const SamplingOptions& options);
 /// generate() does, so one prompt gives the same tokens through either function.
 uint64_t sample_stream(int64_t prompt, int64_t sample);
 
-/// Picks the next token from `logits` (length V) with draw `draw` of `stream`.
+/// Picks the next token from `logits` (length V) with draw `draw` of `stream`, among the first
+/// options.vocab_limit ids when it is set.
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options,
                      uint64_t stream, uint64_t draw);
 
 /// log P(token) under the distribution sample_token draws from: softmax(logits / temperature)
-/// restricted to the top-k, then top-p, candidates and renormalised; -infinity for a token it
-/// never draws. Greedy (temperature 0): 0 for the argmax, else -infinity.
+/// restricted to the ids below vocab_limit, then to the top-k, then top-p, candidates and
+/// renormalised; -infinity for a token it never draws. Greedy (temperature 0): 0 for the argmax,
+/// else -infinity.
 double sampling_log_probability(const float* logits, int64_t vocab, const SamplingOptions& options,
                                 int64_t token);
 
@@ -60,6 +65,13 @@ struct BatchOptions {
 
 /// Throws Error(usage) quoting a bad option (num_samples or batch_size below 1).
 void check_batch(const BatchOptions& options);
+
+/// What generate_batch checks of its prompts before it samples, for a caller that checks before it
+/// loads the model (`context` and `vocab` from its config): Error(usage) for an empty prompt or one
+/// whose length plus sampling.max_new_tokens exceeds `context`, Error(data) for an id outside
+/// [0, vocab).
+void check_prompts(const std::vector<std::vector<int64_t>>& prompts, int64_t context, int64_t vocab,
+                   const SamplingOptions& sampling);
 
 /// One sample of one prompt.
 struct Completion {

@@ -134,6 +134,7 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
   options.top_k = 200;
   options.seed = uint64_t(config.seed);
   options.stop = stop_requested;
+  options.vocab_limit = tokenizer.vocab_size();  // the sample is decoded
   const bool training = model.is_training();
   model.eval();
   std::vector<int32_t> ids = tokenizer.encode(prompt);

@@ -208,6 +208,7 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   sampling.top_k = o.integer("top-k", 0);
   sampling.top_p = o.number("top-p", 1.0);
   sampling.seed = uint64_t(o.integer("seed", 0));
+  sampling.vocab_limit = tokenizer->vocab_size();
   nn::check_sampling(sampling);
   if (sampling.temperature == 0)
     throw Error(ExitCode::usage,
@@ -217,6 +218,7 @@ Metrics evaluate_policy(const RunConfig& config, nn::GPT& policy, const Referenc
   batch.num_samples = o.integer("num-samples", 4);
   batch.batch_size = o.integer("batch-size", 64);
   nn::check_batch(batch);
+  check_generation_memory(config.model, ids, sampling, batch, machine_memory(), "eval");
   std::optional<LoadedRewardModel> rm;
   if (o.has("reward-model")) rm = load_reward_model(resolve_checkpoint(o.text("reward-model", "")));
 

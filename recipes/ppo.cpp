@@ -325,6 +325,7 @@ Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts&
   const auto t0 = Clock::now();
   nn::SamplingOptions sampling = s.sampling;
   sampling.seed = seed;
+  sampling.vocab_limit = m.tokenizer.vocab_size();  // the completions are decoded for the reward
   nn::BatchOptions batch;
   batch.batch_size = s.generation_batch_size;
   for (int32_t id : end_of_text_ids(m.tokenizer, s.stop_text)) batch.end_of_text.push_back(id);
@@ -474,6 +475,7 @@ class Evaluator {
     nn::SamplingOptions sampling = s_.sampling;
     sampling.seed = sampling_seed(config_, "ppo_eval", 0);
     sampling.stop = stop_requested;
+    sampling.vocab_limit = m.tokenizer.vocab_size();
     nn::BatchOptions batch;
     batch.batch_size = s_.generation_batch_size;
     for (int32_t id : end_of_text_ids(m.tokenizer, s_.stop_text)) batch.end_of_text.push_back(id);
@@ -823,10 +825,8 @@ ConfigSection ppo_section() {
 
 RecipeSpec ppo_recipe() {
   return {.name = "ppo",
-          .doc =
-              "PPO of a pretrained GPT (full or LoRA) against a reward "
-              "model, with a KL "
-              "penalty to a frozen reference (RLHF)",
+          .doc = "PPO of a pretrained GPT (full or LoRA) against a reward model, with a KL "
+                 "penalty to a frozen reference (RLHF)",
           .families = {"gpt"},
           .sections = {"ppo", "lora"},
           .check = check_ppo,

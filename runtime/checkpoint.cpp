@@ -404,8 +404,10 @@ void write_group(const H5File& f, const std::string& group, const NamedTensors& 
 
 void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
   Hid fapl = file_access_plist();
-  hid_t id = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  if (id < 0) fail(file, "cannot create checkpoint file (directory writable? disk full?)");
+  // Exclusive: a file (or a symlink) already at the temp name is never truncated or followed.
+  hid_t id = H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  if (id < 0)
+    fail(file, "cannot create checkpoint file (it exists? directory writable? disk full?)");
   H5File f{checkpoint_file(file), Hid(id, H5Fclose)};
   hid_t root = f.id.get();
   write_attr_int(f, root, "format_version", H5T_STD_I64LE, kCheckpointFormatVersion);
@@ -534,9 +536,9 @@ void check_checkpoint_data(const CheckpointData& data) {
     FORGE_CHECK(!key.empty(), "save_checkpoint: empty counter name");
 }
 
-// Temp file, fsync, rename, fsync of the directory: `file` is the old one or the new one.
-void write_checkpoint_durably(const fs::path& file, const CheckpointData& data) {
-  fs::path tmp = temp_path_for(file);
+// Temp file `tmp`, fsync, rename, fsync of the directory: `file` is the old one or the new one.
+void write_checkpoint_durably(const fs::path& file, const fs::path& tmp,
+                              const CheckpointData& data) {
   std::error_code ec;
   try {
     write_checkpoint_file(tmp, data);  // closes the file before returning
@@ -554,7 +556,9 @@ void write_checkpoint_durably(const fs::path& file, const CheckpointData& data) 
 void save_checkpoint_file(const fs::path& file, const CheckpointData& data) {
   quiet_hdf5();
   check_checkpoint_data(data);
-  write_checkpoint_durably(file, data);
+  // Outside a run directory nothing clears leftovers: the temp name is this process's own.
+  write_checkpoint_durably(file, fs::path(file.string() + ".tmp." + std::to_string(::getpid())),
+                           data);
 }
 
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, int keep_last) {
@@ -566,11 +570,14 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   fs::create_directories(dir, ec);
   if (ec) fail(dir, "cannot create directory: " + ec.message());
   // Leftovers of a save that crashed: never valid, never looked at, safe to drop.
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".tmp") fs::remove(e.path(), ec);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".tmp" || name.find(".tmp.") != std::string::npos)
+      fs::remove(e.path(), ec);
+  }
 
   fs::path file = checkpoint_path(run_dir, data.step);
-  write_checkpoint_durably(file, data);
+  write_checkpoint_durably(file, temp_path_for(file), data);
   write_file_atomic(dir / "LATEST",
                     file.filename().string() + " " + read_first_line(digest_path(file)) + "\n",
                     ExitCode::checkpoint);

@@ -165,6 +165,40 @@ void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimi
   throw Error(ExitCode::usage, std::string("forge: config error: ") + line);
 }
 
+void check_generation_memory(const ModelConfig& model,
+                             const std::vector<std::vector<int64_t>>& prompts,
+                             const nn::SamplingOptions& sampling, const nn::BatchOptions& batch,
+                             const std::optional<MemoryLimit>& limit, const std::string& who) {
+  if (!limit) return;
+  // The keys of a forge generate record with empty values; other callers keep at least as much.
+  constexpr double kRecordBytes = 100;
+  const double K = double(batch.num_samples), rows = double(prompts.size()) * K;
+  double completions = 0;
+  for (const std::vector<int64_t>& prompt : prompts)
+    completions += K * (double(sizeof(nn::Completion) + sizeof(int64_t)) + kRecordBytes +
+                        double(prompt.size()));
+  auto gib = [](double bytes) { return bytes / double(1 << 30); };
+  auto refuse = [&](const std::string& what, double bytes, const std::string& remedy) {
+    char amounts[160];
+    std::snprintf(amounts, sizeof amounts, " need at least %.1f GiB, more than the %.1f GiB ",
+                  gib(bytes), gib(limit->bytes));
+    throw Error(ExitCode::usage,
+                who + ": " + what + amounts + "available (" + limit->source + "); " + remedy);
+  };
+  if (completions > limit->bytes)
+    refuse(detail::concat(prompts.size(), " prompts x --num-samples ", batch.num_samples,
+                          " completions"),
+           completions, "lower --num-samples or split the prompts");
+  const double batch_rows = std::min(double(batch.batch_size), rows);
+  const double per_row = 4.0 * (2.0 * double(model.n_layers) * double(model.d_model) *
+                                    double(sampling.max_new_tokens) +
+                                double(model.vocab_size));
+  if (sampling.max_new_tokens > 0 && completions + batch_rows * per_row > limit->bytes)
+    refuse(detail::concat("--batch-size ", batch.batch_size, ": the completions and a batch of ",
+                          int64_t(batch_rows), " rows (key-value cache and logits)"),
+           completions + batch_rows * per_row, "lower --batch-size");
+}
+
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics) {
   std::printf("checkpoint %s (step %lld)\n", checkpoint_file.c_str(), (long long)step);
   for (const Metric& metric : metrics)
@@ -318,11 +352,26 @@ RunConfig stored_config_of(const CheckpointInfo& info, const std::filesystem::pa
   return config;
 }
 
+// Forge's task heads (nn/classifier.h: classifiers, reward models) all live under "head.".
+void require_no_task_head(const CheckpointInfo& info, const std::filesystem::path& file,
+                          const std::string& use) {
+  for (const TensorSpec& t : info.main_model())
+    if (glob_match("head.*", t.name)) {
+      const RunConfig config = stored_config(info, file);
+      throw Error(ExitCode::usage,
+                  detail::concat(file.string(), ": the model of a ", config.recipe, " run, a ",
+                                 config.model.arch, " with a task head ('", t.name, "'); ", use));
+    }
+}
+
+constexpr const char* kNeedsLanguageModel = "this command takes a language model";
+
 template <class Model, class Config>
 LoadedModel<Model> load_model(const std::filesystem::path& file, const std::string& arch,
                               Config (*model_config)(const RunConfig&),
                               int64_t (*num_parameters)(const Config&)) {
   CheckpointInfo info = read_checkpoint_info(file);
+  require_no_task_head(info, file, kNeedsLanguageModel);
   RunConfig config = stored_config_of(info, file, arch);
   // The stored config decides what gets allocated, so it must agree with the tensors the file
   // holds before the model is built: a config claiming a huge model costs nothing to write.
@@ -366,8 +415,13 @@ LoadedGPT load_gpt_adapters(const std::filesystem::path& file, const CheckpointI
 
 }  // namespace
 
+void require_language_model(const std::filesystem::path& file, const std::string& use) {
+  require_no_task_head(read_checkpoint_info(file), file, use);
+}
+
 LoadedGPT load_gpt(const std::filesystem::path& file) {
   CheckpointInfo info = read_checkpoint_info(file);
+  require_no_task_head(info, file, kNeedsLanguageModel);
   if (info.references.count("model")) return load_gpt_adapters(file, info);
   return load_model<nn::GPT>(
       file, "gpt", +[](const RunConfig& c) { return gpt_config(c.model); }, nn::gpt_num_parameters);
@@ -410,6 +464,7 @@ MergedGPT load_merged_gpt(const std::filesystem::path& file) {
 }
 
 void export_merged(const std::filesystem::path& file, const std::filesystem::path& output) {
+  require_language_model(file, "--merge writes language models only");
   if (!read_checkpoint_info(file).references.count("model"))
     throw Error(ExitCode::usage, file.string() + ": holds no adapters; it is a plain checkpoint already");
   MergedGPT merged = load_merged_gpt(file);

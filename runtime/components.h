@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/bert.h"
+#include "nn/generate.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 #include "runtime/config.h"
@@ -50,6 +51,18 @@ std::optional<MemoryLimit> machine_memory();
 /// `limit`; `ignore` (forge train --ignore-memory-check) skips the check.
 void check_memory(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit,
                   bool ignore);
+
+/// Refuses (Error(usage) naming the flag to lower) a generation that cannot fit `limit`, before
+/// a model is loaded or a completion allocated, so that --num-samples 10^9 fails at once rather
+/// than in an allocation: every prompt's batch.num_samples completions are held together (each an
+/// nn::Completion, its place in the decoding order and at least its record's keys and prompt),
+/// and a batch of min(batch_size, completions) rows adds each row's key-value cache for
+/// max_new_tokens and a row of logits. Lower bounds, so a generation that fits is never refused.
+/// `who` starts the message ("generate").
+void check_generation_memory(const ModelConfig& model,
+                             const std::vector<std::vector<int64_t>>& prompts,
+                             const nn::SamplingOptions& sampling, const nn::BatchOptions& batch,
+                             const std::optional<MemoryLimit>& limit, const std::string& who);
 
 /// `forge eval` output: the checkpoint and its step, then one "val_<key> <value>" line per metric.
 void print_eval(const std::string& checkpoint_file, int64_t step, const Metrics& metrics);
@@ -94,6 +107,11 @@ struct InitReport {
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options = {});
 
+/// Error(usage) when the model of checkpoint `file` carries a task head (a classifier's or a
+/// reward model's "head.*" tensors, nn/classifier.h) beside its backbone: the file is intact, but
+/// what asked for a language model cannot use it; `use` says why ("GGUF cannot hold it").
+void require_language_model(const std::filesystem::path& file, const std::string& use);
+
 /// Error(usage) unless `m` is a GPT-2-style GPT (layernorm, learned positions, gelu MLP, biases),
 /// the one layout GPT-2's formats hold: "<file>: <format> writes ...; this model has rmsnorm, ...".
 void require_gpt2_layout(const std::filesystem::path& file, const ModelConfig& m,
@@ -136,8 +154,9 @@ struct LoadedModel {
 };
 using LoadedGPT = LoadedModel<nn::GPT>;
 using LoadedBert = LoadedModel<nn::Bert>;
-/// Throw Error(checkpoint) when the checkpoint holds another model family.
-/// A LoRA run's checkpoint (adapters only) loads as its base with the adapters injected (unmerged).
+/// Throw Error(checkpoint) when the checkpoint holds another model family, Error(usage) when its
+/// model has a task head (require_language_model). A LoRA run's checkpoint (adapters only) loads
+/// as its base with the adapters injected (unmerged).
 LoadedGPT load_gpt(const std::filesystem::path& checkpoint_file);
 LoadedBert load_bert(const std::filesystem::path& checkpoint_file);
 

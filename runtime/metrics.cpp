@@ -3,6 +3,7 @@
 // here, because the line format (Python's repr digits, ", " and ": " separators) is the contract.
 #include "runtime/metrics.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,10 +105,15 @@ std::string format_metrics_line(int64_t step, std::string_view split, const Metr
 MetricsWriter::MetricsWriter(const fs::path& path, bool append) : path_(path) {
   std::error_code ec;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  file_ = std::fopen(path.c_str(), append ? "ab" : "wb");
-  if (!file_)
+  const int fd = open_regular_for_writing(
+      path, O_WRONLY | O_CREAT | O_APPEND | (append ? 0 : O_TRUNC), ExitCode::usage);
+  file_ = ::fdopen(fd, "ab");
+  if (!file_) {
+    const int err = errno;
+    ::close(fd);
     throw Error(ExitCode::usage, path.string() + ": cannot open for writing: " +
-                                     std::strerror(errno));
+                                     std::strerror(err));
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -63,7 +63,7 @@ std::string format_metrics_line(int64_t step, std::string_view split, const Metr
 class MetricsWriter {
  public:
   /// Creates parent directories; `append` false starts the file empty. Error(usage) if the file
-  /// cannot be opened (output_dir not writable).
+  /// cannot be opened (output_dir not writable) or is a symlink or not a regular file (a FIFO).
   MetricsWriter(const std::filesystem::path& path, bool append);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;

@@ -3,7 +3,9 @@
 // order.
 #include "runtime/rank_agreement.h"
 
+#include <algorithm>
 #include <csignal>
+#include <limits>
 
 #include "core/checksum.h"
 #include "core/comm.h"
@@ -25,6 +27,41 @@ SetupOutcome join_setup(int exit_code) {
   comm.allreduce_max(v, 2);
   if (v[1] == 0) return {};
   return {int(comm.size() - v[1]), int(v[0])};
+}
+
+// Rank 0's hash of each key is spread by a maximum (the others offer the lowest value), then a
+// second maximum tells rank 0 the lowest rank and the keys that differ from it.
+void check_ranks_resolved_one_config(
+    const std::vector<std::pair<std::string, std::string>>& keys) {
+  Comm& comm = world_comm();
+  if (comm.size() == 1) return;
+  const int64_t n = int64_t(keys.size());
+  int64_t count[2] = {n, -n};
+  comm.allreduce_max(count, 2);
+  FORGE_CHECK(count[0] == -count[1], "the ranks' configs have ", -count[1], " to ", count[0],
+              " keys: the ranks run different builds of forge");
+  std::vector<int64_t> hashes(size_t(n), std::numeric_limits<int64_t>::min());
+  std::vector<int64_t> mine(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string text = keys[i].first + '\n' + keys[i].second;
+    mine[i] = int64_t(fnv1a64(text.data(), text.size()) >> 1);
+    if (comm.rank() == 0) hashes[i] = mine[i];
+  }
+  comm.allreduce_max(hashes.data(), n);
+  // size - the lowest rank that differs: [0] over all keys, [i + 1] at key i.
+  const int64_t me = comm.size() - comm.rank();
+  std::vector<int64_t> differs(size_t(n) + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (mine[i] != hashes[i]) differs[0] = differs[i + 1] = me;
+  comm.allreduce_max(differs.data(), n + 1);
+  if (differs[0] == 0) return;
+  const size_t key =
+      size_t(std::find(differs.begin() + 1, differs.end(), differs[0]) - differs.begin() - 1);
+  throw AgreedError(
+      ExitCode::usage,
+      detail::concat("rank ", comm.size() - differs[0], " resolved another config than rank 0 (",
+                     keys[key].first, ": ", keys[key].second,
+                     " on rank 0): start every rank with the same config and overrides"));
 }
 
 bool setup_joined() { return g_setup_joined; }

@@ -7,6 +7,9 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/named_tensor.h"
@@ -24,6 +27,12 @@ struct SetupOutcome {
   int exit_code = 0;
 };
 SetupOutcome join_setup(int exit_code);
+/// Under mpirun, right after join_setup: whether every rank resolved the same config, given as
+/// (key, printed value) in schema order. Ranks started with different configs (an edited file, an
+/// override on one rank) would train apart until the weight check ends them as an internal error;
+/// this ends them at set-up with AgreedError(usage) naming the lowest rank that differs from rank 0
+/// and the first key. Trivial in one process.
+void check_ranks_resolved_one_config(const std::vector<std::pair<std::string, std::string>>& keys);
 /// Whether this process has passed join_setup: an error after it is this rank's own.
 bool setup_joined();
 /// An error every rank of a data-parallel run raises at the same point, after agreeing on it (the

@@ -95,6 +95,14 @@ void check_same_model(const RunConfig& config, const std::string& stored_yaml, c
   }
 }
 
+// Every key of the config with its value as config.yaml prints it: what the ranks compare.
+std::vector<std::pair<std::string, std::string>> printed_keys(const RunConfig& config) {
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (const ConfigKey& key : config_schema())
+    keys.emplace_back(key.path, format_config_value(key.get(config)));
+  return keys;
+}
+
 // The models of a run as the checkpoint sees them: which tensors are saved (names prefixed by the
 // model's name) and which sources are referenced.
 class RunModels {
@@ -359,6 +367,7 @@ class TrainingRun {
         progress_(config.train.max_steps, lead_ && ProgressPrinter::is_terminal(stderr),
                   lead_ ? stderr : quiet_.get()) {
     if (lead_) directory_.emplace(dir_, progress_);  // before anything in the directory is read
+    check_run_files(dir_);  // every rank reads the run it resumes
     signals_.emplace();
     models_.emplace(model_list, optimizer);
     // Nothing in the directory is written before the checkpoint to continue from has loaded.
@@ -374,6 +383,7 @@ class TrainingRun {
     fault_point("setup");
     if (const SetupOutcome setup = join_setup(0); setup.failed_rank >= 0)
       throw PeerSetupFailed{setup.exit_code};
+    check_ranks_resolved_one_config(printed_keys(config));
     check_ranks_agree(optimizer.parameters(), start_);
     if (lead_) write_file_atomic(dir_ / "config.yaml", to_yaml(config), ExitCode::usage);
     last_save_ = start_;

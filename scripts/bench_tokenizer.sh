@@ -80,7 +80,7 @@ size=$((mb * 1000000))
 while [ "$(stat -c %s "$text")" -lt "$size" ]; do cat "$FORGE_ROOT/data/samples/tinyshakespeare.txt" >>"$text"; done
 truncate -s "$size" "$text"
 
-cd "$FORGE_ROOT"  # make_tokenizer("gpt2") reads data/tokenizers/gpt2 relative to it
+cd "$FORGE_ROOT"  # scripts/bench_tokenizer.mjs below is named relative to it
 forge_out="$(OMP_NUM_THREADS=1 "$forge_bin" "$text" "$repeats")"
 tiktoken_out="$(NODE_PATH="$npm_dir/node_modules" node scripts/bench_tokenizer.mjs tiktoken "$text" "$repeats")"
 js_out="$(NODE_PATH="$npm_dir/node_modules" node scripts/bench_tokenizer.mjs js-tiktoken "$text" "$repeats")"

@@ -1,7 +1,7 @@
 // Forge's side of the `tokenizer` suite of scripts/bench (scripts/bench_tokenizer.sh builds this
 // file itself, so the suite needs no CMake target): loads the `gpt2` tokenizer, encodes a text file
-// and prints one line `load_ms=X mb_s=Y tokens=N`. Run from the repository root (make_tokenizer
-// finds data/tokenizers/gpt2 relative to the working directory).
+// and prints one line `load_ms=X mb_s=Y tokens=N` (make_tokenizer finds data/tokenizers/gpt2 in
+// the source tree the libraries were built from).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

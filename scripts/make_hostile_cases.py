@@ -5,8 +5,9 @@ usage: make_hostile_cases.py BASE OUT
   BASE holds a valid tiny run (BASE/run, config BASE/run.yaml), a prepared token dataset
   (BASE/tokens.h5) and a text file (BASE/tiny.txt), as scripts/hostile makes them.
   OUT receives the cases and OUT/manifest.jsonl, one case per line: category, name, argv ("FORGE"
-  stands for the binary), allowed exit codes, files that must stay byte-identical, and a directory
-  to copy from BASE first when the command writes (resume). scripts/hostile runs the manifest.
+  stands for the binary), allowed exit codes, files that must stay byte-identical, a directory
+  to copy from BASE first when the command writes (resume), and whether several config error
+  lines may stand for one error (not for one bad path). scripts/hostile runs the manifest.
 Only the standard library and h5py (Debian: python3-h5py).
 """
 import json
@@ -25,10 +26,11 @@ cases = []
 
 
 def case(category, name, argv, allowed, unchanged=(), copy_run=None, timeout=10,
-         same_listing=()):
+         same_listing=(), config_lines=True):
     cases.append(dict(category=category, name=name, argv=argv, allowed=sorted(allowed),
                       unchanged=[os.path.abspath(p) for p in unchanged], copy_run=copy_run,
-                      timeout=timeout, same_listing=[os.path.abspath(d) for d in same_listing]))
+                      timeout=timeout, same_listing=[os.path.abspath(d) for d in same_listing],
+                      config_lines=config_lines))
 
 
 def path(*parts):
@@ -846,6 +848,150 @@ for f in ("config.json", "model.safetensors"):
     os.remove(os.path.join(d, f))
     os.symlink(f, os.path.join(d, f))
     hf_reads("bounds", f + "-symlink-loop", d, (2, 4))
+
+
+# Run directories (docs/reliability.md, "Run directories"): forge train writes only into a run
+# directory (marked by .forge-run, or a run from before markers), writes no file of a run through
+# a symlink, and opens none that is a FIFO; ranks started with different configs stop at set-up.
+def run_dir_case(name, argv, allowed, unchanged=(), copy_run=None, listing=()):
+    case("run_dir", name, argv, allowed, unchanged, copy_run=copy_run, timeout=20,
+         same_listing=listing)
+
+
+def planted(rel, kind, keep=()):
+    return dict(replace={}, keep=list(keep), plant={os.path.join("run", rel): kind})
+
+
+def train_into(d):
+    return ["FORGE", "train", run_yaml, "train.max_steps=2", "output_dir=" + d]
+
+
+RESUME = ["FORGE", "train", "RUN.yaml", "train.max_steps=8"]
+for label, files in [("a-directory-of-the-users", {"notes.txt": b"mine\n", "config.yaml": b"a: 1\n",
+                                                    "metrics.jsonl": b"not forge's\n"}),
+                     ("a-repository-root", {"README.md": b"# a project\n", "Makefile": b"all:\n",
+                                            os.path.join(".git", "HEAD"): b"ref: main\n"})]:
+    d = os.path.dirname(path("run_dir", label, "x"))
+    for rel, data in files.items():
+        write(path("run_dir", label, rel), data)
+    run_dir_case("train-into-" + label, train_into(d), (2,),
+                 [os.path.join(d, rel) for rel in files], listing=[d])
+run_dir_case("a-run-from-before-markers-resumes", RESUME, (0,),
+             copy_run=planted(".forge-run", "absent", keep=older))
+victim = write(path("run_dir", "victim.txt"), b"the user's own\n")
+for rel in ["train.lock", "metrics.jsonl", "config.yaml", "report.html",
+            os.path.join("checkpoints", "LATEST"), os.path.join("checkpoints", LATEST_NAME)]:
+    run_dir_case(rel.replace(os.sep, "-") + "-is-a-symlink", RESUME, (2,), [victim],
+                 copy_run=planted(rel, "symlink:" + victim, keep=older))
+elsewhere = os.path.dirname(write(path("run_dir", "elsewhere", "draft.tmp"), b"a draft\n"))
+run_dir_case("checkpoints-is-a-symlink", RESUME, (2,), [os.path.join(elsewhere, "draft.tmp")],
+             copy_run=planted("checkpoints", "symlink:" + elsewhere), listing=[elsewhere])
+# A fresh run (nothing to resume) whose metrics.jsonl links to a file of the user's: the writer
+# would truncate the file.
+fresh = os.path.dirname(write(path("run_dir", "fresh", ".forge-run"), b""))
+os.symlink(victim, os.path.join(fresh, "metrics.jsonl"))
+run_dir_case("fresh-run-metrics.jsonl-is-a-symlink", train_into(fresh), (2,), [victim])
+for rel in ["metrics.jsonl", os.path.join("checkpoints", "LATEST"),
+            os.path.join("checkpoints", LATEST_NAME)]:
+    run_dir_case(rel.replace(os.sep, "-") + "-is-a-fifo", RESUME, (2, 4),
+                 copy_run=planted(rel, "fifo", keep=older))
+if shutil.which("mpirun"):
+    d = os.path.dirname(path("run_dir", "ranks", "x"))
+    rank = ["FORGE", "train", run_yaml, "train.max_steps=2", "train.batch_size=1",
+            "train.grad_accum=2", "output_dir=" + d]
+    # -q: mpirun's own notes on a failed job are not forge's error line.
+    run_dir_case("ranks-started-with-different-configs",
+                 ["mpirun", "-q", "--allow-run-as-root", "--oversubscribe", "-np", "1"] + rank +
+                 [":", "-np", "1"] + rank + ["optimizer.lr=0.01"], (2,))
+
+# --- the command line: sizes, vocabularies, task heads, repeated flags, bad paths ---------------
+# One error line means one here: a bad path reported once per config key that holds it fails.
+def cli(name, argv, allowed, unchanged=(), listing=(), timeout=10):
+    case("cli", name, argv, allowed, unchanged, same_listing=listing, timeout=timeout,
+         config_lines=False)
+
+
+cli_prompts = write(path("cli", "prompts.txt"), b"To be\nor not\n")
+missing = path("cli", "missing.txt")
+# Sizes from flags are bounded before the model loads or anything is allocated (within a second).
+for label, flags in [("num-samples-10^9", ["--max-new-tokens", "2", "--num-samples", "1000000000"]),
+                     ("batch-size-10^9", ["--max-new-tokens", "2", "--num-samples", "30000000",
+                                          "--batch-size", "1000000000"]),
+                     ("max-new-tokens-past-context", ["--max-new-tokens", "100"])]:
+    cli("generate-" + label, ["FORGE", "generate", "--checkpoint", RUN, "--prompts", cli_prompts,
+                              *flags], (2,), [GOOD, cli_prompts], timeout=3)
+# A model whose vocabulary (320) is padded past its tokenizer's (bytes): no id past 255 is drawn.
+PADDED = os.path.join(BASE, "padded")
+cli("generate-padded-vocabulary", ["FORGE", "generate", "--checkpoint", PADDED, "--prompt", "ab",
+                                   "--max-new-tokens", "14", "--temperature", "3"], (0,))
+cli("generate-padded-vocabulary-batched",
+    ["FORGE", "generate", "--checkpoint", PADDED, "--prompts", cli_prompts, "--max-new-tokens",
+     "10", "--num-samples", "16", "--temperature", "3", "--top-k", "0"], (0,))
+# A NaN or an infinity in a Hugging Face directory's weights: exit 4, as training refuses them.
+hf_first = next(k for k in header if k != "__metadata__" and header[k]["dtype"] == "F32")
+for label, value in [("nan", b"\x00\x00\xc0\x7f"), ("inf", b"\x00\x00\x80\x7f")]:
+    start = 8 + hf_header_len + header[hf_first]["data_offsets"][0]
+    d = hf_dir("cli", "hf-weight-" + label, hf_weights[:start] + value + hf_weights[start + 4:])
+    files = [os.path.join(d, f) for f in sorted(os.listdir(d))]
+    cli(f"hf-weight-{label}/inspect", ["FORGE", "inspect", d], (4,), files)
+    cli(f"hf-weight-{label}/generate", ["FORGE", "generate", "--checkpoint", d, "--prompt", "ab",
+                                        "--max-new-tokens", "2"], (4,), files)
+    cli(f"hf-weight-{label}/eval", ["FORGE", "eval", d, "--data", tiny_txt], (4,), files)
+# A reward model or a classifier is intact: no export format holds its task head (exit 2).
+for model in ["reward_model", "classifier"]:
+    run = os.path.join(BASE, model)
+    run_files = [os.path.join(dp, f) for dp, _, fs in os.walk(run) for f in fs]
+    out_dir = os.path.dirname(path("cli", "export-" + model, "x"))
+    for how in [["--format", "hf"], ["--format", "peft"], ["--format", "gguf"], ["--merge"]]:
+        cli(f"export-{model}-{how[-1].lstrip('-')}",
+            ["FORGE", "export", "--checkpoint", run, *how, "--output",
+             os.path.join(out_dir, "out")], (2,), run_files, [out_dir])
+# An option given twice is refused, not silently replaced by the second.
+cli_out = os.path.dirname(path("cli", "twice", "x"))
+cli("twice-prompt", ["FORGE", "generate", "--checkpoint", RUN, "--prompt", "a", "--prompt", "b"],
+    (2,))
+cli("twice-output", ["FORGE", "generate", "--checkpoint", RUN, "--prompts", cli_prompts,
+                     "--max-new-tokens", "2", "--output", os.path.join(cli_out, "x.jsonl"),
+                     "--output=" + os.path.join(cli_out, "y.jsonl")], (2,), [cli_prompts],
+    [cli_out])
+cli("twice-export-output", ["FORGE", "export", "--checkpoint", RUN, "--format", "gguf", "--output",
+                            os.path.join(cli_out, "a.gguf"), "--output",
+                            os.path.join(cli_out, "b.gguf")], (2,), [GOOD], [cli_out])
+cli("twice-input", ["FORGE", "prepare", "--tokenizer", "bytes", "--input", tiny_txt, "--input",
+                    tiny_txt, "--output", os.path.join(cli_out, "t.h5")], (2,), [tiny_txt],
+    [cli_out])
+cli("twice-merge", ["FORGE", "export", "--checkpoint", RUN, "--merge", "--merge", "--output",
+                    os.path.join(cli_out, "m.h5")], (2,), [GOOD], [cli_out])
+# The shipped gpt2 tokenizer from a working directory that is not the repository's.
+cli("gpt2-from-elsewhere", ["FORGE", "tokenize", "--tokenizer", "gpt2", "--text", "hello"], (0,))
+# A bad path in each command's file options is one error line.
+for label, argv, allowed in [
+        ("eval-data", ["FORGE", "eval", HF, "--data", missing], (2, 3)),
+        ("eval-data-directory", ["FORGE", "eval", HF, "--data", OUT], (2, 3)),
+        ("eval-data-fifo", ["FORGE", "eval", HF, "--data", fifo], (2, 3)),
+        ("eval-target", ["FORGE", "eval", missing], (2, 4)),
+        ("generate-checkpoint", ["FORGE", "generate", "--checkpoint", missing, "--prompt", "a"],
+         (2, 4)),
+        ("generate-prompts", ["FORGE", "generate", "--checkpoint", RUN, "--prompts", missing],
+         (2, 3)),
+        ("predict-input", ["FORGE", "predict", "--checkpoint", os.path.join(BASE, "classifier"),
+                           "--input", missing], (2, 3)),
+        ("score-input", ["FORGE", "score", "--checkpoint", os.path.join(BASE, "reward_model"),
+                         "--input", missing], (2, 3)),
+        ("export-checkpoint", ["FORGE", "export", "--checkpoint", missing, "--format", "gguf",
+                               "--output", os.path.join(cli_out, "e.gguf")], (2, 4)),
+        ("tokenize-input", ["FORGE", "tokenize", "--tokenizer", "bytes", "--input", missing],
+         (2, 3)),
+        ("tokenize-tokenizer", ["FORGE", "tokenize", "--tokenizer", missing, "--text", "a"],
+         (2, 3)),
+        ("prepare-input", ["FORGE", "prepare", "--tokenizer", "bytes", "--input", missing,
+                           "--output", os.path.join(cli_out, "p.h5")], (2, 3)),
+        ("tokenizer-train-input", ["FORGE", "tokenizer", "train", "--vocab-size", "300", "--input",
+                                   missing, "--output", os.path.join(cli_out, "tok")], (2, 3)),
+        ("validate", ["FORGE", "validate", missing], (2,)),
+        ("train-data", ["FORGE", "train", run_yaml, "data.train=" + missing,
+                        "output_dir=" + os.path.join(cli_out, "run")], (2, 3))]:
+    cli("bad-path-" + label, argv, allowed)
 
 with open(os.path.join(OUT, "manifest.jsonl"), "w") as f:
     for c in cases:

@@ -6,7 +6,8 @@ A case passes when forge ends by itself within its timeout (no signal, no hang),
 the case allows (never 1: that is an internal error), with stderr holding exactly one error line
 ("forge: ..."; "forge: warning: ..." lines may precede it; none of it with control characters),
 with every file the case names byte-identical afterwards, and the directories it names holding the
-same files (no temp file left behind). Prints a summary per category and
+same files (no temp file left behind). A case that works on a copy of BASE/run may plant a FIFO or a
+symlink in place of one of its files, or remove one, first. Prints a summary per category and
 exits 1 when any case failed.
 """
 import collections
@@ -34,14 +35,15 @@ def digest(p):
         return "unreadable: " + e.strerror
 
 
-def check_stderr(code, err):
+def check_stderr(code, err, config_lines):
     lines = [line for line in err.decode("utf-8", "replace").split("\n") if line != ""]
     errors = [line for line in lines if not line.startswith("forge: warning: ")]
     if code == 0:
         return None  # progress lines of a successful command go to stderr too
     # A config's errors are all reported at once, one line each (README.md); every other error
-    # is one line.
-    if len(errors) > 1 and all(e.startswith("forge: config error: ") for e in errors):
+    # is one line, and so is a config error that one bad path caused (config_lines false).
+    if (config_lines and len(errors) > 1
+            and all(e.startswith("forge: config error: ") for e in errors)):
         errors = errors[-1:]
     if len(errors) != 1:
         return f"stderr has {len(errors)} error lines, expected 1"
@@ -61,6 +63,19 @@ def limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
 
+def plant(p, kind):
+    """Puts something else in place of a file of the copied run: "absent" (removed), "fifo", or
+    "symlink:TARGET"."""
+    if os.path.isdir(p) and not os.path.islink(p):
+        shutil.rmtree(p)
+    elif os.path.lexists(p):
+        os.remove(p)
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind.startswith("symlink:"):
+        os.symlink(kind[len("symlink:"):], p)
+
+
 def run_case(c, scratch):
     argv = [FORGE if a == "FORGE" else a for a in c["argv"]]
     unchanged = list(c["unchanged"])
@@ -71,6 +86,8 @@ def run_case(c, scratch):
         shutil.copytree(os.path.join(BASE, "run"), os.path.join(copy_root, "run"), symlinks=True)
         for rel, src in c["copy_run"]["replace"].items():
             shutil.copyfile(src, os.path.join(copy_root, rel))
+        for rel, kind in c["copy_run"].get("plant", {}).items():
+            plant(os.path.join(copy_root, rel), kind)
         unchanged += [os.path.join(copy_root, rel) for rel in c["copy_run"]["keep"]]
         argv = [os.path.join(BASE, "run.yaml") if a == "RUN.yaml" else a for a in argv]
         argv.append("output_dir=" + os.path.join(copy_root, "run"))
@@ -90,7 +107,7 @@ def run_case(c, scratch):
     elif code not in c["allowed"]:
         problems.append(f"exit {code}, allowed {c['allowed']}")
     if code >= 0:
-        s = check_stderr(code, err)
+        s = check_stderr(code, err, c.get("config_lines", True))
         if s:
             problems.append(s)
     for path, d in before.items():

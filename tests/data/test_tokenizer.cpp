@@ -1,6 +1,7 @@
 // Tokenizers: GPT-2 BPE ids against a fixture from OpenAI's reference encoder (js-tiktoken, see
 // tests/golden/make_gpt2_token_fixture.mjs), exact round trips on any bytes, the bytes tokenizer,
-// special tokens, errors for missing or corrupt vocabularies, and a speed print (not asserted).
+// special tokens, the gpt2 files found from any working directory, errors for missing or corrupt
+// vocabularies, and a speed print (not asserted).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -152,6 +153,23 @@ TEST(Tokenizer, Gpt2VocabularyAndSpecials) {
   EXPECT_EQ(bert->decode(ids), "[CLS]hi[SEP][PAD]");
   EXPECT_THROW(bert->decode({50261}), Error);
   EXPECT_THROW(gpt2().decode({-1}), Error);
+}
+
+// The shipped vocabulary is found from any working directory, not only the repository root.
+TEST(Tokenizer, Gpt2IsFoundFromAnyWorkingDirectory) {
+  testing::TempDir dir;
+  const std::filesystem::path here = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  std::unique_ptr<Tokenizer> elsewhere;
+  try {
+    elsewhere = make_tokenizer("gpt2");
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  std::filesystem::current_path(here);
+  ASSERT_NE(elsewhere, nullptr);
+  EXPECT_EQ(elsewhere->encode("hello world"), gpt2().encode("hello world"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(shipped_tokenizer_dir("gpt2") / "encoder.json"));
 }
 
 TEST(Tokenizer, BytesTokenizerIdsAndSpecials) {

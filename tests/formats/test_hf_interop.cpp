@@ -2,7 +2,8 @@
 // tests/golden/make_hf_goldens.py: a GPT-2 and a BERT directory load with their logits equal to
 // PyTorch's; `forge export --format hf` writes back the very tensors, names and config; a
 // directory is a starting point for model.init_from; PEFT export holds the adapters under PEFT's
-// names; broken directories are refused naming the file and the key or tensor.
+// names; broken directories and non-finite weights are refused naming the file and the key or
+// tensor; a bad --data path is one error line; a model with a task head is not exported.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -295,6 +296,72 @@ TEST_F(HFInterop, ConfigSizesNestingAndSymlinkLoopsAreRefusedNamingTheFileAndKey
   testing::expect_error(ExitCode::checkpoint,
                         loop.string() + ": cannot be read: Too many levels of symbolic links",
                         [&] { resolve_checkpoint(loop); });
+}
+
+// A NaN or an infinity in the weights is a checkpoint error naming the tensor, for every command
+// that reads the directory, as training refuses a non-finite parameter.
+TEST_F(HFInterop, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  for (float bad : {std::nanf(""), INFINITY}) {
+    const fs::path dir = dir_ / (std::isnan(bad) ? "nan" : "inf");
+    fs::copy(kGolden / "gpt2", dir);
+    NamedTensors tensors = all_tensors(dir / "model.safetensors");
+    for (NamedTensor& t : tensors)
+      if (t.name == "h.0.attn.c_attn.weight") t.tensor.data<float>()[5] = bad;
+    write_safetensors(dir / "model.safetensors", tensors, {}, ExitCode::checkpoint);
+    testing::expect_error(ExitCode::checkpoint, "tensor 'h.0.attn.c_attn.weight' holds a NaN",
+                          [&] { load_gpt(resolve_checkpoint(dir)); });
+    testing::write_file(dir_ / "text.txt", "to be or not to be");
+    for (const std::string& command :
+         {"inspect " + dir.string(),
+          "eval " + dir.string() + " --data " + (dir_ / "text.txt").string(),
+          "generate --checkpoint " + dir.string() + " --prompt a --max-new-tokens 2"}) {
+      const auto [code, output] = forge_output(command);
+      EXPECT_EQ(code, 4) << command << "\n" << output;
+      EXPECT_NE(output.find("h.0.attn.c_attn.weight"), std::string::npos) << output;
+    }
+  }
+}
+
+// forge eval of a directory with a bad --data path reports it once, not once per split.
+TEST_F(HFInterop, EvalOfABadDataPathIsOneErrorLine) {
+  for (const std::string& data :
+       {(dir_ / "missing.txt").string(), dir_.string(), std::string("''")}) {
+    const auto [code, output] =
+        forge_output("eval " + (kGolden / "gpt2").string() + " --data " + data);
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+}
+
+// A reward model or a classifier is intact but has a task head no export format holds: every
+// format and --merge say so (exit 2), none blames the checkpoint (exit 4); generate too.
+TEST_F(HFInterop, ExportOfAModelWithATaskHeadIsAUsageError) {
+  train_tiny_base(16);
+  const std::string base = (dir_ / "base.yaml").string() + " model.init_from=" +
+                           (dir_ / "base").string() + " train.max_steps=1 train.eval_every=0";
+  write_word_pairs(dir_ / "pairs.jsonl", 8, 3);
+  ASSERT_EQ(forge("train " + base + " recipe=reward_model data.train=" +
+                  (dir_ / "pairs.jsonl").string() + " output_dir=" + (dir_ / "rm").string()),
+            0);
+  testing::write_file(dir_ / "labels.jsonl", "{\"text\": \"to be\", \"label\": \"a\"}\n"
+                                             "{\"text\": \"or not\", \"label\": \"b\"}\n");
+  ASSERT_EQ(forge("train " + base + " recipe=classify data.train=" +
+                  (dir_ / "labels.jsonl").string() + " data.val_fraction=0 output_dir=" +
+                  (dir_ / "classifier").string()),
+            0);
+  for (const char* run : {"rm", "classifier"})
+    for (const char* how : {"--format hf", "--format peft", "--format gguf", "--merge"}) {
+      const std::string command = "export --checkpoint " + (dir_ / run).string() + " " + how +
+                                  " --output " + (dir_ / "out").string();
+      const auto [code, output] = forge_output(command);
+      EXPECT_EQ(code, 2) << command << "\n" << output;
+      EXPECT_NE(output.find("with a task head ('head."), std::string::npos) << output;
+      EXPECT_FALSE(fs::exists(dir_ / "out")) << command;
+    }
+  const auto [code, output] =
+      forge_output("generate --checkpoint " + (dir_ / "rm").string() + " --prompt a");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("the model of a reward_model run"), std::string::npos) << output;
 }
 
 TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {

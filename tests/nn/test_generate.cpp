@@ -2,8 +2,8 @@
 // generate_batch equals a one-row-at-a-time reference built on plain full forwards, token for
 // token, for every batch size and mix of prompt lengths; log-probabilities are the model's own, and
 // the sampling distribution's (checked by hand); completions stop at an end-of-text sequence; a
-// row's draws do not depend on the other rows; and bad prompts or options are refused with their
-// exit codes. GPT-2 and LLaMA flavours both run, so
+// row's draws do not depend on the other rows; ids past a vocabulary limit are never drawn; and bad
+// prompts or options are refused with their exit codes. GPT-2 and LLaMA flavours both run, so
 // learned and rotary positions are each checked per row.
 #include <gtest/gtest.h>
 
@@ -370,6 +370,69 @@ TEST(NnGenerateBatch, RefusesPromptsThatDoNotFitAndBadOptions) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A model whose vocabulary is padded past its tokenizer's: with vocab_limit set, no sampler
+// (greedy, top-k, top-p, batched or one prompt) draws an id at or past it, even where such an id
+// has the largest logit, and the sampling distribution gives it probability 0.
+TEST(NnSampleToken, NeverDrawsIdsPastTheVocabularyLimit) {
+  const std::vector<float> logits = {0.5f, 1.0f, 0.0f, 4.0f, 5.0f};  // ids 3 and 4 lead
+  SamplingOptions o;
+  o.vocab_limit = 3;
+  o.temperature = 0.0;
+  EXPECT_EQ(sample_token(logits.data(), 5, o, 0, 0), 1);
+  EXPECT_EQ(sampling_log_probability(logits.data(), 5, o, 1), 0.0);
+  for (double temperature : {0.7, 2.0})
+    for (int64_t top_k : {0, 2})
+      for (double top_p : {1.0, 0.5}) {
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.top_p = top_p;
+        for (uint64_t d = 0; d < 200; ++d)
+          EXPECT_LT(sample_token(logits.data(), 5, o, 0, d), 3) << temperature << " " << top_k;
+        EXPECT_EQ(sampling_log_probability(logits.data(), 5, o, 4),
+                  -std::numeric_limits<double>::infinity());
+      }
+  // Past the model's own vocabulary the limit changes nothing.
+  SamplingOptions all = o;
+  all.vocab_limit = 0;
+  o.vocab_limit = 99;
+  for (uint64_t d = 0; d < 20; ++d)
+    EXPECT_EQ(sample_token(logits.data(), 5, o, 0, d), sample_token(logits.data(), 5, all, 0, d));
+
+  const std::unique_ptr<GPT> model = make_model(false);  // 23 ids
+  SamplingOptions s = sampling();
+  s.temperature = 2.0;
+  s.top_k = 0;
+  s.top_p = 1.0;
+  s.vocab_limit = 4;
+  BatchOptions b;
+  b.num_samples = 8;
+  for (const Completion& c : generate_batch(*model, mixed_prompts(), s, b))
+    for (int64_t token : c.tokens) EXPECT_LT(token, 4);
+  for (int64_t token : generate(*model, {4, 9, 1}, s)) EXPECT_LT(token, 4);
+  s.vocab_limit = -1;
+  EXPECT_THROW(check_sampling(s), Error);
+}
+
+// check_prompts is what generate_batch checks, callable with a config's context and vocabulary
+// before a model exists.
+TEST(NnGenerateBatch, CheckPromptsRefusesWhatGenerateBatchRefuses) {
+  SamplingOptions o = sampling();  // 10 new tokens
+  auto code = [&](const Prompts& prompts) {
+    try {
+      check_prompts(prompts, 24, 23, o);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ExitCode::ok;
+  };
+  EXPECT_EQ(code({std::vector<int64_t>(14, 1)}), ExitCode::ok);
+  EXPECT_EQ(code({std::vector<int64_t>(15, 1)}), ExitCode::usage);
+  EXPECT_EQ(code({{}}), ExitCode::usage);
+  EXPECT_EQ(code({{1, 23}}), ExitCode::data);
+  o.max_new_tokens = std::numeric_limits<int64_t>::max();  // no overflow past the context
+  EXPECT_EQ(code({{1}}), ExitCode::usage);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Data parallelism under mpirun, run as users run it: `mpirun -np 2 forge train` trains what one
 // process trains (losses and weights), writes the run directory from rank 0 alone, stops every
 // rank at one checkpoint when one rank gets a signal and resumes exactly, ends in bounded time
-// when a rank dies, and reports a config error once. Needs Open MPI's mpirun (scripts/setup.sh
+// when a rank dies, reports a config error once, and stops ranks started with different configs
+// at set-up. Needs Open MPI's mpirun (scripts/setup.sh
 // installs it); a build without MPI skips these tests.
 #include <gtest/gtest.h>
 
@@ -48,17 +49,19 @@ class Distributed : public testing::RecipeTest {
     return dir_ / (name + ".yaml");
   }
 
-  // `forge ARGS` on two ranks under mpirun (the forge binary re-executes itself, as it does alone);
-  // its exit code and output. Ended after `timeout_s` (exit 124) so that a hang fails the test.
+  // `forge ARGS` on `ranks` ranks under mpirun (the forge binary re-executes itself, as it does
+  // alone); its exit code and output. Ended after `timeout_s` (exit 124) so that a hang fails the
+  // test. ARGS may go on with `: -np N forge ...` for more ranks that run something else.
   std::pair<int, std::string> mpirun(const std::string& args, const std::string& env = "",
-                                     int timeout_s = 120) {
+                                     int timeout_s = 120, int ranks = 2) {
     const fs::path out = dir_ / "mpirun.out";
     // For the sanitized build (scripts/test_sanitized): Open MPI's start-up allocations outlive
     // MPI_Finalize, which LeakSanitizer would report, and its memory patcher (a cache of RDMA
     // registrations, unused on one machine) overwrites sanitizer entry points.
     const std::string cmd = "ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 OMPI_MCA_memory=^patcher " + env +
                             " timeout -k 10 " + std::to_string(timeout_s) +
-                            " mpirun --allow-run-as-root --oversubscribe -np 2 " + FORGE_BINARY +
+                            " mpirun --allow-run-as-root --oversubscribe -np " +
+                            std::to_string(ranks) + " " + FORGE_BINARY +
                             " " + args + " >" + out.string() + " 2>&1";
     const int status = std::system(cmd.c_str());
     std::ifstream in(out, std::ios::binary);
@@ -184,6 +187,22 @@ TEST_F(Distributed, SetUpErrorsAreReportedOnceWithTheExitCode) {
       << accum_out;
   EXPECT_NE(accum_out.find("set train.batch_size=3 train.grad_accum=2"), std::string::npos)
       << accum_out;
+}
+
+// Ranks started with different configs (another learning rate on rank 1) used to train apart until
+// the weight check ended them with an internal error: they stop at set-up, before any step, with
+// one usage error naming the rank and the key.
+TEST_F(Distributed, RanksStartedWithDifferentConfigsStopAtSetUp) {
+  const std::string config = write_gpt_config("apart").string();
+  auto [code, out] = mpirun("train " + config + " : -np 1 " + FORGE_BINARY + " train " + config +
+                                " optimizer.lr=1.0e-3",
+                            "", 60, 1);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_EQ(count(out, "forge: usage error: rank 1 resolved another config than rank 0 "
+                       "(optimizer.lr: 0.003 on rank 0)"),
+            1u)
+      << out;
+  EXPECT_FALSE(fs::exists(dir_ / "apart" / "metrics.jsonl"));
 }
 
 // BERT: a step's MLM loss is scaled by the masked positions of all its micro-batches, which each

@@ -1,13 +1,16 @@
 // forge generate --prompts end to end on a briefly trained GPT run: one JSONL record a sample in the
 // documented key order, the same records for any --batch-size and on stdout as in --output, the
 // stop text ending samples, and the exit code of each bad input (a bad JSONL prompt line names
-// file:line and the field on one line).
+// file:line and the field on one line; sizes that cannot fit are refused before the model loads;
+// a repeated option is refused); a padded vocabulary's extra ids are never sampled.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tests/recipes/recipe_test.h"
@@ -100,7 +103,8 @@ TEST_F(GenerateCli, WritesOneRecordPerSampleWhateverTheBatchSize) {
   }
 
   // The stop text, two tokens here, ends a sample once generated (the model has learned spaces).
-  const Result stopped = generate(sampling + " --stop 'e ' --max-new-tokens 19");
+  const Result stopped = generate("--prompts " + (dir_ / "prompts.txt").string() +
+                                  " --num-samples 2 --seed 5 --stop 'e ' --max-new-tokens 19");
   ASSERT_EQ(stopped.code, 0) << stopped.err;
   int finished = 0;
   const std::vector<int64_t> stop = {'e', ' '};
@@ -145,6 +149,64 @@ TEST_F(GenerateCli, BadInputsExitWithTheirCodes) {
   const Result single = generate("--prompt ROMEO: --max-new-tokens 40");
   EXPECT_EQ(single.code, 0) << single.err;
   EXPECT_EQ(single.out.rfind("ROMEO:", 0), 0u);
+}
+
+// Sizes that cannot fit are refused naming the flag before the model loads: --num-samples whose
+// completions outgrow the machine's memory and a --batch-size whose batch does; neither allocates
+// or loops first.
+TEST_F(GenerateCli, SizesThatCannotFitAreRefusedBeforeTheModelLoads) {
+  const std::string prompts = " --prompts " + (dir_ / "prompts.txt").string();
+  const auto start = std::chrono::steady_clock::now();
+  const Result huge = generate(prompts + " --max-new-tokens 8 --num-samples 1000000000");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_EQ(huge.code, 2) << huge.err;
+  EXPECT_NE(huge.err.find("--num-samples 1000000000 completions need at least"), std::string::npos)
+      << huge.err;
+  // About a thousandth of the memory in completions (about 200 bytes each) fits; a batch of them
+  // all holds a key-value cache and logits (about 2 KB a row) that does not.
+  const std::optional<MemoryLimit> memory = machine_memory();
+  ASSERT_TRUE(memory);
+  const int64_t samples = int64_t(memory->bytes / 3 / 1000);
+  const Result batch = generate(prompts + " --max-new-tokens 8 --num-samples " +
+                                std::to_string(samples) + " --batch-size 1000000000");
+  EXPECT_EQ(batch.code, 2) << batch.err;
+  EXPECT_NE(batch.err.find("generate: --batch-size 1000000000: the completions and a batch of"),
+            std::string::npos)
+      << batch.err;
+}
+
+// A model whose vocabulary (320) is padded past its tokenizer's (bytes, 256) never samples an id
+// the tokenizer cannot decode, whatever the temperature, alone or batched.
+TEST_F(GenerateCli, APaddedVocabularySamplesOnlyTheTokenizersIds) {
+  ASSERT_EQ(forge("train " + (dir_ / "run.yaml").string() + " model.vocab_size=320 output_dir=" +
+                  (dir_ / "padded").string() + " train.max_steps=2 train.save_every=2"),
+            0);
+  const std::string checkpoint = std::string(FORGE_BINARY) + " generate --checkpoint " +
+                                 (dir_ / "padded").string();
+  for (const std::string& args :
+       {std::string(" --prompt ROMEO: --max-new-tokens 60 --temperature 3"),
+        " --prompts " + (dir_ / "prompts.txt").string() +
+            " --max-new-tokens 16 --num-samples 8 --temperature 3 --top-k 0"}) {
+    const int status = std::system((checkpoint + args + " >" + (dir_ / "out").string() + " 2>" +
+                                    (dir_ / "err").string())
+                                       .c_str());
+    ASSERT_EQ(WEXITSTATUS(status), 0) << args << "\n" << read_file(dir_ / "err");
+  }
+  for (const nlohmann::ordered_json& row : records(read_file(dir_ / "out")))
+    for (int64_t token : row["tokens"]) EXPECT_LT(token, 256);
+}
+
+// An option given twice is refused naming it, not silently replaced by the second.
+TEST_F(GenerateCli, RepeatedOptionsAreRefused) {
+  const std::string prompts = " --prompts " + (dir_ / "prompts.txt").string();
+  const Result prompt = generate("--prompt a --prompt b");
+  EXPECT_EQ(prompt.code, 2);
+  EXPECT_EQ(prompt.err, "forge: usage error: generate: option --prompt given twice\n");
+  const Result output = generate(prompts + " --output " + (dir_ / "x.jsonl").string() +
+                                 " --output=" + (dir_ / "y.jsonl").string());
+  EXPECT_EQ(output.code, 2);
+  EXPECT_NE(output.err.find("option --output given twice"), std::string::npos) << output.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.jsonl") || fs::exists(dir_ / "y.jsonl"));
 }
 
 }  // namespace

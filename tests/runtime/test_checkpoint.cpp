@@ -225,13 +225,32 @@ TEST(Checkpoint, TempFilesOfACrashedSaveAreIgnoredThenCleaned) {
   // A crash mid-write leaves temp files with partial content; they are never renamed into place.
   write_file(ckpt / "step-000200.h5.tmp", "\x89HDF\r\n\x1a\n partial");
   write_file(ckpt / "LATEST.tmp", "step-000200.h5\n");
+  write_file(ckpt / "LATEST.tmp.4242", "step-000200.h5\n");  // write_file_atomic's temp
   EXPECT_EQ(latest_checkpoint(tmp.path()), ckpt / "step-000100.h5");
   fs::remove(ckpt / "LATEST");
   EXPECT_EQ(latest_checkpoint(tmp.path()), ckpt / "step-000100.h5");
   save_checkpoint(tmp.path(), sample_data(200), 3);
   EXPECT_FALSE(fs::exists(ckpt / "step-000200.h5.tmp"));
   EXPECT_FALSE(fs::exists(ckpt / "LATEST.tmp"));
+  EXPECT_FALSE(fs::exists(ckpt / "LATEST.tmp.4242"));
   EXPECT_EQ(latest_checkpoint(tmp.path()), ckpt / "step-000200.h5");
+}
+
+// An exported checkpoint's temp file is this process's own, created exclusively: a user's file
+// that happens to sit at `OUT.tmp`, or a symlink there, is neither truncated nor followed.
+TEST(Checkpoint, AnExportNeverWritesOverAFileAtItsTempName) {
+  TempDir tmp;
+  const fs::path out = tmp.path() / "merged.h5";
+  write_file(tmp.path() / "merged.h5.tmp", "the user's notes");
+  write_file(tmp.path() / "target.txt", "kept");
+  fs::create_symlink(tmp.path() / "target.txt",
+                     tmp.path() / ("merged.h5.tmp." + std::to_string(::getpid())));
+  EXPECT_THROW(save_checkpoint_file(out, sample_data(1)), Error);
+  EXPECT_EQ(read_file(tmp.path() / "target.txt"), "kept");
+  fs::remove(tmp.path() / ("merged.h5.tmp." + std::to_string(::getpid())));
+  save_checkpoint_file(out, sample_data(1));
+  EXPECT_EQ(read_file(tmp.path() / "merged.h5.tmp"), "the user's notes");
+  EXPECT_EQ(load_checkpoint(out, specs_of(sample_data(1).model)).step, 1);
 }
 
 TEST(Checkpoint, CorruptFilesAreOneLineCheckpointErrors) {

@@ -1,7 +1,10 @@
-// metrics.jsonl (exact line format, writer/reader round trip, truncation for resume), the progress
+// metrics.jsonl (exact line format, writer/reader round trip, truncation for resume, no writing
+// through a symlink or into a FIFO), the progress
 // line (format helpers on fixed inputs, TTY and plain modes) and report.html (charts, summary,
 // config, nothing external). File tests work in a fresh temp directory each.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -105,6 +108,28 @@ TEST(Metrics, WriterReaderRoundTrip) {
   MetricsWriter fresh(path, false);  // append=false starts over
   EXPECT_TRUE(read_metrics(path).empty());
   EXPECT_TRUE(read_metrics(tmp.path() / "absent.jsonl").empty());
+}
+
+// A metrics.jsonl planted as a symlink would have the run truncate and append to its target, and
+// one that is a FIFO would block the trainer until a reader came (here one is already there, so
+// that the unfixed writer fails the test instead of hanging it): both are refused.
+TEST(Metrics, WriterRefusesASymlinkAndAFifo) {
+  TempDir tmp;
+  const fs::path victim = tmp.path() / "victim.txt", path = tmp.path() / "metrics.jsonl";
+  std::ofstream(victim) << "the user's own\n";
+  fs::create_symlink(victim, path);
+  for (bool append : {false, true})
+    testing::expect_error(ExitCode::usage, path.string() + ": is a symlink",
+                          [&] { MetricsWriter w(path, append); });
+  EXPECT_EQ(read_file(victim), "the user's own\n");
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  testing::expect_error(ExitCode::usage, path.string() + ": exists and is not a regular file",
+                        [&] { MetricsWriter w(path, false); });
+  ::close(reader);
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(path)));
 }
 
 TEST(Metrics, ReaderAcceptsJsonWrittenByOthersAndSkipsBrokenLines) {

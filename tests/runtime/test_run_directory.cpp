@@ -1,7 +1,7 @@
 // The run directory seen from the command line, with the real binary: stop requests honoured
 // inside evaluations, samples and the report (raised deterministically by the FORGE_TEST_RAISE
-// hook), the directory lock, an output_dir that cannot be created, and every error or warning
-// printed as one line whatever bytes it quotes.
+// hook), the directory lock, an output_dir that cannot be created or is not a run, and every error
+// or warning printed as one line whatever bytes it quotes.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/metrics.h"
+#include "runtime/run_directory.h"
 #include "tests/recipes/recipe_test.h"
 
 namespace forge {
@@ -132,6 +133,7 @@ TEST_F(RunDirectory, SigintWhileTheReportIsWrittenExits130WithoutTheSample) {
 TEST_F(RunDirectory, ASecondTrainerExits2NamingTheDirectoryAndTheHolder) {
   fs::path cfg = write_config("locked");
   fs::create_directories(dir_ / "locked");
+  std::ofstream(dir_ / "locked" / kRunMarker) << "";  // the holder made the directory a run
   int fd = ::open((dir_ / "locked" / "train.lock").c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
@@ -162,6 +164,28 @@ TEST_F(RunDirectory, AnOutputDirThatCannotBeCreatedIsAUsageError) {
     EXPECT_EQ(o.err, "forge: config error: override 'output_dir=" + file + "': output_dir: '" +
                          file + "' exists and is not a directory\n");
   }
+}
+
+// An output_dir holding the user's files is refused with one line saying how to go on, and nothing
+// is written into it; with --use-existing-dir the run goes in beside them, a run from then on.
+TEST_F(RunDirectory, ADirectoryThatIsNotARunIsRefusedUnlessTheUserSaysSo) {
+  fs::path cfg = write_config("mine");
+  const fs::path mine = dir_ / "mine";
+  fs::create_directories(mine);
+  std::ofstream(mine / "notes.txt") << "mine\n";
+  Output o = run("train " + cfg.string() + " train.max_steps=2");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.err, "forge: usage error: output_dir " + mine.string() +
+                       ": exists, is not empty and is not a Forge run directory (it has no "
+                       ".forge-run); choose a new or empty output_dir, or give forge train "
+                       "--use-existing-dir to train into it anyway\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(mine), fs::directory_iterator()), 1);
+  o = run("train " + cfg.string() + " train.max_steps=2 --use-existing-dir");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(read(mine / "notes.txt"), "mine\n");
+  EXPECT_TRUE(fs::is_regular_file(mine / kRunMarker));
+  EXPECT_EQ(run("train " + cfg.string() + " train.max_steps=4").code, 0);  // a run now
+  EXPECT_EQ(latest_checkpoint(mine), checkpoint_path(mine, 4));
 }
 
 // Bytes a user or a corrupt file put in a message (a newline in a value, terminal escapes in

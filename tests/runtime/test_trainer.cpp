@@ -2,16 +2,20 @@
 // loader that keeps state resumes exactly), and recipe-specific sums that become train metrics.
 // Its care of the run directory: stop requests honoured inside evaluations, samples and skipped
 // steps; train.resume: never moving the earlier run aside; the directory lock; nothing written
-// before a checkpoint has loaded. A one-parameter model keeps these runs to milliseconds.
+// before a checkpoint has loaded; no directory that is not a run written into, no file of a run
+// written through a symlink or opened when it is a FIFO. A one-parameter model keeps these runs to
+// milliseconds.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <set>
 
 #include "core/ops.h"
 #include "data/tokenizer.h"
@@ -22,6 +26,7 @@
 #include "runtime/components.h"
 #include "recipes/lm_objective.h"
 #include "runtime/metrics.h"
+#include "runtime/run_directory.h"
 #include "runtime/trainer.h"
 #include "tests/fake_comm.h"
 #include "tests/test_util.h"
@@ -349,6 +354,7 @@ TEST(Trainer, ResumeNeverRefusesWhenItCannotMoveTheEarlierRunAside) {
   path += "/" + std::string(length - path.size() - 1, 'e');
   const fs::path dir = path;
   fs::create_directories(dir / "checkpoints");
+  std::ofstream(dir / kRunMarker) << "";
   std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"split\": \"train\", \"loss\": 1.0}\n";
   testing::expect_error(ExitCode::usage, "nothing was moved", [&] {
     train_bias(dir, [](RunConfig& config, Recipe&) { config.train.resume = "never"; });
@@ -380,6 +386,7 @@ TEST(Trainer, ACheckpointWithANegativeStepChangesNothing) {
 TEST(Trainer, ASecondTrainerOnTheRunDirectoryIsRefusedNamingTheHolder) {
   testing::TempDir dir;
   const fs::path lock_file = dir.path() / "train.lock";
+  std::ofstream(dir.path() / kRunMarker) << "";  // the holder made the directory a run
   int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
@@ -390,6 +397,86 @@ TEST(Trainer, ASecondTrainerOnTheRunDirectoryIsRefusedNamingTheHolder) {
   ::close(fd);
   EXPECT_EQ(train_bias(dir.path()), 0);
   EXPECT_EQ(read_file(lock_file), std::to_string(::getpid()) + "\n");
+}
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.insert(entry.path().filename().string());
+  return names;
+}
+
+// A directory holding anything but a run (the user's files, and no .forge-run) is refused before
+// anything is written into it; an empty one becomes a run, marked.
+TEST(Trainer, ADirectoryThatIsNotARunIsRefusedAndLeftAsItWas) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "notes.txt") << "mine\n";
+  std::ofstream(dir.path() / "config.yaml") << "mine too\n";
+  testing::expect_error(ExitCode::usage,
+                        "output_dir " + dir.path().string() +
+                            ": exists, is not empty and is not a Forge run directory",
+                        [&] { train_bias(dir.path()); });
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"config.yaml", "notes.txt"}));
+  EXPECT_EQ(read_file(dir.path() / "config.yaml"), "mine too\n");
+  testing::TempDir empty;
+  ASSERT_EQ(train_bias(empty.path()), 0);
+  EXPECT_TRUE(fs::is_regular_file(empty.path() / kRunMarker));
+}
+
+// A run written before markers existed is recognised by its checkpoints/LATEST naming a
+// checkpoint: it resumes, and is marked from then on. Without a checkpoint it is not a run.
+TEST(Trainer, ARunFromBeforeMarkersResumesAndIsMarked) {
+  testing::TempDir dir;
+  ASSERT_EQ(train_bias(dir.path()), 0);
+  fs::remove(dir.path() / kRunMarker);
+  ASSERT_EQ(train_bias(dir.path(), [](RunConfig& c, Recipe&) { c.train.max_steps = 8; }), 0);
+  EXPECT_EQ(steps_of(dir.path(), "train"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_TRUE(fs::is_regular_file(dir.path() / kRunMarker));
+  fs::remove(dir.path() / kRunMarker);
+  fs::remove(checkpoint_path(dir.path(), 8));
+  testing::expect_error(ExitCode::usage, "is not a Forge run directory",
+                        [&] { train_bias(dir.path()); });
+}
+
+// No file of a run is written through a symlink planted in its place: train.lock (which took the
+// trainer's pid), metrics.jsonl (truncated), config.yaml, and checkpoints/ (whose *.tmp files a
+// save deletes) pointing elsewhere are refused, naming them, and what they point to is unchanged.
+TEST(Trainer, NoFileOfARunIsWrittenThroughASymlink) {
+  testing::TempDir dir;
+  const fs::path victim = dir.path() / "victim.txt", elsewhere = dir.path() / "elsewhere";
+  const fs::path run = dir.path() / "run";
+  std::ofstream(victim) << "the user's own\n";
+  fs::create_directories(elsewhere);
+  std::ofstream(elsewhere / "draft.tmp") << "the user's too\n";
+  for (const std::string name : {"train.lock", "metrics.jsonl", "config.yaml", "checkpoints"}) {
+    fs::remove_all(run);
+    fs::create_directories(run);
+    std::ofstream(run / kRunMarker) << "";
+    fs::create_symlink(name == "checkpoints" ? elsewhere : victim, run / name);
+    testing::expect_error(ExitCode::usage, (run / name).string() + ": is a symlink",
+                          [&] { train_bias(run); });
+    EXPECT_EQ(read_file(victim), "the user's own\n") << name;
+    EXPECT_EQ(names_in(elsewhere), (std::set<std::string>{"draft.tmp"})) << name;
+  }
+}
+
+// A run file that is a FIFO is refused, naming it, without being opened: reading metrics.jsonl or
+// LATEST on resume used to wait forever for a writer.
+TEST(Trainer, RunFilesThatAreFifosAreRefusedWithoutBlocking) {
+  testing::TempDir dir;
+  ASSERT_EQ(train_bias(dir.path()), 0);
+  const fs::path metrics = dir.path() / "metrics.jsonl";
+  const fs::path latest = dir.path() / "checkpoints" / "LATEST";
+  for (const fs::path& file : {metrics, latest}) {
+    const fs::path kept = file.string() + ".kept";
+    fs::rename(file, kept);
+    ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
+    testing::expect_error(ExitCode::usage, file.string() + ": is a FIFO", [&] {
+      train_bias(dir.path(), [](RunConfig& c, Recipe&) { c.train.max_steps = 8; });
+    });
+    fs::remove(file);
+    fs::rename(kept, file);
+  }
 }
 
 }  // namespace
