@@ -323,7 +323,7 @@ int cmd_eval(const std::vector<std::string>& args) {
       // trained with.
       config = load_config_string(read_checkpoint_info(target).config_yaml, target.string(), {});
       file = target;
-    } else if (fs::is_directory(target)) {
+    } else if (std::error_code ec; fs::is_directory(target, ec)) {
       // The run directory named, not the output_dir its config.yaml names: a copied or moved run
       // is scored on its own checkpoints.
       config = load_config((target / "config.yaml").string());

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/dtype.h"
 #include "core/durable_file.h"
 #include "core/file_io.h"
@@ -75,7 +76,12 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path, ExitCode code)
   data_start_ = 8 + header_size;
   const uint64_t data_size = file_size_ - data_start_;
 
-  json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json header;
+  try {
+    header = parse_bounded_json(text, /*allow_exceptions=*/false);
+  } catch (const JsonTooDeep& e) {
+    fail(std::string("the header is not valid JSON: ") + e.what());
+  }
   if (header.is_discarded()) fail("the header is not valid JSON");
   if (!header.is_object()) fail("the header is not a JSON object");
   // Named, not structured, bindings: clang's OpenMP mode cannot capture the latter in `bad`.

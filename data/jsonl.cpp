@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/file_io.h"
 
@@ -34,11 +35,11 @@ std::string field_list(const std::vector<std::string>& fields) {
 JsonlObject parse_line(std::string_view line, std::string where, const JsonlSchema& schema) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(line);
+    j = parse_bounded_json(line);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ExitCode::data, detail::concat(where, ": not JSON (byte ", e.byte, ": ",
                                                parse_reason(e), ")"));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range
+  } catch (const nlohmann::json::exception& e) {  // a number beyond double's range, JsonTooDeep
     throw Error(ExitCode::data, detail::concat(where, ": not valid JSON (", e.what(), ")"));
   }
   if (!j.is_object())

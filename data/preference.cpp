@@ -15,14 +15,16 @@ namespace forge {
 
 namespace {
 
-// A ranked record's pairs: every two completions whose scores differ, the higher as chosen, in
-// (i, j) order (InstructGPT's K-choose-2 comparisons of one prompt).
-void expand_ranking(const JsonlObject& o, const std::string& prompt,
-                    std::vector<PreferenceRecord>& records) {
+// A ranked record's scores, one a completion, its lists checked.
+std::vector<double> ranking_scores(const JsonlObject& o, const PreferenceLimits& limits) {
   const nlohmann::json& completions = o.value.at("completions");
   const auto scores = o.value.find("scores");
   if (!completions.is_array() || completions.size() < 2)
     o.fail_field("completions", "must be a list of at least 2 strings");
+  if (int64_t(completions.size()) > limits.completions)
+    o.fail_field("completions", detail::concat("holds ", completions.size(),
+                                               " completions, more than the ", limits.completions,
+                                               " a ranked record may have"));
   if (scores == o.value.end()) o.fail("missing field \"scores\" (one a completion)");
   if (!scores->is_array() || scores->size() != completions.size())
     o.fail_field("scores", detail::concat("must be a list of ", completions.size(),
@@ -34,36 +36,79 @@ void expand_ranking(const JsonlObject& o, const std::string& prompt,
       o.fail_field("completions", i, "must be a non-empty string");
     score.push_back(jsonl_finite_number(o, "scores", i));
   }
+  return score;
+}
+
+// Calls fn(hi, lo) for each pair of a ranked record: every two completions whose scores differ,
+// the higher as chosen, in (i, j) order (InstructGPT's K-choose-2 comparisons of one prompt).
+template <class Fn>
+void for_each_ranked_pair(const std::vector<double>& score, Fn fn) {
   for (size_t i = 0; i < score.size(); ++i)
     for (size_t j = i + 1; j < score.size(); ++j) {
       if (score[i] == score[j]) continue;
-      const size_t hi = score[i] > score[j] ? i : j, lo = hi == i ? j : i;
-      records.push_back({prompt, completions[hi].get<std::string>(),
-                         completions[lo].get<std::string>()});
+      const size_t hi = score[i] > score[j] ? i : j;
+      fn(hi, hi == i ? j : i);
     }
 }
 
 }  // namespace
 
-std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file) {
+std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file,
+                                                    const PreferenceLimits& limits) {
   const JsonlSchema schema{"preference",
                            "a preference record",
                            {"prompt", "chosen", "rejected", "margin", "completions", "scores"},
                            kMaxPreferenceFileBytes};
-  std::vector<PreferenceRecord> records;
-  for (const JsonlObject& o : read_jsonl_objects(file, schema)) {
-    const std::string prompt = jsonl_string(o, "prompt");
+  const std::vector<JsonlObject> objects = read_jsonl_objects(file, schema);
+  // Every record is checked and its pairs counted before one is expanded, so a file that would
+  // expand beyond the limits is refused before its pairs are allocated.
+  std::vector<std::vector<double>> scores(objects.size());
+  int64_t pairs = 0, text_bytes = 0;
+  for (size_t r = 0; r < objects.size(); ++r) {
+    const JsonlObject& o = objects[r];
+    const auto prompt_bytes = int64_t(jsonl_string(o, "prompt").size());
     if (o.value.contains("completions")) {
       for (const char* pair_field : {"chosen", "rejected", "margin"})
         if (o.value.contains(pair_field))
           o.fail_field(pair_field, "does not go with \"completions\" (a ranked record)");
-      expand_ranking(o, prompt, records);
+      scores[r] = ranking_scores(o, limits);
+      const nlohmann::json& completions = o.value.at("completions");
+      for_each_ranked_pair(scores[r], [&](size_t hi, size_t lo) {
+        ++pairs;
+        text_bytes += prompt_bytes + int64_t(completions[hi].get_ref<const std::string&>().size() +
+                                             completions[lo].get_ref<const std::string&>().size());
+      });
+    } else {
+      const std::string chosen = jsonl_nonempty_string(o, "chosen");
+      const std::string rejected = jsonl_nonempty_string(o, "rejected");
+      if (o.value.contains("margin")) jsonl_finite_number(o, "margin");
+      ++pairs;
+      text_bytes += prompt_bytes + int64_t(chosen.size() + rejected.size());
+    }
+    if (pairs > limits.pairs)
+      o.fail(detail::concat("the file's pairs pass ", limits.pairs,
+                            ", the most one preference file may expand to"));
+    if (text_bytes > limits.text_bytes)
+      o.fail(detail::concat("the text of the file's pairs passes ", limits.text_bytes,
+                            " bytes, the most one preference file may expand to"));
+  }
+  std::vector<PreferenceRecord> records;
+  records.reserve(size_t(pairs));
+  for (size_t r = 0; r < objects.size(); ++r) {
+    const JsonlObject& o = objects[r];
+    const std::string prompt = o.value.at("prompt").get<std::string>();
+    if (o.value.contains("completions")) {
+      const nlohmann::json& completions = o.value.at("completions");
+      for_each_ranked_pair(scores[r], [&](size_t hi, size_t lo) {
+        records.push_back(
+            {prompt, completions[hi].get<std::string>(), completions[lo].get<std::string>()});
+      });
       continue;
     }
-    PreferenceRecord r{prompt, jsonl_nonempty_string(o, "chosen"),
-                       jsonl_nonempty_string(o, "rejected")};
-    if (o.value.contains("margin")) r.margin = jsonl_finite_number(o, "margin");
-    records.push_back(std::move(r));
+    PreferenceRecord pair{prompt, o.value.at("chosen").get<std::string>(),
+                          o.value.at("rejected").get<std::string>()};
+    if (o.value.contains("margin")) pair.margin = o.value.at("margin").get<double>();
+    records.push_back(std::move(pair));
   }
   if (records.empty())
     throw Error(ExitCode::data, quoted_path(file.string()) +

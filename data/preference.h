@@ -28,6 +28,16 @@ struct PreferenceRecord {
 /// Largest preference file read_preference_jsonl accepts (bigger data belongs in several files).
 constexpr int64_t kMaxPreferenceFileBytes = int64_t{1} << 30;
 
+/// What one preference file may expand to. A ranked record's pairs grow as the square of its
+/// completions, so a small file could otherwise ask for more pairs than memory holds; the defaults
+/// are far above real data (InstructGPT ranks 4 to 9 completions, Nectar 7, UltraFeedback 4) and
+/// docs/recipes/preference.md states them.
+struct PreferenceLimits {
+  int64_t completions = 64;              ///< per ranked record, so at most 2016 pairs
+  int64_t pairs = int64_t{1} << 24;      ///< in the file, ranked records expanded
+  int64_t text_bytes = int64_t{1} << 32; ///< prompt, chosen and rejected of every pair, summed
+};
+
 /// Records of a JSONL file, one object {"prompt": string, "chosen": string, "rejected": string} a
 /// line, and optionally "margin": a finite number; or a ranked record {"prompt", "completions":
 /// [K strings], "scores": [K numbers]}, which stands for every two completions whose scores differ
@@ -37,8 +47,11 @@ constexpr int64_t kMaxPreferenceFileBytes = int64_t{1} << 30;
 /// misses a field, has one of the wrong type, an empty response, a margin that is not a finite
 /// number, a ranked record whose lists do not match or an unknown field; and naming the file when
 /// it is missing, not a regular file, too large, or holds no records or no pairs (every ranked
-/// record a tie).
-std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file);
+/// record a tie). Every record is checked and its pairs counted before any is expanded: a ranked
+/// record of more than limits.completions, and the record with which the file's pairs pass
+/// limits.pairs or their text limits.text_bytes, are Error(data) naming "file:line".
+std::vector<PreferenceRecord> read_preference_jsonl(const std::filesystem::path& file,
+                                                    const PreferenceLimits& limits = {});
 
 /// Lengths in tokens, as TRL's DPOTrainer (DPODataCollatorWithPadding / tokenize_row, up to TRL
 /// 0.11) applies them with truncation_mode "keep_end". The defaults are the values TRL falls back

@@ -10,6 +10,7 @@
 #include <climits>
 #include <optional>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/unicode.h"
@@ -246,7 +247,7 @@ void WordPieceTokenizer::read_config(const std::filesystem::path& path) {
   const std::string where = quoted_path(path.string());
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_input_file(path.string(), kTokenizerInput));
+    j = parse_bounded_json(read_input_file(path.string(), kTokenizerInput));
   } catch (const nlohmann::json::exception& e) {
     throw Error(ExitCode::data,
                 detail::concat(where, ": not valid JSON (", printable(e.what()), ")"));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autograd.h"
+#include "core/bounded_json.h"
 #include "core/durable_file.h"
 #include "core/file_io.h"
 #include "core/glob.h"
@@ -132,17 +133,28 @@ class JsonConfig {
  public:
   explicit JsonConfig(fs::path file) : file_(std::move(file)) {
     const InputKind kind{"config.json", 16 * kMiB, ExitCode::checkpoint};
-    j_ = json::parse(read_input_file(file_.string(), kind), nullptr, false);
+    try {
+      j_ = parse_bounded_json(read_input_file(file_.string(), kind), /*allow_exceptions=*/false);
+    } catch (const JsonTooDeep& e) {
+      fail(file_, std::string("not valid JSON: ") + e.what());
+    }
     if (j_.is_discarded()) fail(file_, "not valid JSON");
     if (!j_.is_object()) fail(file_, "not a JSON object");
   }
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  int64_t integer(const char* key, std::optional<int64_t> fallback = {}) const {
-    if (!has(key)) return required(key, fallback);
-    const json& v = j_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 40))
-      fail(file_, std::string(key) + ": expected a positive integer, got " + v.dump());
-    return v.get<int64_t>();
+  // A size of the model, bounded as the schema key it becomes (`forge_key`) is: the layout loops
+  // over the layers and every implied shape is sized from these before the derived config is
+  // checked, so a hostile value must stop here (n_layer 2^31 once ran out of memory).
+  int64_t size(const char* key, const char* forge_key, std::optional<int64_t> fallback = {}) const {
+    const ConfigKey* k = find_config_key(forge_key);
+    FORGE_CHECK(k, "no schema key ", forge_key);
+    return bounded(key, int64_t(k->range.hi), forge_key, fallback);
+  }
+  // The feed-forward width, whose bound is Forge's largest ffn_mult times the model's width.
+  int64_t ffn_size(const char* key, int64_t d_model, std::optional<int64_t> fallback) const {
+    const ConfigKey* k = find_config_key("model.ffn_mult");
+    FORGE_CHECK(k, "no schema key model.ffn_mult");
+    return bounded(key, int64_t(k->range.hi) * d_model, "model.ffn_mult * d_model", fallback);
   }
   double number(const char* key, std::optional<double> fallback = {}) const {
     if (!has(key)) return required(key, fallback);
@@ -174,6 +186,15 @@ class JsonConfig {
   T required(const char* key, const std::optional<T>& fallback) const {
     if (!fallback) fail(file_, std::string("missing key '") + key + "'");
     return *fallback;
+  }
+  int64_t bounded(const char* key, int64_t hi, const char* as,
+                  std::optional<int64_t> fallback) const {
+    if (!has(key)) return required(key, fallback);
+    const json& v = j_[key];
+    if (!v.is_number_integer() || v.get<double>() < 1 || v.get<double>() > double(hi))
+      fail(file_, detail::concat(key, ": expected a positive integer up to ", hi, " (Forge's ", as,
+                                 "), got ", v.dump()));
+    return v.get<int64_t>();
   }
   fs::path file_;
   json j_;
@@ -237,9 +258,11 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
   const std::string origin = yaml_string(dir.string());
   std::ostringstream y;
   if (m.model_type == "gpt2") {
-    const int64_t d = c.integer("n_embd"), layers = c.integer("n_layer");
-    const int64_t vocab = c.integer("vocab_size");
-    const int64_t inner = c.integer("n_inner", 4 * d);
+    const int64_t d = c.size("n_embd", "model.d_model");
+    const int64_t layers = c.size("n_layer", "model.n_layers");
+    const int64_t vocab = c.size("vocab_size", "model.vocab_size");
+    const int64_t positions = c.size("n_positions", "model.context");
+    const int64_t inner = c.ffn_size("n_inner", d, 4 * d);
     const std::string act = c.text("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail(c.file(), "activation_function '" + act +
@@ -250,8 +273,8 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
     c.require_value("add_cross_attention", false, "Forge's GPT is decoder-only");
     const bool tied = c.flag("tie_word_embeddings", true);
     y << "recipe: gpt_pretrain\nmodel:\n  arch: gpt\n  vocab_size: " << vocab
-      << "\n  context: " << c.integer("n_positions") << "\n  d_model: " << d
-      << "\n  n_layers: " << layers << "\n  n_heads: " << c.integer("n_head")
+      << "\n  context: " << positions << "\n  d_model: " << d
+      << "\n  n_layers: " << layers << "\n  n_heads: " << c.size("n_head", "model.n_heads")
       << "\n  dropout: " << number_text(c.number("resid_pdrop", 0.0))
       << "\n  ffn_mult: " << number_text(double(inner) / double(d))
       << "\n  norm_eps: " << number_text(c.number("layer_norm_epsilon", 1e-5))
@@ -259,20 +282,25 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
       << yaml_string(directory_tokenizer(dir, c, false, vocab)) << "\n  train: " << origin << "\n";
     const std::string prefix = file_has(weights, "transformer.wte.weight") ? "transformer." : "";
     m.layout = gpt2_layout(layers, tied, prefix);
-    m.shapes = implied_shapes(vocab, c.integer("n_positions"), d, inner, 0);
+    m.shapes = implied_shapes(vocab, positions, d, inner, 0);
   } else if (m.model_type == "bert") {
-    const int64_t d = c.integer("hidden_size"), layers = c.integer("num_hidden_layers");
+    const int64_t d = c.size("hidden_size", "model.d_model");
+    const int64_t layers = c.size("num_hidden_layers", "model.n_layers");
+    const int64_t vocab = c.size("vocab_size", "model.vocab_size");
+    const int64_t positions = c.size("max_position_embeddings", "model.context");
+    const int64_t inner = c.ffn_size("intermediate_size", d, std::nullopt);
+    const int64_t segments = c.size("type_vocab_size", "bert.type_vocab_size", 2);
     const std::string act = c.text("hidden_act", "gelu");
     if (act != "gelu")
       fail(c.file(), "hidden_act '" + act + "' is not supported: Forge's BERT uses the exact GELU");
     c.require_value("position_embedding_type", "absolute", "Forge's BERT has learned positions");
-    y << "recipe: bert_pretrain\nmodel:\n  arch: bert\n  vocab_size: " << c.integer("vocab_size")
-      << "\n  context: " << c.integer("max_position_embeddings") << "\n  d_model: " << d
-      << "\n  n_layers: " << layers << "\n  n_heads: " << c.integer("num_attention_heads")
+    y << "recipe: bert_pretrain\nmodel:\n  arch: bert\n  vocab_size: " << vocab
+      << "\n  context: " << positions << "\n  d_model: " << d << "\n  n_layers: " << layers
+      << "\n  n_heads: " << c.size("num_attention_heads", "model.n_heads")
       << "\n  dropout: " << number_text(c.number("hidden_dropout_prob", 0.1))
-      << "\n  ffn_mult: " << number_text(double(c.integer("intermediate_size")) / double(d))
+      << "\n  ffn_mult: " << number_text(double(inner) / double(d))
       << "\n  norm_eps: " << number_text(c.number("layer_norm_eps", 1e-12))
-      << "\n  norm_placement: post\nbert:\n  type_vocab_size: " << c.integer("type_vocab_size", 2)
+      << "\n  norm_placement: post\nbert:\n  type_vocab_size: " << segments
       << "\ndata:\n  tokenizer: " << yaml_string(directory_tokenizer(dir, c, true, 0))
       << "\n  special_tokens: [\"[PAD]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"]\n  train: " << origin
       << "\n";
@@ -280,8 +308,7 @@ HFModel describe(const fs::path& dir, const SafetensorsFile& weights) {
         file_has(weights, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
     m.layout = bert_layout(layers, prefix, file_has(weights, prefix + "pooler.dense.weight"),
                            file_has(weights, "cls.predictions.bias"));
-    m.shapes = implied_shapes(c.integer("vocab_size"), c.integer("max_position_embeddings"), d,
-                              c.integer("intermediate_size"), c.integer("type_vocab_size", 2));
+    m.shapes = implied_shapes(vocab, positions, d, inner, segments);
   } else {
     fail(c.file(), "model_type '" + m.model_type + "' is not supported (gpt2 or bert)");
   }
@@ -389,8 +416,10 @@ Tensor read_mapped(const SafetensorsFile& f, const Mapped& m, const Shape& shape
 
 bool is_hf_directory(const fs::path& path) {
   std::error_code ec;
-  return fs::is_directory(path, ec) && fs::exists(path / kConfigFile, ec) &&
-         fs::exists(path / kWeightsFile, ec);
+  // The directory's own entries, not what they lead to: a config.json that is a dangling link or a
+  // symlink loop still makes this a model directory, whose reader then names the file and why.
+  auto has = [&](const char* name) { return fs::exists(fs::symlink_status(path / name, ec)); };
+  return fs::is_directory(path, ec) && has(kConfigFile) && has(kWeightsFile);
 }
 
 ForeignLayout hf_model_layout() {

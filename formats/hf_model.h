@@ -17,7 +17,8 @@ namespace forge {
 /// (install_foreign_layout).
 ForeignLayout hf_model_layout();
 
-/// A directory holding config.json and model.safetensors.
+/// A directory holding entries config.json and model.safetensors, whatever they are (a symlink
+/// that cannot be followed included: the readers name it).
 bool is_hf_directory(const std::filesystem::path& path);
 
 /// The directory as a step-0 checkpoint: the config it stands for in Forge's keys (model.*, the

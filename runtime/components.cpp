@@ -236,8 +236,15 @@ std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path
 }
 
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
-  if (std::filesystem::is_regular_file(path) || foreign_layout(path)) return path;
-  if (std::filesystem::is_directory(path)) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  // A path that exists but cannot be followed (a symlink loop, no permission) is named with why;
+  // one that does not exist is said so below.
+  if (ec && status.type() != std::filesystem::file_type::not_found)
+    throw Error(ExitCode::checkpoint,
+                quoted_path(path.string()) + ": cannot be read: " + ec.message());
+  if (std::filesystem::is_regular_file(status) || foreign_layout(path)) return path;
+  if (std::filesystem::is_directory(status)) {
     std::string warning;
     std::optional<std::filesystem::path> latest = latest_checkpoint(path, &warning);
     if (!warning.empty()) std::fprintf(stderr, "forge: warning: %s\n", printable(warning).c_str());

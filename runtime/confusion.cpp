@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "runtime/report.h"
 
@@ -82,7 +83,12 @@ std::string Confusion::to_json() const {
 }
 
 std::optional<Confusion> Confusion::from_json(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j;
+  try {
+    j = parse_bounded_json(text, /*allow_exceptions=*/false);
+  } catch (const JsonTooDeep&) {
+    return std::nullopt;
+  }
   if (!j.is_object() || !j.contains("labels") || !j.contains("confusion")) return std::nullopt;
   const nlohmann::json& labels = j["labels"];
   const nlohmann::json& rows = j["confusion"];

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/bounded_json.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 
@@ -179,8 +180,12 @@ std::optional<double> MetricsRecord::number(std::string_view key) const {
 }
 
 std::optional<MetricsRecord> parse_metrics_line(std::string_view line) {
-  const auto json = nlohmann::ordered_json::parse(line.begin(), line.end(), nullptr,
-                                                  /*allow_exceptions=*/false);
+  nlohmann::ordered_json json;
+  try {
+    json = parse_bounded_json<nlohmann::ordered_json>(line, /*allow_exceptions=*/false);
+  } catch (const JsonTooDeep&) {
+    return std::nullopt;
+  }
   if (!json.is_object()) return std::nullopt;  // also a parse error (a discarded value)
   MetricsRecord rec;
   bool has_step = false, has_split = false;

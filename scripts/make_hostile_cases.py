@@ -790,6 +790,66 @@ refused_output("score-output-onto-its-input",
                ["FORGE", "score", "--checkpoint", os.path.join(BASE, "reward_model"), "--input",
                 scored, "--output", scored], [scored])
 
+# Bounds on untrusted sizes (docs/reliability.md): a size read from a file is bounded before
+# anything is looped over or allocated, JSON nesting is bounded in every reader, and a model path
+# that is a symlink loop is named, each an exit within a second.
+def deep(levels=100000):
+    return b"[" * levels + b"]" * levels
+
+
+for key, value in [("n_layer", 2**31), ("n_embd", 2**31), ("n_head", 2**31),
+                   ("vocab_size", 2**31), ("n_positions", 2**31), ("n_inner", 2**40)]:
+    hf_reads("bounds", "config-" + key, hf_dir("bounds", "config-" + key,
+                                               config=config_with(**{key: value})), (4,))
+bert_config = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 256,
+               "max_position_embeddings": 16}
+for key in ["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "vocab_size", "max_position_embeddings", "type_vocab_size"]:
+    hf_reads("bounds", "bert-config-" + key,
+             hf_dir("bounds", "bert-config-" + key, config={**bert_config, key: 2**31}), (4,))
+hf_reads("bounds", "config-deep-nesting",
+         hf_dir("bounds", "config-deep-nesting",
+                config=json.dumps(hf_config).encode()[:-1] + b', "x": ' + deep() + b"}"), (4,))
+deep_header = b'{"__metadata__": ' + deep() + b"}"
+hf_reads("bounds", "safetensors-header-deep-nesting",
+         hf_dir("bounds", "safetensors-header-deep-nesting",
+                len(deep_header).to_bytes(8, "little") + deep_header), (4,))
+# A ranked record of 12,000 completions is 72 million pairs from a file of 150 KB; 8,400 records of
+# 64 completions pass the pairs a file may expand to.
+many = b'{"prompt": "a", "completions": [' + b", ".join(b'"c%d"' % i for i in range(12000)) + \
+    b'], "scores": [' + b", ".join(b"%d" % i for i in range(12000)) + b"]}\n"
+widest = b'{"prompt": "a", "completions": [' + b", ".join(b'"c%d"' % i for i in range(64)) + \
+    b'], "scores": [' + b", ".join(b"%d" % i for i in range(64)) + b"]}\n"
+for recipe in ("reward_model", "dpo"):
+    for name, content in [("ranked-quadratic", good_pair * 5 + many),
+                          ("ranked-too-many-pairs", widest * 8400)]:
+        jsonl_train_case("bounds", recipe, recipe + "-" + name, content, (3,),
+                         ["train.eval_every=0", "data.val_fraction=0.2"])
+jsonl_train_case("bounds", "finetune", "sft-deep-field",
+                 good_line * 4 + b'{"prompt": "a", "completion": "b", "x": ' + deep() + b"}\n", (3,))
+deep_pairs = write(path("bounds", "score-deep-field.jsonl"),
+                   good_pair * 2 + b'{"prompt": "a", "chosen": "b", "rejected": "c", "x": ' +
+                   deep() + b"}\n")
+case("bounds", "score-deep-field", ["FORGE", "score", "--checkpoint", REWARD_MODEL, "--input",
+                                    deep_pairs], (3,), [deep_pairs])
+# Model paths that are symlink loops: the directory itself, its config.json, its weights.
+loop = path("bounds", "loop-a")
+os.symlink(path("bounds", "loop-b"), loop)
+os.symlink(loop, path("bounds", "loop-b"))
+for name, argv in [("inspect", ["inspect", loop]),
+                   ("generate", ["generate", "--checkpoint", loop, "--prompt", "ab"]),
+                   ("eval-data", ["eval", loop, "--data", tiny_txt]), ("eval", ["eval", loop]),
+                   ("export", ["export", "--checkpoint", loop, "--format", "gguf", "--output",
+                               path("bounds", "loop.gguf")])]:
+    case("bounds", "symlink-loop/" + name, ["FORGE", *argv], (2, 4))
+for f in ("config.json", "model.safetensors"):
+    d = hf_dir("bounds", f + "-symlink-loop")
+    os.remove(os.path.join(d, f))
+    os.symlink(f, os.path.join(d, f))
+    hf_reads("bounds", f + "-symlink-loop", d, (2, 4))
+
+
 # Run directories (docs/reliability.md, "Run directories"): forge train writes only into a run
 # directory (marked by .forge-run, or a run from before markers), writes no file of a run through
 # a symlink, and opens none that is a FIFO; ranks started with different configs stop at set-up.

@@ -91,6 +91,8 @@ TEST(Safetensors, EveryInconsistentHeaderIsRefusedNamingTheFileAndTensor) {
   auto one = [](const std::string& fields) { return R"({"w": {)" + fields + "}}"; };
   refused("not json", four, "not valid JSON");
   refused("[1, 2]", four, "not a JSON object");
+  refused(R"({"__metadata__": )" + std::string(100000, '[') + std::string(100000, ']') + "}", "",
+          "the header is not valid JSON: arrays and objects nested deeper than 128 levels");
   refused(one(R"("dtype": "F99", "shape": [1], "data_offsets": [0, 4])"), four,
           "tensor 'w': unknown dtype 'F99'");
   refused(one(R"("dtype": "F32", "shape": [-1], "data_offsets": [0, 4])"), four,

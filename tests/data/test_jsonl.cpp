@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/jsonl.h"
 #include "tests/test_util.h"
 
@@ -43,6 +44,19 @@ TEST(JsonlFields, StringsAndRecordErrorsShareOneWording) {
   expect_message("'f.jsonl':4: field \"completions\"[2] must be a non-empty string",
                  [&] { o.fail_field("completions", 2, "must be a non-empty string"); });
   expect_message("'f.jsonl':4: no pairs", [&] { o.fail("no pairs"); });
+}
+
+// forge score keeps fields it does not know and writes them back: a field nested 100,000 deep
+// must be refused at its line, not recursed into when the record is written.
+TEST(JsonlFields, ARecordNestedBeyondTheLimitIsRefusedAtItsLine) {
+  testing::TempDir dir;
+  const std::filesystem::path file = dir.path() / "deep.jsonl";
+  testing::write_file(file, "{\"text\": \"a\"}\n{\"text\": \"b\", \"x\": " +
+                                std::string(100000, '[') + std::string(100000, ']') + "}\n");
+  const JsonlSchema schema{"text", "a text record", {"text"}, int64_t{1} << 20, /*open=*/true};
+  expect_message(quoted_path(file.string()) +
+                     ":2: not valid JSON (arrays and objects nested deeper than 128 levels)",
+                 [&] { read_jsonl_objects(file, schema); });
 }
 
 }  // namespace

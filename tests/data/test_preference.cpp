@@ -127,6 +127,40 @@ TEST(PreferenceData, RankedRecordsExpandIntoTheirPairsAndMarginsAreRead) {
                         [&] { read_preference_jsonl(ties); });
 }
 
+// A ranked record's pairs grow as the square of its completions: the completions of a record, the
+// pairs of the file and their text are bounded, each refusal naming the record that passes the
+// bound, before any pair is built.
+TEST(PreferenceData, RankedRecordsAreBoundedBeforeTheyExpand) {
+  testing::TempDir dir;
+  auto ranked = [](int completions) {
+    std::string texts, scores;
+    for (int i = 0; i < completions; ++i) {
+      texts += std::string(i ? ", " : "") + "\"c" + std::to_string(i) + "\"";
+      scores += std::string(i ? ", " : "") + std::to_string(i);
+    }
+    return "{\"prompt\": \"p\", \"completions\": [" + texts + "], \"scores\": [" + scores + "]}\n";
+  };
+  const fs::path wide = dir.path() / "wide.jsonl";
+  testing::write_file(wide, ranked(64) + ranked(65));
+  testing::expect_error(ExitCode::data,
+                        "wide.jsonl:2: field \"completions\" holds 65 completions, more than "
+                        "the 64 a ranked record may have",
+                        [&] { read_preference_jsonl(wide); });
+  // Four completions that all differ are six pairs: the second record brings the file to 12.
+  const fs::path many = dir.path() / "many.jsonl";
+  testing::write_file(many, ranked(4) + ranked(4));
+  testing::expect_error(ExitCode::data,
+                        "many.jsonl:2: the file's pairs pass 10, the most one preference file "
+                        "may expand to",
+                        [&] { read_preference_jsonl(many, {.pairs = 10}); });
+  EXPECT_EQ(read_preference_jsonl(many, {.pairs = 12}).size(), 12u);
+  // Each pair of a record holds the prompt and two completions: 6 pairs of 1 + 2 + 2 bytes.
+  testing::expect_error(ExitCode::data,
+                        "many.jsonl:2: the text of the file's pairs passes 59 bytes",
+                        [&] { read_preference_jsonl(many, {.text_bytes = 59}); });
+  EXPECT_EQ(read_preference_jsonl(many, {.text_bytes = 60}).size(), 12u);
+}
+
 TEST(PreferenceData, TokenizeKeepsThePromptAndAppendsEndOfTextToEachResponse) {
   const auto bytes = make_tokenizer("bytes", {"<eot>"});
   const V eot = {256};

@@ -245,6 +245,59 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   refused(no_tokenizer, "no tokenizer beside it (expected vocab.json and merges.txt");
 }
 
+// Sizes in config.json are bounded as the Forge keys they become before a layout is looped over
+// or a shape implied (n_layer 2^31 built 2^31 layers' names and ran out of memory), JSON nesting is
+// bounded, and a directory whose entries are symlink loops is named, not an internal error.
+TEST_F(HFInterop, ConfigSizesNestingAndSymlinkLoopsAreRefusedNamingTheFileAndKey) {
+  int copies = 0;
+  auto copy_of = [&](const char* model) {
+    fs::path dir = dir_ / ("bounded" + std::to_string(copies++));
+    fs::copy(kGolden / model, dir);
+    return dir;
+  };
+  auto refused = [&](const fs::path& dir, const std::string& part) {
+    testing::expect_error(ExitCode::checkpoint, part, [&] { read_hf_info(dir); });
+  };
+  for (const char* key : {"n_layer", "n_embd", "n_head", "vocab_size", "n_positions"}) {
+    const fs::path dir = copy_of("gpt2");
+    edit_config(dir, [&](json& j) { j[key] = int64_t{1} << 31; });
+    refused(dir, "config.json: " + std::string(key) + ": expected a positive integer up to ");
+  }
+  const fs::path layers = copy_of("gpt2");
+  edit_config(layers, [](json& j) { j["n_layer"] = 1025; });
+  refused(layers, "config.json: n_layer: expected a positive integer up to 1024 (Forge's "
+                  "model.n_layers), got 1025");
+  const fs::path inner = copy_of("gpt2");
+  edit_config(inner, [](json& j) { j["n_inner"] = 64 * j["n_embd"].get<int64_t>() + 1; });
+  refused(inner, "n_inner: expected a positive integer up to ");
+  for (const char* key : {"num_hidden_layers", "hidden_size", "num_attention_heads",
+                          "intermediate_size", "vocab_size", "max_position_embeddings",
+                          "type_vocab_size"}) {
+    const fs::path dir = copy_of("bert");
+    edit_config(dir, [&](json& j) { j[key] = int64_t{1} << 31; });
+    refused(dir, "config.json: " + std::string(key) + ": expected a positive integer up to ");
+  }
+
+  const fs::path deep = copy_of("gpt2");
+  std::string text = testing::read_file(deep / "config.json");
+  text.insert(text.rfind('}'), ", \"x\": " + std::string(100000, '[') + std::string(100000, ']'));
+  testing::write_file(deep / "config.json", text);
+  refused(deep, "config.json: not valid JSON: arrays and objects nested deeper than 128 levels");
+
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    const fs::path dir = copy_of("gpt2");
+    fs::remove(dir / file);
+    fs::create_symlink(file, dir / file);
+    EXPECT_TRUE(is_hf_directory(dir)) << file;
+    refused(dir, (dir / file).string() + ": Too many levels of symbolic links");
+  }
+  const fs::path loop = dir_ / "loop";
+  fs::create_symlink(loop, loop);
+  testing::expect_error(ExitCode::checkpoint,
+                        loop.string() + ": cannot be read: Too many levels of symbolic links",
+                        [&] { resolve_checkpoint(loop); });
+}
+
 // A NaN or an infinity in the weights is a checkpoint error naming the tensor, for every command
 // that reads the directory, as training refuses a non-finite parameter.
 TEST_F(HFInterop, NonFiniteWeightsAreRefusedNamingTheTensor) {
