@@ -3,12 +3,12 @@
 // prompts in one KV cache (nn/attention.h) and samples the rows of a step on all threads.
 #include "nn/generate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <new>
 #include <numeric>
-#include <stdexcept>
 #include <string>
 
 #include "core/kernels/parallel.h"
@@ -279,23 +279,18 @@ std::vector<Completion> generate_batch(const GPT& model,
       throw Error(ExitCode::usage, detail::concat("generate: end-of-text token ", v,
                                                   " is outside the vocabulary [0, ", vocab, ")"));
   check_prompts(prompts, context, vocab, sampling);
-  // All P * K completions are held at once: a count past int64, or past what the allocator can
-  // give, is a request to lower, not an internal error.
+  // All P * K completions are held at once: a count whose records alone exceed the machine's
+  // physical memory is a request to lower, refused before allocating (a failed allocation would
+  // be an internal error, and under AddressSanitizer an abort).
   auto too_many = [&] {
     return Error(ExitCode::usage,
                  detail::concat("generate: ", P, " prompts x --num-samples ", K,
                                 " completions do not fit in memory (lower --num-samples or split "
                                 "the prompts)"));
   };
-  if (P > 0 && K > std::numeric_limits<int64_t>::max() / P) throw too_many();
-  std::vector<Completion> out;
-  try {
-    out.resize(size_t(P * K));
-  } catch (const std::bad_alloc&) {
-    throw too_many();
-  } catch (const std::length_error&) {
-    throw too_many();
-  }
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (double(P) * double(K) * double(sizeof(Completion)) > physical) throw too_many();
+  std::vector<Completion> out(size_t(P * K));
   for (int64_t r = 0; r < P * K; ++r) {
     out[size_t(r)].prompt_index = r / K;
     out[size_t(r)].sample_index = r % K;
