@@ -114,11 +114,15 @@ void check_run_directory(const fs::path& dir) {
 }
 
 void claim_output_dir(const fs::path& dir, bool use_existing) {
+  // Rank 0 alone judges and marks the directory: under mpirun it may already be writing the
+  // marker while another rank looks, and the set-up agreement reports its refusal to every rank.
   std::error_code ec;
-  if (!use_existing)
-    check_run_directory(dir);
-  else if (world_comm().rank() == 0 && fs::is_directory(dir, ec) && !is_marked(dir))
-    mark_run_directory(dir);
+  if (world_comm().rank() == 0) {
+    if (!use_existing)
+      check_run_directory(dir);
+    else if (fs::is_directory(dir, ec) && !is_marked(dir))
+      mark_run_directory(dir);
+  }
   check_run_files(dir);
 }
 
