@@ -173,9 +173,13 @@ TEST_F(PPORecipe, EachUpdatePassStartsFromTheRolloutsLogProbabilitiesAndValues) 
                                   (dir_ / "rm_drop").string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("the value model from ppo.reward_model"), std::string::npos) << out;
+  // The log-probabilities agree bitwise on the AVX-512 path; on the AVX2 path oneDNN sums the
+  // rollout's and the update's forwards in other orders, and they agree to float rounding
+  // (approx_kl 5.9e-16 measured). The value model's dropout moved the values by far more: its
+  // value_clip_frac was 0.43 to 0.54.
   for (int64_t step = 1; step <= 4; ++step) {
-    EXPECT_EQ(losses(dir_ / "exact", "train", "ratio").at(step), 1.0) << step;
-    EXPECT_EQ(losses(dir_ / "exact", "train", "approx_kl").at(step), 0.0) << step;
+    EXPECT_NEAR(losses(dir_ / "exact", "train", "ratio").at(step), 1.0, 1e-6) << step;
+    EXPECT_LE(losses(dir_ / "exact", "train", "approx_kl").at(step), 1e-12) << step;
     EXPECT_EQ(losses(dir_ / "exact", "train", "clip_frac").at(step), 0.0) << step;
     EXPECT_EQ(losses(dir_ / "exact", "train", "value_clip_frac").at(step), 0.0) << step;
   }
