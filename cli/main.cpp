@@ -368,8 +368,9 @@ int cmd_predict(const std::vector<std::string>& args) {
 // forge generate --prompts: K samples of every prompt in batches, one JSON record a sample on
 // stdout or, written atomically at the end, in --output.
 int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::BatchOptions options) {
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   if (p.options.count("output")) {
-    std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
+    std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"), file);
     inputs.push_back(p.options.at("prompts"));
     check_output_path("generate: --output", p.options.at("output"), inputs, OutputShape::file);
   }
@@ -377,7 +378,6 @@ int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::Batc
       read_texts(p.options.at("prompts"), {"prompt", "a prompt record", {"prompt"}}, "prompt");
   // The flags are checked against the prompts and the stored config before the model loads: a
   // sample count, batch or length that cannot fit fails at once, not after the load.
-  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   const RunConfig stored = stored_config(file);
   std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(stored.data.tokenizer, stored.data.special_tokens);
@@ -505,7 +505,7 @@ int cmd_export(const std::vector<std::string>& args) {
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
   // The tokenizer's files are copied into a Hugging Face export: an input like the weights.
-  std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"));
+  std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"), file);
   inputs.push_back(stored_config(file).data.tokenizer);
   const bool into_directory = format == "hf" || format == "peft";
   check_output_path("export: --output", output, inputs,

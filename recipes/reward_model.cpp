@@ -236,13 +236,14 @@ int score_command(const CommandOptions& options) {
   if (batch < 1) throw Error(ExitCode::usage, "score: --batch-size must be at least 1");
   const fs::path output = options.text("output", "");
   const fs::path checkpoint = options.text("checkpoint", "");
+  const fs::path file = resolve_checkpoint(checkpoint);
   const fs::path input = options.text("input", "");
   if (!output.empty()) {
-    std::vector<fs::path> inputs = checkpoint_inputs(checkpoint);
+    std::vector<fs::path> inputs = checkpoint_inputs(checkpoint, file);
     inputs.push_back(input);
     check_output_path("score: --output", output, inputs, OutputShape::file);
   }
-  return score_records(resolve_checkpoint(checkpoint), input, output, batch);
+  return score_records(file, input, output, batch);
 }
 
 }  // namespace

@@ -226,10 +226,9 @@ std::unique_ptr<optim::Optimizer> build_optimizer(
   return optim::make_optimizer(spec, optim::build_param_groups(params, groups));
 }
 
-std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path& path) {
-  std::vector<std::filesystem::path> inputs = {path};
-  const std::filesystem::path file = resolve_checkpoint(path);
-  inputs.push_back(file);
+std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path& given,
+                                                     const std::filesystem::path& file) {
+  std::vector<std::filesystem::path> inputs = {given, file};
   for (const auto& [name, reference] : read_checkpoint_info(file).references)
     inputs.push_back(reference.path);
   return inputs;

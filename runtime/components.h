@@ -73,10 +73,12 @@ std::unique_ptr<optim::Optimizer> build_optimizer(
     const RunConfig& config, const NamedTensors& params,
     std::vector<std::pair<std::string, double>> lr_scale = {});
 
-/// What a command that reads the checkpoint `run_dir_or_file` (a run, a file or a Hugging Face
-/// directory) reads: the path given, the checkpoint it resolves to, and every model the checkpoint
-/// references (a LoRA run's base, a reference policy), for check_output_path (core/output_path.h).
-std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path& run_dir_or_file);
+/// What a command that reads the checkpoint `given` (a run, a file or a Hugging Face directory)
+/// reads: `given`, the checkpoint `file` it resolved to (resolve_checkpoint), and every model that
+/// checkpoint references (a LoRA run's base, a reference policy), for check_output_path
+/// (core/output_path.h).
+std::vector<std::filesystem::path> checkpoint_inputs(const std::filesystem::path& given,
+                                                     const std::filesystem::path& file);
 
 /// A run directory (its latest checkpoint), a checkpoint file or a model in an installed foreign
 /// layout (a Hugging Face directory, runtime/checkpoint.h); throws Error(checkpoint) if none.
