@@ -1,7 +1,9 @@
-// Multi-head self-attention with a fused qkv projection: causal for decoders (GPT), bidirectional
-// with a key-padding mask for encoders (BERT). Optional rotary position embedding (the GPT-NeoX /
-// LLaMA "rotate half" convention) and a preallocated KV cache for incremental decoding. The
-// attention itself is core's fused scaled_dot_product_attention, whose causal mask is aligned
+// Multi-head self-attention, with q, k and v projected by one fused matrix or three (the Llama
+// family's layout): causal for decoders (GPT), bidirectional with a key-padding mask for encoders
+// (BERT). Grouped-query attention (fewer key/value heads than query heads), an explicit head
+// dimension, optional rotary position embedding (the GPT-NeoX / Llama "rotate half" convention,
+// with Llama's frequency scalings) and a preallocated KV cache holding the key/value heads only.
+// The attention itself is core's fused scaled_dot_product_attention, whose causal mask is aligned
 // bottom-right, so new queries attend to every cached key.
 #pragma once
 
@@ -16,7 +18,7 @@
 
 namespace forge::nn {
 
-/// Keys and values of every layer for generation: k[l] and v[l] are [B, H, capacity, D] and
+/// Keys and values of every layer for generation: k[l] and v[l] are [B, Hkv, capacity, D] and
 /// slots [0, length) hold the prefix decoded so far.
 struct KVCache {
   std::vector<Tensor> k;
@@ -38,20 +40,39 @@ struct KVCache {
   Tensor key_mask(int64_t S) const;
 };
 
-/// Zero-filled cache for `n_layers` layers of [batch, n_heads, capacity, head_dim].
-KVCache make_kv_cache(int64_t n_layers, int64_t batch, int64_t n_heads, int64_t capacity,
+/// Zero-filled cache for `n_layers` layers of [batch, n_kv_heads, capacity, head_dim].
+KVCache make_kv_cache(int64_t n_layers, int64_t batch, int64_t n_kv_heads, int64_t capacity,
                       int64_t head_dim);
 
 /// The cache of rows `rows` of `cache`, in that order (a row may repeat: one prompt's prefix
 /// shared by several samples); the storage is copied.
 KVCache select_rows(const KVCache& cache, const std::vector<int64_t>& rows);
 
-/// cos and sin of position p times theta^(-2i/D), as [positions, D/2] f32 tables (computed in f64).
+/// How rotary frequencies are stretched for contexts longer than the training one, as Hugging
+/// Face's `rope_scaling` (docs/interop.md): none; linear (every frequency divided by factor, i.e.
+/// positions compressed); llama3 (Llama 3.1: wavelengths longer than original_context /
+/// low_freq_factor divided by factor, shorter than original_context / high_freq_factor kept, a
+/// smooth blend between).
+enum class RopeScalingType { none, linear, llama3 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_context = 8192;
+};
+
+/// Rotary frequency i < D/2: theta^(-2i/D), scaled as `scaling` says.
+std::vector<double> rotary_frequencies(int64_t head_dim, double theta,
+                                       const RopeScaling& scaling = {});
+/// cos and sin of position p times each frequency, as [positions, D/2] f32 tables (computed in
+/// f64).
 struct RotaryTables {
   Tensor cos;
   Tensor sin;
 };
-RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta);
+RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta,
+                           const RopeScaling& scaling = {});
 /// Rotates x [B, H, T, D] for absolute positions pos0 .. pos0+T-1: with x = [x1, x2] split in
 /// halves, returns [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half convention).
 Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0);
@@ -61,19 +82,25 @@ Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, const Tensor& p
 struct AttentionConfig {
   int64_t d_model = 0;
   int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;     ///< key/value heads, dividing n_heads; 0 = n_heads
+  int64_t head_dim = 0;       ///< 0 = d_model / n_heads
   int64_t context = 0;        ///< longest sequence (rotary tables are built for it)
   bool causal = true;         ///< false: each query sees every key the padding mask allows (BERT)
   double dropout = 0.0;       ///< on the output projection (the residual branch)
-  bool bias = true;           ///< qkv and proj biases
+  bool bias = true;           ///< q/k/v and proj biases
+  bool qkv_bias = false;      ///< q/k/v biases even without `bias` (Qwen2)
+  bool fused_qkv = true;      ///< one "qkv" projection; false: "q", "k", "v" apart
   bool rotary = false;        ///< rotate q and k by their absolute positions
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   double init_std = 0.0;       ///< qkv weight ~ N(0, init_std); 0 = Linear's default
   double proj_init_std = 0.0;  ///< proj weight likewise (GPT-2 scales residual projections down)
 };
 
-/// x [B, T, C] -> [B, T, C]. Children "qkv" (Linear C -> 3C, output laid out [q | k | v], heads
-/// contiguous within each) and "proj" (Linear C -> C), both replaceable by any UnaryModule (LoRA);
-/// non-persistent buffers "rope_cos", "rope_sin" with rotary.
+/// x [B, T, C] -> [B, T, C]. With H heads, Hkv key/value heads and head dimension D: children
+/// "qkv" (Linear C -> (H + 2 Hkv) D, output laid out [q | k | v], heads contiguous within each) or,
+/// unfused, "q" (C -> H D), "k" and "v" (C -> Hkv D); and "proj" (H D -> C). Each is replaceable
+/// by any UnaryModule (LoRA). Non-persistent buffers "rope_cos", "rope_sin" with rotary.
 class SelfAttention : public Module {
  public:
   SelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
@@ -94,9 +121,13 @@ class SelfAttention : public Module {
                  size_t layer = 0) const;
 
   int64_t n_heads() const { return config_.n_heads; }
-  int64_t head_dim() const { return config_.d_model / config_.n_heads; }
+  int64_t n_kv_heads() const { return config_.n_kv_heads; }
+  int64_t head_dim() const { return config_.head_dim; }
 
-  std::shared_ptr<UnaryModule> qkv;   ///< a Linear as built
+  std::shared_ptr<UnaryModule> qkv;   ///< a Linear as built; null unfused
+  std::shared_ptr<UnaryModule> q;     ///< Linears as built, unfused only
+  std::shared_ptr<UnaryModule> k;
+  std::shared_ptr<UnaryModule> v;
   std::shared_ptr<UnaryModule> proj;  ///< a Linear as built
   std::shared_ptr<Dropout> resid_drop;
 

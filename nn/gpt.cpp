@@ -30,21 +30,41 @@ void check_config(const GPTConfig& c) {
   require(c.context > 0, "context must be positive, got " + str(c.context));
   require(c.n_layers > 0, "n_layers must be positive, got " + str(c.n_layers));
   require(c.n_heads > 0, "n_heads must be positive, got " + str(c.n_heads));
-  require(c.d_model > 0 && c.d_model % c.n_heads == 0,
-          "d_model " + str(c.d_model) + " must be a positive multiple of n_heads " + str(c.n_heads));
+  require(c.d_model > 0, "d_model must be positive, got " + str(c.d_model));
+  require(c.head_dim > 0 || c.d_model % c.n_heads == 0,
+          "d_model " + str(c.d_model) + " must be a multiple of n_heads " + str(c.n_heads) +
+              " unless head_dim is given");
+  require(c.head_dim >= 0, "head_dim must be >= 0, got " + str(c.head_dim));
+  require(c.n_kv_heads >= 0 && c.n_heads % kv_heads(c) == 0,
+          "n_kv_heads " + str(c.n_kv_heads) + " must divide n_heads " + str(c.n_heads));
+  require(c.ffn_hidden >= 0, "ffn_hidden must be >= 0, got " + str(c.ffn_hidden));
   require(c.dropout >= 0.0 && c.dropout < 1.0, "dropout must be in [0, 1), got " + str(c.dropout));
   require(c.ffn_mult > 0 && std::llround(c.ffn_mult * double(c.d_model)) > 0,
           "ffn_mult must give a positive MLP width (ffn_mult * d_model >= 0.5), got " +
               str(c.ffn_mult) + " with d_model " + str(c.d_model));
-  require(c.position != PositionType::rotary || (c.d_model / c.n_heads) % 2 == 0,
-          "rotary positions need an even head dimension, got d_model / n_heads = " +
-              str(c.d_model / c.n_heads));
+  require(c.position != PositionType::rotary || head_dim(c) % 2 == 0,
+          "rotary positions need an even head dimension, got " + str(head_dim(c)));
   require(c.rope_theta > 0.0, "rope_theta must be positive, got " + str(c.rope_theta));
+  const RopeScaling& r = c.rope_scaling;
+  require(r.type == RopeScalingType::none || r.factor >= 1.0,
+          "rope_scaling.factor must be >= 1, got " + str(r.factor));
+  require(r.type != RopeScalingType::llama3 ||
+              (r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+               r.original_context > 0),
+          "rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor and a positive "
+          "original_context");
   require(c.norm_eps > 0.0, "norm_eps must be positive, got " + str(c.norm_eps));
   if (c.moe.every > 0) check_moe_config(c.moe);
 }
 
+int64_t kv_heads(const GPTConfig& c) { return c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads; }
+
+int64_t head_dim(const GPTConfig& c) {
+  return c.head_dim > 0 ? c.head_dim : c.d_model / c.n_heads;
+}
+
 int64_t mlp_hidden_size(const GPTConfig& c) {
+  if (c.ffn_hidden > 0) return c.ffn_hidden;
   const int64_t hidden = std::llround(c.ffn_mult * double(c.d_model));
   if (c.mlp == MLPType::gelu) return hidden;
   const int64_t multiple = 8;
@@ -54,6 +74,7 @@ int64_t mlp_hidden_size(const GPTConfig& c) {
 MoELayerShape moe_layer_shape(const GPTConfig& c) {
   GPTConfig expert = c;
   expert.ffn_mult = c.moe.ffn_mult;
+  expert.ffn_hidden = 0;
   return {.d_model = c.d_model,
           .hidden = mlp_hidden_size(expert),
           .swiglu = c.mlp == MLPType::swiglu,
@@ -79,6 +100,7 @@ int64_t count_parameters(const GPTConfig& c, bool active) {
 
 std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, h = mlp_hidden_size(c);
+  const int64_t q_width = c.n_heads * head_dim(c), kv_width = kv_heads(c) * head_dim(c);
   std::vector<ParameterShape> out;
   std::vector<std::string> scope = {"GPT"};  // the types of the modules above the next parameter
   auto add = [&](std::string name, Shape shape, const char* module, bool expert = false) {
@@ -102,8 +124,14 @@ std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
     scope = {"GPT", "ModuleList<Block>", "Block"};
     norm(b + ".ln1");
     scope.push_back("SelfAttention");
-    linear(b + ".attn.qkv", C, 3 * C, c.bias);
-    linear(b + ".attn.proj", C, C, c.bias);
+    if (c.fused_qkv) {
+      linear(b + ".attn.qkv", C, q_width + 2 * kv_width, c.bias || c.qkv_bias);
+    } else {
+      linear(b + ".attn.q", C, q_width, c.bias || c.qkv_bias);
+      linear(b + ".attn.k", C, kv_width, c.bias || c.qkv_bias);
+      linear(b + ".attn.v", C, kv_width, c.bias || c.qkv_bias);
+    }
+    linear(b + ".attn.proj", q_width, C, c.bias);
     scope.pop_back();
     norm(b + ".ln2");
     const std::string m = b + ".mlp";
@@ -174,11 +202,16 @@ Block::Block(const GPTConfig& c, Generator& gen, int64_t layer) {
   AttentionConfig a;
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
+  a.n_kv_heads = kv_heads(c);
+  a.head_dim = head_dim(c);
   a.context = c.context;
   a.dropout = c.dropout;
   a.bias = c.bias;
+  a.qkv_bias = c.qkv_bias;
+  a.fused_qkv = c.fused_qkv;
   a.rotary = c.position == PositionType::rotary;
   a.rope_theta = c.rope_theta;
+  a.rope_scaling = c.rope_scaling;
   a.init_std = kGPTInitStd;
   a.proj_init_std = gpt_residual_init_std(c);
   register_module("ln1", make_norm(c), ln1);
@@ -257,9 +290,8 @@ Tensor GPT::forward(const Tensor& ids, GPTOutput what) const {
 }
 
 KVCache GPT::make_cache(int64_t batch, int64_t capacity) const {
-  return make_kv_cache(config_.n_layers, batch, config_.n_heads,
-                       capacity > 0 ? capacity : config_.context,
-                       config_.d_model / config_.n_heads);
+  return make_kv_cache(config_.n_layers, batch, kv_heads(config_),
+                       capacity > 0 ? capacity : config_.context, head_dim(config_));
 }
 
 Tensor GPT::forward_incremental(const Tensor& ids_new, KVCache& cache, GPTOutput what) const {

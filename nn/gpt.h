@@ -1,7 +1,7 @@
 // The GPT family: a decoder-only transformer of pre-norm blocks, configured as GPT-2 (LayerNorm,
-// learned positions, GELU-tanh MLP, biases, tied LM head) or LLaMA-style (RMSNorm, rotary
-// positions, SwiGLU MLP, no biases) from one plain config struct. Also incremental decoding with a
-// KV cache for generation.
+// learned positions, GELU-tanh MLP, biases, tied LM head) or as the Llama family (Llama, Mistral,
+// Qwen2: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases or q/k/v biases
+// only) from one plain config struct. Also incremental decoding with a KV cache for generation.
 #pragma once
 
 #include <cstdint>
@@ -30,24 +30,33 @@ struct GPTConfig {
   int64_t d_model = 128;
   int64_t n_layers = 4;
   int64_t n_heads = 4;
+  int64_t n_kv_heads = 0;      ///< key/value heads (grouped-query attention); 0 = n_heads
+  int64_t head_dim = 0;        ///< 0 = d_model / n_heads
   double dropout = 0.0;        ///< after embeddings and on each residual branch
   bool bias = true;            ///< biases in Linear layers and LayerNorm
+  bool qkv_bias = false;       ///< q/k/v biases even without `bias` (Qwen2)
+  bool fused_qkv = true;       ///< attention projects q, k, v with one matrix; false: three
   NormType norm = NormType::layernorm;
   PositionType position = PositionType::learned;
   MLPType mlp = MLPType::gelu;
   double ffn_mult = 4;         ///< MLP hidden size is round(ffn_mult * d_model) (mlp_hidden_size)
+  int64_t ffn_hidden = 0;      ///< the MLP hidden size itself, overriding ffn_mult; 0 = unset
   bool tie_embeddings = true;  ///< LM head reuses tok_emb.weight
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   MoEConfig moe;               ///< moe.every > 0: some blocks hold an MoE feed-forward (nn/moe.h)
 };
 
 /// Throws Error(usage) naming the first inconsistent field (sizes, divisibility, odd rotary dim).
 void check_config(const GPTConfig& config);
-/// GELU: ffn_mult * d_model, rounded to the nearest integer (as BERT's d_ff). SwiGLU (LLaMA
-/// convention, so parameters match the GELU MLP): 2/3 of that, truncated, rounded up to a multiple
-/// of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
+/// ffn_hidden when set. Else GELU: ffn_mult * d_model, rounded to the nearest integer (as BERT's
+/// d_ff); SwiGLU (LLaMA convention, so parameters match the GELU MLP): 2/3 of that, truncated,
+/// rounded up to a multiple of 8 — e.g. d_model 768 -> 2048, 16 -> 48.
 int64_t mlp_hidden_size(const GPTConfig& config);
+/// Key/value heads and head dimension with their defaults resolved.
+int64_t kv_heads(const GPTConfig& config);
+int64_t head_dim(const GPTConfig& config);
 /// A parameter of GPT(config), listed without building the model.
 struct ParameterShape {
   std::string name;  ///< as named_parameters() names it, e.g. "blocks.0.attn.qkv.weight"
@@ -116,8 +125,9 @@ enum class GPTOutput {
 };
 
 /// Parameter names, in order: tok_emb.weight, pos_emb.weight (learned positions),
-/// blocks.<i>.{ln1, attn.qkv, attn.proj, ln2, mlp.fc | mlp.gate, mlp.up, mlp.proj}.{weight, bias},
-/// ln_f.{weight, bias}, lm_head.weight (untied only). Biases exist only with config.bias.
+/// blocks.<i>.{ln1, attn.qkv | attn.q, attn.k, attn.v, attn.proj, ln2, mlp.fc | mlp.gate, mlp.up,
+/// mlp.proj}.{weight, bias}, ln_f.{weight, bias}, lm_head.weight (untied only). Biases exist only
+/// with config.bias (q/k/v also with qkv_bias).
 class GPT : public Module {
  public:
   /// Builds and initialises as GPT-2 does (kGPTInitStd), drawing from `gen` in parameter order:

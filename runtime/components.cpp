@@ -30,14 +30,27 @@ nn::GPTConfig gpt_config(const ModelConfig& m) {
   g.d_model = m.d_model;
   g.n_layers = m.n_layers;
   g.n_heads = m.n_heads;
+  g.n_kv_heads = m.n_kv_heads;
+  g.head_dim = m.head_dim;
   g.dropout = m.dropout;
   g.bias = m.bias;
+  g.qkv_bias = m.qkv_bias;
+  g.fused_qkv = m.fused_qkv;
   g.norm = m.norm == "rmsnorm" ? nn::NormType::rmsnorm : nn::NormType::layernorm;
   g.position = m.position == "rotary" ? nn::PositionType::rotary : nn::PositionType::learned;
   g.mlp = m.mlp == "swiglu" ? nn::MLPType::swiglu : nn::MLPType::gelu;
   g.ffn_mult = m.ffn_mult;
+  g.ffn_hidden = m.ffn_hidden;
   g.tie_embeddings = m.tie_embeddings;
   g.rope_theta = m.rope_theta;
+  nn::RopeScaling& r = g.rope_scaling;
+  r.type = m.rope_scaling == "linear"   ? nn::RopeScalingType::linear
+           : m.rope_scaling == "llama3" ? nn::RopeScalingType::llama3
+                                        : nn::RopeScalingType::none;
+  r.factor = m.rope_factor;
+  r.low_freq_factor = m.rope_low_freq_factor;
+  r.high_freq_factor = m.rope_high_freq_factor;
+  r.original_context = m.rope_original_context;
   g.norm_eps = m.norm_eps;
   nn::MoEConfig& e = g.moe;
   e.every = m.moe_every;
@@ -88,6 +101,14 @@ void check_model_family(ConfigChecker& checker) {
     bert_fixed("model.tie_embeddings", m.tie_embeddings,
                "tie_embeddings: true (the MLM decoder is the token embedding)");
     bert_fixed("model.bias", m.bias, "bias: true");
+    bert_fixed("model.qkv_bias", !m.qkv_bias, "qkv_bias: false (bias covers it)");
+    bert_fixed("model.fused_qkv", m.fused_qkv, "fused_qkv: true");
+    bert_fixed("model.n_kv_heads", m.n_kv_heads == 0 || m.n_kv_heads == m.n_heads,
+               "as many key/value heads as heads");
+    bert_fixed("model.head_dim", m.head_dim == 0 || m.head_dim * m.n_heads == m.d_model,
+               "head_dim = d_model / n_heads");
+    bert_fixed("model.ffn_hidden", m.ffn_hidden == 0, "its width from model.ffn_mult");
+    bert_fixed("model.rope_scaling.type", m.rope_scaling == "none", "no rotary scaling");
   }
 }
 

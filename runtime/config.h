@@ -26,14 +26,25 @@ struct ModelConfig {
   int64_t d_model{};
   int64_t n_layers{};
   int64_t n_heads{};
+  int64_t n_kv_heads{};  // 0 = n_heads
+  int64_t head_dim{};    // 0 = d_model / n_heads
   double dropout{};
   bool bias{};
+  bool qkv_bias{};
+  bool fused_qkv{};
   std::string norm;      // layernorm | rmsnorm
   std::string position;  // learned | rotary
   std::string mlp;       // gelu | swiglu
   double ffn_mult{};
+  int64_t ffn_hidden{};  // 0 = from ffn_mult
   bool tie_embeddings{};
   double rope_theta{};
+  // model.rope_scaling.* (nn::RopeScaling)
+  std::string rope_scaling;  // none | linear | llama3
+  double rope_factor{};
+  double rope_low_freq_factor{};
+  double rope_high_freq_factor{};
+  int64_t rope_original_context{};
   double norm_eps{};
   std::string norm_placement;  // pre | post (resolved from "auto": gpt pre, bert post)
   std::string init_from;       // run directory or checkpoint file; empty = from scratch

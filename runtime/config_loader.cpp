@@ -523,6 +523,11 @@ class Loader : public ConfigChecker {
           !section.empty() && !(recipe_reads(config_, section) && recipe_reads(stored, section)))
         continue;
       ConfigValue theirs = key.get(stored);
+      // Rotary positions hold no weights per position, so a run may train a hub model (whose
+      // context is 8k to 128k) on shorter sequences, or longer ones.
+      if (key.path == "model.context" && stored.model.position == "rotary" &&
+          where_.count(key.path))
+        continue;
       if (auto it = where_.find(key.path); it != where_.end()) {
         ConfigValue ours = key.get(config_);
         if (bad_.count(key.path) || ours == theirs) continue;
@@ -564,17 +569,27 @@ class Loader : public ConfigChecker {
     const RunConfig& c = config_;
     auto num = [](double x) { return format_number(x); };
     auto str = [](int64_t x) { return std::to_string(x); };
-    cross({"model.n_heads", "model.d_model"}, c.model.d_model % c.model.n_heads == 0,
+    const int64_t head_dim =
+        c.model.head_dim > 0 ? c.model.head_dim : c.model.d_model / c.model.n_heads;
+    cross({"model.n_heads", "model.d_model", "model.head_dim"},
+          c.model.head_dim > 0 || c.model.d_model % c.model.n_heads == 0,
           "model.d_model (" + str(c.model.d_model) + ") must be divisible by model.n_heads (" +
               str(c.model.n_heads) + ")");
-    if (c.model.d_model % c.model.n_heads == 0) {
-      int64_t head_dim = c.model.d_model / c.model.n_heads;
-      cross({"model.position", "model.d_model", "model.n_heads"},
-            c.model.position != "rotary" || head_dim % 2 == 0,
-            "model.position 'rotary' needs an even head dimension, got model.d_model / "
-            "model.n_heads = " +
-                str(head_dim));
-    }
+    cross({"model.n_kv_heads", "model.n_heads"},
+          c.model.n_kv_heads == 0 || c.model.n_heads % c.model.n_kv_heads == 0,
+          "model.n_kv_heads (" + str(c.model.n_kv_heads) + ") must divide model.n_heads (" +
+              str(c.model.n_heads) + ")");
+    cross({"model.position", "model.head_dim", "model.d_model", "model.n_heads"},
+          c.model.position != "rotary" || head_dim % 2 == 0,
+          std::string("model.position 'rotary' needs an even head dimension, got ") +
+              (c.model.head_dim > 0 ? "model.head_dim = " : "model.d_model / model.n_heads = ") +
+              str(head_dim));
+    cross({"model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor",
+           "model.rope_scaling.type"},
+          c.model.rope_scaling != "llama3" ||
+              c.model.rope_high_freq_factor > c.model.rope_low_freq_factor,
+          "model.rope_scaling.high_freq_factor (" + num(c.model.rope_high_freq_factor) +
+              ") must exceed low_freq_factor (" + num(c.model.rope_low_freq_factor) + ")");
     if (c.model.moe_every > 0) check_moe(c.model);
     if (std::optional<int64_t> tokenizer_vocab = tokenizer_vocab_size())
       cross({"model.vocab_size", "data.tokenizer", "data.special_tokens"},

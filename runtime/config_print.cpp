@@ -17,6 +17,8 @@ std::string to_yaml(const RunConfig& config) {
       if (depth == 0 && !recipe_section_of(path).empty() && !recipe_reads(config, path)) continue;
       // The MoE keys are shown only for a model that has MoE layers.
       if (path == "model.moe" && config.model.moe_every == 0) continue;
+      // Likewise the rotary scaling keys for a model whose rotary frequencies are not scaled.
+      if (path == "model.rope_scaling" && config.model.rope_scaling == "none") continue;
       if (const ConfigKey* key = find_config_key(path)) {
         out += indent + name + ": " + format_config_value(key->get(config)) + "\n";
       } else {

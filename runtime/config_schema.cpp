@@ -165,10 +165,21 @@ std::vector<ConfigKey> common_keys() {
   add("model.n_layers", integer_key(4, "[1, 1024]").aka({"n_layer", "num_layers", "depth"}).fixes_architecture(),
       in(model, &M::n_layers), "number of transformer blocks");
   add("model.n_heads", integer_key(4, "[1, 1024]").aka({"n_head", "num_heads"}).fixes_architecture(), in(model, &M::n_heads),
-      "attention heads per block; must divide d_model");
+      "attention heads per block; must divide d_model unless model.head_dim is given");
+  add("model.n_kv_heads", integer_key(0, "[0, 1024]").aka({"num_key_value_heads", "n_kv_head", "kv_heads"}).fixes_architecture(),
+      in(model, &M::n_kv_heads),
+      "key/value heads (grouped-query attention; 1 = multi-query); must divide n_heads; 0 = "
+      "n_heads");
+  add("model.head_dim", integer_key(0, "[0, 65536]").fixes_architecture(), in(model, &M::head_dim),
+      "width of each attention head; 0 = d_model / n_heads");
   add("model.dropout", number_key(0.0, "[0, 1)"), in(model, &M::dropout),
       "dropout probability on the embeddings and on each residual branch");
   add("model.bias", boolean_key(true).fixes_architecture(), in(model, &M::bias), "linear and norm layers have a bias");
+  add("model.qkv_bias", boolean_key(false).aka({"attention_bias"}).fixes_architecture(), in(model, &M::qkv_bias),
+      "the q, k and v projections have a bias even with bias: false (Qwen2)");
+  add("model.fused_qkv", boolean_key(true).fixes_architecture(), in(model, &M::fused_qkv),
+      "project q, k and v with one matrix (attn.qkv, faster) or three (attn.q, attn.k, attn.v: "
+      "the Llama family's layout, which LoRA can target one by one)");
   add("model.norm", choice_key("layernorm", {"layernorm", "rmsnorm"}).fixes_architecture(), in(model, &M::norm),
       "normalisation layer");
   add("model.position", choice_key("learned", {"learned", "rotary"}).aka({"pos_emb", "positional"}).fixes_architecture(),
@@ -177,10 +188,26 @@ std::vector<ConfigKey> common_keys() {
       "feed-forward block: GELU MLP or gated SwiGLU");
   add("model.ffn_mult", number_key(4.0, "(0, 64]").aka({"mlp_ratio"}).fixes_architecture(), in(model, &M::ffn_mult),
       "feed-forward hidden width = ffn_mult * d_model (SwiGLU: 2/3 of that, rounded)");
+  add("model.ffn_hidden", integer_key(0, "[0, 4194304]").aka({"intermediate_size", "ffn_dim", "d_ff"}).fixes_architecture(),
+      in(model, &M::ffn_hidden), "feed-forward hidden width itself, overriding ffn_mult; 0 = unset");
   add("model.tie_embeddings", boolean_key(true).aka({"tie_weights"}).fixes_architecture(), in(model, &M::tie_embeddings),
       "the output head reuses the token embedding matrix");
   add("model.rope_theta", number_key(10000.0, "> 0").aka({"rope_base"}).fixes_architecture(), in(model, &M::rope_theta),
       "base of the rotary frequencies (position: rotary)");
+  add("model.rope_scaling.type", choice_key("none", {"none", "linear", "llama3"}).aka({"rope_type"}).fixes_architecture(),
+      in(model, &M::rope_scaling),
+      "stretch rotary frequencies for long contexts: linear divides each by factor; llama3 (Llama "
+      "3.1) divides the low ones, keeps the high ones and blends between");
+  add("model.rope_scaling.factor", number_key(1.0, ">= 1").fixes_architecture(), in(model, &M::rope_factor),
+      "how far rope_scaling stretches the context");
+  add("model.rope_scaling.low_freq_factor", number_key(1.0, "> 0").fixes_architecture(),
+      in(model, &M::rope_low_freq_factor),
+      "llama3: wavelengths above original_context / low_freq_factor are divided by factor");
+  add("model.rope_scaling.high_freq_factor", number_key(4.0, "> 0").fixes_architecture(),
+      in(model, &M::rope_high_freq_factor),
+      "llama3: wavelengths below original_context / high_freq_factor are kept");
+  add("model.rope_scaling.original_context", integer_key(8192, "[1, 1048576]").aka({"original_max_position_embeddings"}).fixes_architecture(),
+      in(model, &M::rope_original_context), "llama3: the context the model was pretrained on");
   add("model.norm_eps", number_key(1e-5, "> 0").aka({"layer_norm_eps", "eps"}).fixes_architecture(), in(model, &M::norm_eps),
       "epsilon added to the variance in normalisation layers");
   add("model.norm_placement", choice_key("auto", {"auto", "pre", "post"}).aka({"prenorm", "pre_norm"}).fixes_architecture(),

@@ -489,13 +489,14 @@ TEST(ConfigRoundTrip, EveryKeyIsPrintedInSchemaOrderUnderItsSection) {
     printed.push_back(nested ? section + "." + name : name);
   }
   // gpt_pretrain reads no recipe section: only the common keys are printed, without model.moe
-  // for a model that has no MoE block (test_moe_recipe.cpp prints them for one that has).
+  // for a model that has no MoE block (test_moe_recipe.cpp prints them for one that has) and
+  // without model.rope_scaling for one whose rotary frequencies are not scaled.
   std::set<std::string> sections;
   for (const ConfigSection& section : config_sections()) sections.insert(section.name);
   std::vector<std::string> schema;
   for (const ConfigKey& key : config_schema())
     if (!sections.count(key.path.substr(0, key.path.find('.'))) &&
-        key.path.rfind("model.moe.", 0) != 0)
+        key.path.rfind("model.moe.", 0) != 0 && key.path.rfind("model.rope_scaling.", 0) != 0)
       schema.push_back(key.path);
   EXPECT_EQ(printed, schema) << yaml;
   EXPECT_NE(yaml.find("\nmodel:\n  arch: gpt\n"), std::string::npos) << yaml;
@@ -726,11 +727,15 @@ TEST(ConfigInitFrom, TheWeightsFixTheArchitecture) {
     if (key.architecture) fixed.insert(key.path);
   EXPECT_EQ(fixed, (std::set<std::string>{
                        "model.arch", "model.vocab_size", "model.context", "model.d_model",
-                       "model.n_layers", "model.n_heads", "model.bias", "model.norm",
-                       "model.position", "model.mlp", "model.ffn_mult", "model.tie_embeddings",
-                       "model.moe.every", "model.moe.n_experts", "model.moe.top_k",
-                       "model.moe.ffn_mult", "model.moe.noisy",
-                       "model.rope_theta", "model.norm_eps", "model.norm_placement",
+                       "model.n_layers", "model.n_heads", "model.n_kv_heads", "model.head_dim",
+                       "model.bias", "model.qkv_bias", "model.fused_qkv", "model.norm",
+                       "model.position", "model.mlp", "model.ffn_mult", "model.ffn_hidden",
+                       "model.tie_embeddings", "model.moe.every", "model.moe.n_experts",
+                       "model.moe.top_k", "model.moe.ffn_mult", "model.moe.noisy",
+                       "model.rope_theta", "model.rope_scaling.type", "model.rope_scaling.factor",
+                       "model.rope_scaling.low_freq_factor", "model.rope_scaling.high_freq_factor",
+                       "model.rope_scaling.original_context", "model.norm_eps",
+                       "model.norm_placement",
                        "data.tokenizer", "data.special_tokens", "bert.type_vocab_size", "classify.labels",
                                    "classify.hidden"}));
   testing::TempDir tmp;
@@ -756,6 +761,28 @@ TEST(ConfigInitFrom, TheWeightsFixTheArchitecture) {
                 line("override 'model.norm=layernorm'",
                      "model.norm: the config says layernorm, but model.init_from '" + run +
                          "' was trained with rmsnorm"));
+}
+
+// Learned positions are weights of `context` rows; rotary ones are not, so a run may train a
+// rotary base (a hub Llama: 8k to 128k positions) on sequences of its own length.
+TEST(ConfigInitFrom, ARotaryModelsContextIsTheRunsChoice) {
+  testing::TempDir tmp;
+  for (const char* position : {"learned", "rotary"}) {
+    RunConfig base = load_config_string(
+        minimal(std::string("model: {context: 64, position: ") + position + "}\n"), "base.yaml");
+    std::string run = write_run(tmp.path() / position, to_yaml(base)).string();
+    EXPECT_EQ(load_config_string(minimal("model: {init_from: " + run + "}\n"), "x.yaml")
+                  .model.context,
+              64);
+    const std::string shorter = minimal("model: {init_from: " + run + ", context: 32}\n");
+    if (std::string(position) == "rotary")
+      EXPECT_EQ(load_config_string(shorter, "x.yaml").model.context, 32);
+    else
+      EXPECT_EQ(errors_of(shorter),
+                line("x.yaml:4:" + std::to_string(31 + run.size()),
+                     "model.context: the config says 32, but model.init_from '" + run +
+                         "' was trained with 64"));
+  }
 }
 
 TEST(ConfigInitFrom, SectionKeysCountWhenBothRecipesReadTheSection) {
