@@ -92,6 +92,34 @@ Layout gpt2_layout(int64_t n_layers, bool tied, const std::string& p) {
   return l;
 }
 
+// transformers' LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: the body under
+// "model.", q, k and v projected apart (Forge's fused_qkv: false), biases on q, k and v only
+// (Qwen2) or nowhere, RMSNorm weights only. Old exports carry each layer's rotary inv_freq buffer,
+// which Forge derives from the config instead.
+Layout llama_layout(int64_t n_layers, bool tied, bool qkv_bias) {
+  Layout l;
+  add(l, "tok_emb.weight", "model.embed_tokens.weight");
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::string h = "model.layers." + std::to_string(i) + ".";
+    add(l, b + "ln1.weight", h + "input_layernorm.weight");
+    for (const char* x : {"q", "k", "v"}) {
+      add(l, b + "attn." + x + ".weight", h + "self_attn." + x + "_proj.weight");
+      if (qkv_bias) add(l, b + "attn." + x + ".bias", h + "self_attn." + x + "_proj.bias");
+    }
+    add(l, b + "attn.proj.weight", h + "self_attn.o_proj.weight");
+    add(l, b + "ln2.weight", h + "post_attention_layernorm.weight");
+    add(l, b + "mlp.gate.weight", h + "mlp.gate_proj.weight");
+    add(l, b + "mlp.up.weight", h + "mlp.up_proj.weight");
+    add(l, b + "mlp.proj.weight", h + "mlp.down_proj.weight");
+  }
+  add(l, "ln_f.weight", "model.norm.weight");
+  if (!tied) add(l, "lm_head.weight", "lm_head.weight");
+  l.ignored = {"model.layers.*.self_attn.rotary_emb.inv_freq"};
+  if (tied) l.ignored.push_back("lm_head.weight");
+  return l;
+}
+
 // BertForPreTraining's names ("bert." body, "cls." heads); BertModel saves the body without the
 // prefix and has no heads. Forge's BERT has both heads, so a directory without them can start a
 // model only where the loader allows them missing (a classifier that drops them).
