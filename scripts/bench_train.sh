@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The training suites of scripts/bench (gpt, bert, lora, distill, dpo): trains a config for a few
-# steps with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py, alternating
-# the two, and prints per config
-#   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B
+# The training suites of scripts/bench (gpt, bert, lora, llama, distill, dpo, ppo): trains a config
+# for a few steps with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py,
+# alternating the two, and prints per config
+#   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B forge_est_mb=E
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
 # timed steps is printed to stderr too); peak = the process's peak resident set size. dpo counts
 # preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y), ppo rollout rows
-# (forge_rows_s=X ...), and both add the median step of each side (forge_step_ms=, torch_step_ms=).
+# (forge_rows_s=X ...); every suite adds the median step of each side (forge_step_ms=,
+# torch_step_ms=). forge_est_mb is the peak training memory `forge validate` estimates for the run (MiB, as the
+# peaks). The llama suite adds a line per config for greedy generation (see after_config there).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
@@ -26,7 +28,19 @@ write_pairs() {
     data/samples/tinyshakespeare.txt "$tmp/pairs" || { log "bench_dpo.py --write-pairs failed"; exit 1; }
   head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
 }
+# The base a LoRA suite fine-tunes: the config itself trained for one step (its weights do not
+# matter for speed) into $tmp/NAME.base, with the overrides after.
+train_base() {  # config name overrides...
+  local config="$1" name="$2"
+  shift 2
+  OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$config" output_dir="$tmp/$name.base" \
+    train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
+    train.resume=never train.sample_tokens=1 "data.val=$tmp/val.txt" "$@" >"$tmp/$name.base.log" 2>&1 ||
+    { log "forge train of the base failed:"; tail -20 "$tmp/$name.base.log" >&2; exit 1; }
+}
+after_config() { :; }
 unit=tok
+large_steps=10 large_warmup=2
 case "$suite" in
   gpt)
     family=GPT
@@ -63,13 +77,56 @@ case "$suite" in
              'finetune.end_of_text="%\n"' "lora.rank=8" "lora.alpha=16"
              'lora.targets=["*.attn.qkv","*.attn.proj","*.mlp.*"]' "train.sample_tokens=1")
     }
-    # The base: the config itself, gpt_pretrain for one step (its weights do not matter for speed).
+    # The base: the config itself, gpt_pretrain for one step.
     config_overrides() {  # config name
-      OMP_NUM_THREADS=2 "$FORGE_BUILD/forge" train "$1" output_dir="$tmp/$2.base" \
-        train.max_steps=1 schedule.warmup_steps=0 train.eval_every=0 train.save_every=0 \
-        train.resume=never train.sample_tokens=1 "data.val=$tmp/val.txt" >"$tmp/$2.base.log" 2>&1 ||
-        { log "forge train of the base failed:"; tail -20 "$tmp/$2.base.log" >&2; exit 1; }
+      train_base "$1" "$2"
       extra=("model.init_from=$tmp/$2.base")
+    }
+    ;;
+  llama)
+    # LoRA fine-tuning (recipe finetune, rank 16, alpha 32 on every Linear of the blocks: attn.q,
+    # attn.k, attn.v, attn.proj, mlp.gate, mlp.up, mlp.proj) of random models of published Llama
+    # shapes, batch 4 x 256 tokens, against scripts/bench_llama.py.
+    family=Llama
+    default_configs=(configs/bench/smollm2_135m.yaml configs/bench/llama32_1b.yaml)
+    large_at=5e11 large_note="(Llama-3.2-1B)" large_steps=3 large_warmup=1
+    suite_overrides() {
+      head -c 1200 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      base+=("recipe=finetune" "data.val=$tmp/val.txt" "lora.rank=16" "lora.alpha=32"
+             'lora.targets=["*.attn.q","*.attn.k","*.attn.v","*.attn.proj","*.mlp.gate","*.mlp.up","*.mlp.proj"]'
+             "train.sample_tokens=1")
+    }
+    # The base trains ln_f.weight alone on one row: a 1B model's weights with full AdamW's
+    # gradients and moments would take 20 GB. The memory check counts those, hence its flag.
+    config_overrides() {  # config name
+      train_base "$1" "$2" train.batch_size=1 'optimizer.freeze=["blocks.*","tok_emb.weight"]' \
+        --ignore-memory-check
+      extra=("model.init_from=$tmp/$2.base")
+    }
+    # Greedy generation from the base (forge generate, batch 1) against bench_llama.py --generate,
+    # its own key/value cache: a 16-byte prompt, 128 new tokens, sides alternating, each its best.
+    after_config() {  # config name
+      local prompt="$tmp/prompt.txt" f t best_f=0 best_t=0 round
+      head -c 16 data/samples/tinyshakespeare.txt >"$prompt"
+      echo >>"$prompt"
+      for ((round = 0; round < rounds; round++)); do
+        OMP_NUM_THREADS=2 GOMP_SPINCOUNT=10000 "$FORGE_BUILD/forge" generate \
+          --checkpoint "$tmp/$2.base" --prompts "$prompt" --batch-size 1 --temperature 0 \
+          --max-new-tokens 128 --output "$tmp/$2.samples.jsonl" 2>"$tmp/$2.generate.log" ||
+          { log "forge generate failed:"; tail -5 "$tmp/$2.generate.log" >&2; exit 1; }
+        f="$(sed -n 's/.* \([0-9]*\) tokens in \([0-9.]*\) s .*/\1 \2/p' "$tmp/$2.generate.log" |
+             awk '{ printf "%.2f", $1 / $2 }')"
+        t="$(GOMP_SPINCOUNT=0 GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184 \
+             /usr/bin/python3 "$torch_script" "$tmp/$2.yaml" --generate "$prompt" --max-new-tokens 128 \
+             --threads 2 | sed -n 's/^tok_s=\([0-9.]*\) .*/\1/p')"
+        [ -n "$f" ] && [ -n "$t" ] || { log "no tokens/s from one side (forge '$f', torch '$t')"; exit 1; }
+        log "$2 generate round $((round + 1)): forge $f tok/s, torch $t tok/s (load $(cut -d' ' -f1 /proc/loadavg))"
+        awk -v a="$f" -v b="$best_f" 'BEGIN { exit !(a > b) }' && best_f="$f"
+        awk -v a="$t" -v b="$best_t" 'BEGIN { exit !(a > b) }' && best_t="$t"
+      done
+      awk -v c="$2" -v f="$best_f" -v t="$best_t" 'BEGIN {
+        printf "config=%s generate prompt_tokens=16 new_tokens=128 batch=1 greedy forge_tok_s=%.1f" \
+               " torch_tok_s=%.1f ratio=%.2f\n", c, f, t, f / t }'
     }
     ;;
   distill)
@@ -142,7 +199,7 @@ case "$suite" in
     }
     ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, distill, dpo or ppo)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, llama, distill, dpo or ppo)" >&2
     exit 2
     ;;
 esac
@@ -156,9 +213,9 @@ usage: scripts/bench $suite [--rounds N] [--steps N] [--warmup N] [CONFIG...]
                   for c in "${default_configs[@]:1}"; do printf ' and\n                %s' "$c"; done)
   --rounds N    alternate Forge and PyTorch N times per config, keeping each side's fastest round
                 (also FORGE_BENCH_ROUNDS=N); default 2
-  --steps N     timed training steps; default 30, or 10 for a config of over $large_at
+  --steps N     timed training steps; default 30, or $large_steps for a config of over $large_at
                 parameter-tokens per step $large_note
-  --warmup N    untimed steps before them; default 5, or 2 for those large configs
+  --warmup N    untimed steps before them; default 5, or $large_warmup for those large configs
 EOF
 }
 
@@ -266,6 +323,7 @@ for config in "${configs[@]}"; do
     { log "$config does not validate"; exit 1; }
   forge_params="$(sed -n 's/^# parameters: //p' "$tmp/$name.probe.yaml")"
   forge_trainable="$(sed -n 's/^# trainable parameters: \([0-9]*\).*/\1/p' "$tmp/$name.probe.yaml")"
+  forge_est_mb="$(sed -n 's/^# estimated peak training memory: \([0-9.]*\) MiB.*/\1/p' "$tmp/$name.probe.yaml")"
   batch="$(config_key "$tmp/$name.probe.yaml" train batch_size)"
   accum="$(config_key "$tmp/$name.probe.yaml" train grad_accum)"
   context="$(config_key "$tmp/$name.probe.yaml" model context)"
@@ -276,7 +334,7 @@ for config in "${configs[@]}"; do
     rows) per_step="$(config_key "$tmp/$name.probe.yaml" ppo rollout_batch)" ;;
   esac
   if awk -v n="$((forge_params * tokens_per_step))" -v at="$large_at" 'BEGIN { exit !(n > at) }'; then
-    n_steps="${steps:-10}" n_warmup="${warmup:-2}"
+    n_steps="${steps:-$large_steps}" n_warmup="${warmup:-$large_warmup}"
   else
     n_steps="${steps:-30}" n_warmup="${warmup:-5}"
   fi
@@ -321,13 +379,13 @@ for config in "${configs[@]}"; do
   log "$name: parameters forge=$forge_params (checkpoint $stored) torch=$torch_params;" \
       "$n_steps timed steps after $n_warmup, $per_step $unit each"
   awk -v c="$name" -v f="$best_forge" -v t="$best_torch" -v fm="$forge_mb" -v tm="$torch_mb" \
-      -v u="$unit" -v per_step="$per_step" '
+      -v u="$unit" -v per_step="$per_step" -v est="$forge_est_mb" '
     BEGIN {
       if (u == "tok") rates = sprintf("forge_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f", f, t, f / t)
-      else rates = sprintf("forge_%s_s=%.1f torch_%s_s=%.1f ratio=%.2f forge_step_ms=%.1f" \
-                           " torch_step_ms=%.1f", u, f, u, t, f / t, 1000 * per_step / f,
-                           1000 * per_step / t)
-      printf "config=%s %s forge_peak_mb=%s torch_peak_mb=%s\n", c, rates, fm, tm
+      else rates = sprintf("forge_%s_s=%.1f torch_%s_s=%.1f ratio=%.2f", u, f, u, t, f / t)
+      printf "config=%s %s forge_step_ms=%.1f torch_step_ms=%.1f forge_peak_mb=%s torch_peak_mb=%s" \
+             " forge_est_mb=%s\n", c, rates, 1000 * per_step / f, 1000 * per_step / t, fm, tm, est
     }'
+  after_config "$config" "$name"
 done
 log "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
