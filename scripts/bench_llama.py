@@ -17,12 +17,10 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import yaml
 
 from bench_generate import read_prompts
-from bench_gpt import (DEFAULTS, adamw, argument_parser, read_sections, train_and_report,
-                       window_step_loss)
-from bench_lora import LORA_DEFAULTS, LoRALinear, glob_match, read_records
+from bench_gpt import DEFAULTS, argument_parser, read_sections
+from bench_lora import LoRALinear, glob_match, train_adapters
 
 MODEL_DEFAULTS = dict(DEFAULTS["model"], n_kv_heads=0, head_dim=0, ffn_hidden=0, fused_qkv=True,
                       qkv_bias=False, rope_theta=10000.0, rope_scaling={"type": "none"})
@@ -227,14 +225,7 @@ class Llama(nn.Module):
 
 
 def inject_lora(model, lora):
-    """Freezes every weight, then swaps the Linear layers whose Forge module path a target glob
-    matches for LoRALinear."""
-    unsupported = [k for k in ("dropout", "rslora", "train_also") if lora[k] != LORA_DEFAULTS[k]]
-    if unsupported or lora["rank"] <= 0:
-        sys.exit(f"bench_llama.py: only lora.rank > 0 without {', '.join(unsupported) or 'extras'} "
-                 "is benchmarked")
-    for p in model.parameters():
-        p.requires_grad_(False)
+    """Swaps the Linear layers whose Forge module path a target glob matches for LoRALinear."""
     wrapped = [(path, module) for path, module in model.named_modules()
                if isinstance(module, nn.Linear) and any(glob_match(t, path) for t in lora["targets"])]
     if not wrapped:
@@ -252,9 +243,8 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(args.config)
-    m, tc = config["model"], config["train"]
     torch.manual_seed(config["seed"])
-    model = Llama(m)
+    model = Llama(config["model"])
     if args.generate:
         prompt = torch.tensor(read_prompts(args.generate)[0])
         model.eval()
@@ -263,20 +253,7 @@ def main():
         seconds = time.perf_counter() - begin
         print(f"tok_s={len(tokens) / seconds:.1f} tokens={len(tokens)} seconds={seconds:.3f}")
         return
-    with open(args.config) as f:
-        lora = dict(LORA_DEFAULTS, **((yaml.safe_load(f) or {}).get("lora") or {}))
-    inject_lora(model, lora)
-    trained = [p for p in model.parameters() if p.requires_grad]
-    if args.params_only:
-        print(f"params={sum(p.numel() for p in model.parameters())} "
-              f"trainable={sum(p.numel() for p in trained)}")
-        return
-    optimizer = adamw(trained, config["optimizer"], args.foreach)
-    data = torch.frombuffer(read_records(config["data"]["train"]), dtype=torch.uint8).long()
-    B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
-    model.train()
-    train_and_report(args, config, trained, optimizer, window_step_loss(model, data, B, T, accum),
-                     B * T * accum)
+    train_adapters(args, config, model, inject_lora)
 
 
 if __name__ == "__main__":

@@ -48,13 +48,7 @@ def glob_match(pattern, name):
 
 
 def inject_lora(model, lora):
-    """Freezes every weight, then swaps the targeted Linear layers for LoRALinear."""
-    unsupported = [k for k in ("dropout", "rslora", "train_also") if lora[k] != LORA_DEFAULTS[k]]
-    if unsupported or lora["rank"] <= 0:
-        sys.exit(f"bench_lora.py: only lora.rank > 0 without {', '.join(unsupported) or 'extras'} "
-                 "is benchmarked")
-    for p in model.parameters():
-        p.requires_grad_(False)
+    """Swaps the targeted Linear layers of the frozen model for LoRALinear."""
     wrapped = []
     for i, block in enumerate(model.blocks):
         for forge_name, attr in BLOCK_LINEARS.items():
@@ -80,30 +74,43 @@ def read_records(path):
     return out
 
 
-def main():
-    args = argument_parser(__doc__, "finetune").parse_args()
-    torch.set_num_threads(args.threads)
-    config = load_config(args.config)
+def train_adapters(args, config, model, inject):
+    """Freezes `model`, adapts it with inject(model, lora settings) and trains the adapters as
+    Forge's finetune recipe does (or prints the parameter counts, --params-only). Shared with
+    scripts/bench_llama.py."""
     with open(args.config) as f:
         lora = dict(LORA_DEFAULTS, **((yaml.safe_load(f) or {}).get("lora") or {}))
-    m, tc = config["model"], config["train"]
-    torch.manual_seed(config["seed"])
-    model = GPT(m)  # the frozen base: its weights would come from model.init_from
-    inject_lora(model, lora)
+    unsupported = [k for k in ("dropout", "rslora", "train_also") if lora[k] != LORA_DEFAULTS[k]]
+    if unsupported or lora["rank"] <= 0:
+        sys.exit(f"{args.config}: only lora.rank > 0 without {', '.join(unsupported) or 'extras'} "
+                 "is benchmarked")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    inject(model, lora)
     trained = [p for p in model.parameters() if p.requires_grad]
-    total = sum(p.numel() for p in model.parameters())
     if args.params_only:
-        print(f"params={total} trainable={sum(p.numel() for p in trained)}")
+        print(f"params={sum(p.numel() for p in model.parameters())} "
+              f"trainable={sum(p.numel() for p in trained)}")
         return
     optimizer = adamw(trained, config["optimizer"], args.foreach)
 
     # Forge with data.val given trains on every record of data.train; random windows of context + 1
     # bytes, as bench_gpt.py.
     data = torch.frombuffer(read_records(config["data"]["train"]), dtype=torch.uint8).long()
-    B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
+    tc = config["train"]
+    B, T, accum = tc["batch_size"], config["model"]["context"], tc["grad_accum"]
     model.train()
     train_and_report(args, config, trained, optimizer, window_step_loss(model, data, B, T, accum),
                      B * T * accum)
+
+
+def main():
+    args = argument_parser(__doc__, "finetune").parse_args()
+    torch.set_num_threads(args.threads)
+    config = load_config(args.config)
+    torch.manual_seed(config["seed"])
+    # The frozen base: its weights would come from model.init_from.
+    train_adapters(args, config, GPT(config["model"]), inject_lora)
 
 
 if __name__ == "__main__":
