@@ -107,8 +107,7 @@ case "$suite" in
     # its own key/value cache: a 16-byte prompt, 128 new tokens, sides alternating, each its best.
     after_config() {  # config name
       local prompt="$tmp/prompt.txt" f t best_f=0 best_t=0 round
-      head -c 16 data/samples/tinyshakespeare.txt >"$prompt"
-      echo >>"$prompt"
+      { head -c 16 data/samples/tinyshakespeare.txt | tr '\n' ' '; echo; } >"$prompt"
       for ((round = 0; round < rounds; round++)); do
         OMP_NUM_THREADS=2 GOMP_SPINCOUNT=10000 "$FORGE_BUILD/forge" generate \
           --checkpoint "$tmp/$2.base" --prompts "$prompt" --batch-size 1 --temperature 0 \
