@@ -32,22 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Twelve short instruction records (prompt + completion + "%\n" fit the context of 32 + 1).
-const char* const kSFT =
-    R"({"prompt": "Capital of France?", "completion": " Paris"}
-{"prompt": "Capital of Italy?", "completion": " Rome"}
-{"prompt": "Capital of Spain?", "completion": " Madrid"}
-{"prompt": "Capital of Peru?", "completion": " Lima"}
-{"prompt": "Opposite of up?", "completion": " down"}
-{"prompt": "Opposite of hot?", "completion": " cold"}
-{"prompt": "Opposite of old?", "completion": " new"}
-{"prompt": "Opposite of wet?", "completion": " dry"}
-{"prompt": "Colour of snow?", "completion": " white"}
-{"prompt": "Colour of grass?", "completion": " green"}
-{"prompt": "Colour of sky?", "completion": " blue"}
-{"prompt": "Colour of coal?", "completion": " black"}
-)";
-
 class FinetuneRecipe : public testing::RecipeTest {
  protected:
   void SetUp() override {
@@ -100,7 +84,7 @@ class FinetuneRecipe : public testing::RecipeTest {
   }
 
   // The SFT records as dir_/name.jsonl.
-  fs::path write_sft(const std::string& name, const std::string& text = kSFT) {
+  fs::path write_sft(const std::string& name, const std::string& text = testing::kSFT) {
     testing::write_file(dir_ / (name + ".jsonl"), text);
     return dir_ / (name + ".jsonl");
   }
@@ -309,7 +293,7 @@ TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
   const std::string changed = write_sft("changed").string();
   fs::path stopped = write_config("sft_changed", 8, "", changed);
   ASSERT_EQ(forge("train " + stopped.string() + " train.max_steps=4"), 0);
-  write_sft("changed", std::string(kSFT) +
+  write_sft("changed", std::string(testing::kSFT) +
                            R"({"prompt": "Colour of blood?", "completion": " red"})" + "\n");
   auto [code, out] = forge_output("train " + stopped.string());
   EXPECT_EQ(code, 4) << out;

@@ -61,9 +61,18 @@ class LlamaRecipes : public testing::RecipeTest {
     base_ = suite_ / "base";
   }
 
-  // A finetune run over two record files, LoRA with `lora` when given; `extra` adds keys.
-  fs::path write_finetune(const std::string& name, const std::string& lora,
-                          const std::string& extra = "", const std::string& train = "") {
+  // dir_/name.yaml: `recipe` from the base with seed 3 into dir_/name; `body` holds the rest.
+  std::string write_run(const std::string& name, const std::string& recipe,
+                        const std::string& body) {
+    testing::write_file(dir_ / (name + ".yaml"),
+                        "recipe: " + recipe + "\nseed: 3\noutput_dir: " + (dir_ / name).string() +
+                            "\nmodel: {init_from: " + base_.string() + ", dropout: 0.0}\n" + body);
+    return (dir_ / (name + ".yaml")).string();
+  }
+
+  // A finetune run over two record files (or `train`), LoRA with `lora` when given.
+  std::string write_finetune(const std::string& name, const std::string& lora,
+                             const std::string& train = "") {
     fs::create_directories(dir_ / "records");
     std::ofstream(dir_ / "records" / "wit.txt")
         << "Brevity is the soul of wit.\n%\nA fool thinks himself to be wise.\n%\n"
@@ -73,18 +82,14 @@ class LlamaRecipes : public testing::RecipeTest {
         << "Love looks not with the eyes, but with the mind.\n%\nThe course of true love never "
            "did run smooth.\n%\nLove all, trust a few, do wrong to none.\n%\nSpeak low, if you "
            "speak love.\n";
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "recipe: finetune\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
-        << "model: {init_from: " << base_.string() << "}\n"
-        << "data: {train: " << (train.empty() ? (dir_ / "records").string() : train)
-        << ", val_fraction: 0.25}\n"
-        << "optimizer: {name: adamw, lr: 1.0e-2}\n"
-        << "train: {batch_size: 4, max_steps: 12, eval_every: 6, save_every: 4, log_every: 1, "
-           "sample_tokens: 4}\n"
-        << (lora.empty() ? "lora: {rank: 0}\n" : "lora: " + lora + "\n")
-        << "finetune: {end_of_text: \"%\\n\"}\n"
-        << extra;
-    return dir_ / (name + ".yaml");
+    return write_run(name, "finetune",
+                     "data: {train: " + (train.empty() ? (dir_ / "records").string() : train) +
+                         ", val_fraction: 0.25}\n"
+                         "optimizer: {name: adamw, lr: 1.0e-2}\n"
+                         "train: {batch_size: 4, max_steps: 12, eval_every: 6, save_every: 4, "
+                         "log_every: 1, sample_tokens: 4}\n"
+                         "lora: " + (lora.empty() ? std::string("{rank: 0}") : lora) + "\n"
+                         "finetune: {end_of_text: \"%\\n\"}\n");
   }
 
   // Losses of a run's `split` lines are finite, and the last is below the first by `drop`.
@@ -118,8 +123,8 @@ class LlamaRecipes : public testing::RecipeTest {
 
 TEST_F(LlamaRecipes, FullAndLoRAFineTunesWithHubTargetNamesStartAtTheBaseAndFall) {
   const std::string lora = std::string("{rank: 4, alpha: 8, targets: ") + kHubTargets + "}";
-  ASSERT_EQ(forge("train " + write_finetune("full", "").string()), 0);
-  ASSERT_EQ(forge("train " + write_finetune("lora", lora).string()), 0);
+  ASSERT_EQ(forge("train " + write_finetune("full", "")), 0);
+  ASSERT_EQ(forge("train " + write_finetune("lora", lora)), 0);
   expect_falls(dir_ / "full", "val", 0.1);
   expect_falls(dir_ / "lora", "val", 0.01);
   expect_falls(dir_ / "lora", "train", 0.05);
@@ -140,7 +145,7 @@ TEST_F(LlamaRecipes, FullAndLoRAFineTunesWithHubTargetNamesStartAtTheBaseAndFall
   EXPECT_EQ(adapted, want);
   const int64_t per_block = 4 * ((32 + 32) + 2 * (32 + 16) + (32 + 32) + 2 * (32 + 64) + (64 + 32));
   EXPECT_EQ(info.model_numel(), 2 * per_block);
-  auto [code, out] = forge_output("validate " + write_finetune("v", lora).string());
+  auto [code, out] = forge_output("validate " + write_finetune("v", lora));
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("# trainable parameters: " + std::to_string(2 * per_block) + " ("),
             std::string::npos)
@@ -158,39 +163,22 @@ TEST_F(LlamaRecipes, FullAndLoRAFineTunesWithHubTargetNamesStartAtTheBaseAndFall
 }
 
 TEST_F(LlamaRecipes, SFTWithLoRATrainsOnTheCompletions) {
-  testing::write_file(dir_ / "sft.jsonl",
-                      R"({"prompt": "Capital of France?", "completion": " Paris"}
-{"prompt": "Capital of Italy?", "completion": " Rome"}
-{"prompt": "Capital of Spain?", "completion": " Madrid"}
-{"prompt": "Capital of Peru?", "completion": " Lima"}
-{"prompt": "Opposite of up?", "completion": " down"}
-{"prompt": "Opposite of hot?", "completion": " cold"}
-{"prompt": "Opposite of old?", "completion": " new"}
-{"prompt": "Opposite of wet?", "completion": " dry"}
-{"prompt": "Colour of snow?", "completion": " white"}
-{"prompt": "Colour of grass?", "completion": " green"}
-{"prompt": "Colour of sky?", "completion": " blue"}
-{"prompt": "Colour of coal?", "completion": " black"}
-)");
+  testing::write_file(dir_ / "sft.jsonl", testing::kSFT);
   const std::string lora = "{rank: 8, alpha: 16, targets: [all-linear]}";
-  ASSERT_EQ(forge("train " +
-                  write_finetune("sft", lora, "", (dir_ / "sft.jsonl").string()).string()),
-            0);
+  ASSERT_EQ(forge("train " + write_finetune("sft", lora, (dir_ / "sft.jsonl").string())), 0);
   expect_falls(dir_ / "sft", "train", 0.3);
 }
 
 TEST_F(LlamaRecipes, KilledAndRestartedLoRARunIsExact) {
   const std::string lora = "{rank: 4, alpha: 8, targets: [q_proj, v_proj, down_proj]}";
-  ASSERT_EQ(forge("train " + write_finetune("straight", lora).string()), 0);
-  const fs::path killed = write_finetune("killed", lora);
-  EXPECT_EQ(forge("train " + killed.string(), "FORGE_TEST_SIGKILL_AFTER_STEP=5"), 128 + SIGKILL);
+  ASSERT_EQ(forge("train " + write_finetune("straight", lora)), 0);
+  const std::string killed = write_finetune("killed", lora);
+  EXPECT_EQ(forge("train " + killed, "FORGE_TEST_SIGKILL_AFTER_STEP=5"), 128 + SIGKILL);
   EXPECT_EQ(read_checkpoint_info(*latest_checkpoint(dir_ / "killed")).step, 4);
-  ASSERT_EQ(forge("train " + killed.string()), 0);
+  ASSERT_EQ(forge("train " + killed), 0);
   const std::vector<std::string> keys = {"loss", "grad_norm", "lr"};
-  const std::vector<std::string> a = train_lines(dir_ / "straight", keys),
-                                 b = train_lines(dir_ / "killed", keys);
-  ASSERT_EQ(a.size(), 12u);
-  EXPECT_EQ(a, b);
+  EXPECT_EQ(train_lines(dir_ / "straight", keys).size(), 12u);
+  EXPECT_EQ(train_lines(dir_ / "killed", keys), train_lines(dir_ / "straight", keys));
   EXPECT_EQ(saved_tensors(dir_ / "killed"), saved_tensors(dir_ / "straight"));  // bitwise
 }
 
@@ -203,20 +191,17 @@ TEST_F(LlamaRecipes, RewardModelDPOAndPPOTrainOnTheBase) {
   write_word_pairs(dir_ / "val.jsonl", 16, 2);
   auto preference = [&](const std::string& name, const std::string& recipe,
                         const std::string& extra) {
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "recipe: " << recipe << "\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
-        << "model: {init_from: " << base_.string() << "}\n"
-        << "data: {train: " << (dir_ / "pairs.jsonl").string()
-        << ", val: " << (dir_ / "val.jsonl").string() << "}\n"
-        << "preference: {max_prompt_length: 16}\n"
-        << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-        << "train: {batch_size: 8, max_steps: 12, eval_every: 6, log_every: 1}\n"
-        << extra;
-    return (dir_ / (name + ".yaml")).string();
+    return write_run(name, recipe,
+                     "data: {train: " + (dir_ / "pairs.jsonl").string() +
+                         ", val: " + (dir_ / "val.jsonl").string() + "}\n"
+                         "preference: {max_prompt_length: 16}\n"
+                         "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+                         "train: {batch_size: 8, max_steps: 12, eval_every: 6, log_every: 1}\n" +
+                         extra);
   };
   ASSERT_EQ(forge("train " + preference("rm", "reward_model", "")), 0);
   // Its head replaces the untied LM head, which forge validate does not count.
-  expect_validate_counts((dir_ / "rm.yaml").string(), "parameters", dir_ / "rm");
+  expect_validate_counts(preference("rm", "reward_model", ""), "parameters", dir_ / "rm");
   expect_falls(dir_ / "rm", "val", 0.05);
   EXPECT_GT(losses(dir_ / "rm", "val", "reward_acc").rbegin()->second, 0.7);
 
@@ -228,23 +213,22 @@ TEST_F(LlamaRecipes, RewardModelDPOAndPPOTrainOnTheBase) {
   for (const TensorSpec& t : read_checkpoint_info(resolve_checkpoint(dir_ / "dpo")).model)
     EXPECT_NE(t.name.find("lora_"), std::string::npos) << t.name;  // adapters only
 
-  std::ofstream prompts(dir_ / "prompts.jsonl");
+  std::ofstream prompt_file(dir_ / "prompts.jsonl");
   for (const char* p : {"ROMEO:", "JULIET:", "First Citizen:", "MENENIUS:", "All:", "KING:",
                         "Second Citizen:", "BRUTUS:"})
-    prompts << nlohmann::json({{"prompt", p}}).dump() << "\n";
-  prompts.close();
-  std::ofstream(dir_ / "ppo.yaml")
-      << "recipe: ppo\nseed: 3\noutput_dir: " << (dir_ / "ppo").string() << "\n"
-      << "model: {init_from: " << base_.string() << ", dropout: 0.0}\n"
-      << "data: {train: " << (dir_ / "prompts.jsonl").string()
-      << ", val: " << (dir_ / "prompts.jsonl").string() << "}\n"
-      << "ppo: {reward_model: " << (dir_ / "rm").string()
-      << ", rollout_batch: 8, ppo_epochs: 2, max_new_tokens: 12, generation_batch_size: 8}\n"
-      << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-      << "train: {batch_size: 4, max_steps: 4, eval_every: 4, eval_batches: 1, log_every: 1}\n";
-  ASSERT_EQ(forge("train " + (dir_ / "ppo.yaml").string()), 0);
+    prompt_file << nlohmann::json({{"prompt", p}}).dump() << "\n";
+  prompt_file.close();
+  const std::string prompts = (dir_ / "prompts.jsonl").string();
+  const std::string ppo = write_run(
+      "ppo", "ppo",
+      "data: {train: " + prompts + ", val: " + prompts + "}\nppo: {reward_model: " +
+          (dir_ / "rm").string() +
+          ", rollout_batch: 8, ppo_epochs: 2, max_new_tokens: 12, generation_batch_size: 8}\n"
+          "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+          "train: {batch_size: 4, max_steps: 4, eval_every: 4, eval_batches: 1, log_every: 1}\n");
+  ASSERT_EQ(forge("train " + ppo), 0);
   // The policy and the value model train; the latter is the reward model, without an LM head.
-  expect_validate_counts((dir_ / "ppo.yaml").string(), "trainable parameters", dir_ / "ppo");
+  expect_validate_counts(ppo, "trainable parameters", dir_ / "ppo");
   // The first rollout's policy is its reference: no KL, ratio 1 before the first update.
   EXPECT_EQ(losses(dir_ / "ppo", "train", "kl").at(1), 0.0);
   EXPECT_NEAR(losses(dir_ / "ppo", "train", "ratio").at(1), 1.0, 0.05);
@@ -280,16 +264,15 @@ TEST_F(LlamaRecipes, ClassifyLearnsThreeClassesFromTheBase) {
           << filler[next(8)] << " " << words[next(4)];
     }
   }
-  std::ofstream(dir_ / "classify.yaml")
-      << "recipe: classify\nseed: 3\noutput_dir: " << (dir_ / "classify").string() << "\n"
-      << "model: {init_from: " << base_.string() << "}\n"
-      << "data: {train: " << (dir_ / "records").string() << ", val_fraction: 0.2}\n"
-      << "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-      << "train: {batch_size: 8, max_steps: 30, eval_every: 15, log_every: 1}\n"
-      << "classify: {labels: [bird, cat, dog], max_len: 40, hidden: 16, dropout: 0.0}\n";
-  ASSERT_EQ(forge("train " + (dir_ / "classify.yaml").string()), 0);
+  const std::string config = write_run(
+      "classify", "classify",
+      "data: {train: " + (dir_ / "records").string() + ", val_fraction: 0.2}\n"
+      "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
+      "train: {batch_size: 8, max_steps: 30, eval_every: 15, log_every: 1}\n"
+      "classify: {labels: [bird, cat, dog], max_len: 40, hidden: 16, dropout: 0.0}\n");
+  ASSERT_EQ(forge("train " + config), 0);
   // The classifier keeps the base's body, not its untied LM head.
-  expect_validate_counts((dir_ / "classify.yaml").string(), "parameters", dir_ / "classify");
+  expect_validate_counts(config, "parameters", dir_ / "classify");
   expect_falls(dir_ / "classify", "val", 0.1);
   EXPECT_GT(losses(dir_ / "classify", "val", "acc").at(30), 0.5);
 }
