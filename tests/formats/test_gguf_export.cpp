@@ -263,6 +263,23 @@ void expect_string(const GgufFile& f, const std::string& key, const std::string&
   EXPECT_EQ(f.kv.at(key).strings, std::vector<std::string>{value}) << key;
 }
 
+void expect_float32(const GgufFile& f, const std::string& key, double value) {
+  ASSERT_TRUE(f.kv.count(key)) << key;
+  EXPECT_EQ(f.kv.at(key).type, 6u) << key;
+  EXPECT_EQ(f.kv.at(key).numbers, std::vector<double>{double(float(value))}) << key;
+}
+
+// The architecture and the sizes every one of them writes under its own prefix.
+void expect_sizes(const GgufFile& f, const std::string& arch, double context, double width,
+                  double ffn, double blocks, double heads) {
+  expect_string(f, "general.architecture", arch);
+  expect_uint32(f, arch + ".context_length", context);
+  expect_uint32(f, arch + ".embedding_length", width);
+  expect_uint32(f, arch + ".feed_forward_length", ffn);
+  expect_uint32(f, arch + ".block_count", blocks);
+  expect_uint32(f, arch + ".attention.head_count", heads);
+}
+
 // The merge lines of a vocab.bpe.
 std::vector<std::string> merge_lines(const fs::path& vocab_bpe) {
   std::ifstream in(vocab_bpe);
@@ -318,18 +335,11 @@ TEST_F(GgufExport, WritesTheGpt2LayoutFieldByField) {
       "tokenizer.ggml.merges"};
   EXPECT_EQ(f.keys, keys) << "no bos/eos: the run has no <|endoftext|>";
   EXPECT_EQ(f.kv_count, keys.size());
-  expect_string(f, "general.architecture", "gpt2");
   expect_string(f, "general.name", "tiny_run");
   expect_uint32(f, "general.alignment", 32);
   expect_uint32(f, "general.file_type", 0);
-  expect_uint32(f, "gpt2.context_length", 24);
-  expect_uint32(f, "gpt2.embedding_length", 12);
-  expect_uint32(f, "gpt2.feed_forward_length", 36);
-  expect_uint32(f, "gpt2.block_count", 2);
-  expect_uint32(f, "gpt2.attention.head_count", 3);
-  EXPECT_EQ(f.kv.at("gpt2.attention.layer_norm_epsilon").type, 6u);
-  EXPECT_EQ(f.kv.at("gpt2.attention.layer_norm_epsilon").numbers,
-            std::vector<double>{double(1.0e-6f)});
+  expect_sizes(f, "gpt2", 24, 12, 36, 2, 3);
+  expect_float32(f, "gpt2.attention.layer_norm_epsilon", 1.0e-6);
 
   expect_tensors(f, checkpoint_tensors(file), 2, false);
   // The dimensions llama.cpp's gpt2 loader asks for: attn_qkv {n_embd, 3 n_embd}, ffn_up
@@ -627,12 +637,6 @@ void expect_tensors(const GgufFile& f, const Expected& expected) {
   EXPECT_EQ(f.bytes.size(), f.data_start + next);
 }
 
-void expect_float32(const GgufFile& f, const std::string& key, double value) {
-  ASSERT_TRUE(f.kv.count(key)) << key;
-  EXPECT_EQ(f.kv.at(key).type, 6u) << key;
-  EXPECT_EQ(f.kv.at(key).numbers, std::vector<double>{double(float(value))}) << key;
-}
-
 TEST_F(GgufExport, WritesTheLlamaLayoutWithPermutedQueryAndKeyRows) {
   const fs::path file = save_gpt(
       dir_, kLlama + ", vocab_size: 260, context: 24, d_model: 16, n_layers: 2, n_heads: 4, "
@@ -656,12 +660,7 @@ TEST_F(GgufExport, WritesTheLlamaLayoutWithPermutedQueryAndKeyRows) {
       "tokenizer.ggml.tokens",         "tokenizer.ggml.token_type",
       "tokenizer.ggml.merges"};
   EXPECT_EQ(f.keys, keys);
-  expect_string(f, "general.architecture", "llama");
-  expect_uint32(f, "llama.context_length", 24);
-  expect_uint32(f, "llama.embedding_length", 16);
-  expect_uint32(f, "llama.feed_forward_length", 40);
-  expect_uint32(f, "llama.block_count", 2);
-  expect_uint32(f, "llama.attention.head_count", 4);
+  expect_sizes(f, "llama", 24, 16, 40, 2, 4);
   expect_uint32(f, "llama.attention.head_count_kv", 2);
   expect_float32(f, "llama.attention.layer_norm_rms_epsilon", 1.0e-6);
   expect_uint32(f, "llama.attention.key_length", 6);  // not d_model / n_heads = 4
@@ -720,7 +719,7 @@ TEST_F(GgufExport, WritesQkvBiasesAsQwen2WithoutPermutation) {
                      "n_heads: 4, n_kv_heads: 2, ffn_hidden: 24, rope_theta: 1000000",
       "tokenizer: bytes");
   const GgufFile f = exported(file, dir_ / "qwen2.gguf");
-  expect_string(f, "general.architecture", "qwen2");
+  expect_sizes(f, "qwen2", 16, 16, 24, 1, 4);
   for (const std::string& key : f.keys)
     EXPECT_TRUE(key.rfind("general.", 0) == 0 || key.rfind("qwen2.", 0) == 0 ||
                 key.rfind("tokenizer.ggml.", 0) == 0)
