@@ -126,7 +126,7 @@ class Model:
         self.head_v = key("attention.value_length", self.n_embd // self.n_head)
         self.n_rot = key("rope.dimension_count", self.head_k)
         self.freq_base = key("rope.freq_base", 10000.0)
-        key("context_length")
+        key("context_length")  # llama.cpp refuses a file without it; the graph does not read it
         if arch == "llama" and self.n_rot != self.head_k:
             raise ValueError(f"invalid n_rot: {self.n_rot}, expected {self.head_k}")
         if self.n_head % self.n_head_kv:
