@@ -171,8 +171,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
      "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
      "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors; --format gguf\n"
-     "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
-     "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
+     "writes a GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2, llama or qwen2 architecture,\n"
+     "in f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
     {"predict",
      "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
@@ -523,8 +523,8 @@ int cmd_export(const std::vector<std::string>& args) {
     std::printf("%s: the LoRA adapters of %s as PEFT's adapter_config.json and "
                 "adapter_model.safetensors\n", output.c_str(), file.c_str());
   } else if (format == "gguf") {
-    export_gguf(file, output);
-    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
+    const std::string arch = export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp %s, f32)\n", output.c_str(), file.c_str(), arch.c_str());
   } else {
     usage_error("export: unknown --format '" + format + "' (hf, peft or gguf)");
   }
