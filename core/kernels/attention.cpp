@@ -4,8 +4,10 @@
 // Causal tiles above the diagonal are skipped and diagonal tiles skip their dead half, so a causal
 // call does about half the work of a full one. Forward is split over (batch, head, query block),
 // backward over (batch, head) so each thread owns its dK/dV; each thread takes one scratch block per
-// call. oneDNN's sgemm (single-threaded inside our parallel region) was measured 2.4x slower per
-// 64×64×64 tile than the micro-kernel: call overhead and packing dominate at this size.
+// call. Grouped-query heads read their key/value head in place; their backward writes dK/dV per
+// query head and sums each group afterwards (see attention_backward). oneDNN's sgemm
+// (single-threaded inside our parallel region) was measured 2.4x slower per 64×64×64 tile than the
+// micro-kernel: call overhead and packing dominate at this size.
 #include "core/kernels/attention.h"
 #include "core/kernels/isa.h"
 
@@ -38,6 +40,9 @@ template <class T>
 const T* row_ptr(const T* base, RowStrides s, int64_t b, int64_t h, int64_t i) {
   return base + b * s.b + h * s.h + i * s.row;
 }
+
+// The key/value head of query head h: groups of H / Hkv consecutive query heads share one.
+int64_t kv_head(const AttentionShape& n, int64_t h) { return h / (n.H / n.Hkv); }
 
 // ---- GEMM micro-kernel ----
 // C (+)= A·B for the small products inside one tile. A(i, k) = a[i*ars + k*acs], so the same kernel
@@ -310,29 +315,30 @@ struct ForwardBuffers {
   float *kt, *vp;        // the head's keys transposed [D, Sp] and values [S, Dp]
   float *qs, *s, *o;     // scaled queries [Bq, Dp], score tile [Bq, Bk], output accumulator [Bq, Dp]
   float *m, *l;          // running max and sum of each row
-  int64_t head, packed;  // keys [0, packed) of `head` are in kt and vp
+  int64_t head, packed;  // keys [0, packed) of key/value head `head` (b * Hkv + kv head) are packed
 };
 
 // One query block of one head: out rows [t0, t0 + tq) and their lse.
 FORGE_CLONES
 void forward_block(const Ctx& c, int64_t bh, int64_t qb, ForwardBuffers& w, float* out, float* lse) {
-  const int64_t b = bh / c.n.H, h = bh % c.n.H, T = c.n.T, S = c.n.S, D = c.n.D;
-  const int64_t Dp = c.Dp, Sp = c.Sp;
+  const int64_t b = bh / c.n.H, h = bh % c.n.H, hk = kv_head(c.n, h);
+  const int64_t T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp, Sp = c.Sp;
   const int64_t t0 = qb * kBlockQ, tq = std::min(kBlockQ, T - t0);
   // Causal rows stop at t + off, so later key blocks are skipped outright.
   const int64_t s_end = c.causal ? std::clamp(t0 + tq + c.off, int64_t(0), S) : S;
   const uint8_t* mask = c.mask ? c.mask + b * S : nullptr;
 
-  if (w.head != bh) {
-    w.head = bh;
+  // Query heads of one group reuse the packed keys and values of their shared head.
+  if (w.head != b * c.n.Hkv + hk) {
+    w.head = b * c.n.Hkv + hk;
     w.packed = 0;
   }
   const int64_t s_need = std::min(S, (s_end + kBlockK - 1) / kBlockK * kBlockK);
   if (s_need > w.packed) {
-    pack_transposed(row_ptr(c.k, c.ks, b, h, w.packed), c.ks.row, s_need - w.packed, D,
+    pack_transposed(row_ptr(c.k, c.ks, b, hk, w.packed), c.ks.row, s_need - w.packed, D,
                     w.kt + w.packed, Sp);
     for (int64_t s = w.packed; s < s_need; ++s)
-      std::memcpy(w.vp + s * Dp, row_ptr(c.v, c.vs, b, h, s), size_t(D) * sizeof(float));
+      std::memcpy(w.vp + s * Dp, row_ptr(c.v, c.vs, b, hk, s), size_t(D) * sizeof(float));
   }
   w.packed = std::max(w.packed, s_need);
 
@@ -421,12 +427,14 @@ struct BackwardBuffers {
   float *dk, *dv;             // the key block's accumulators [Bk, Dp]
 };
 
-// All gradients of one head. Key blocks outside, query blocks inside, so dK and dV of a key block
-// finish in scratch while dQ accumulates over key blocks.
+// All gradients of one query head; dk and dv are per query head, [B, H, S, D]. Key blocks outside,
+// query blocks inside, so dK and dV of a key block finish in scratch while dQ accumulates over key
+// blocks.
 FORGE_CLONES
 void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const float* out,
                    const float* dout, const float* lse, float* dq, float* dk, float* dv) {
-  const int64_t b = bh / c.n.H, h = bh % c.n.H, T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp;
+  const int64_t b = bh / c.n.H, h = bh % c.n.H, hk = kv_head(c.n, h);
+  const int64_t T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp;
   const float* lse_h = lse + bh * T;
   const uint8_t* mask = c.mask ? c.mask + b * S : nullptr;
   const bool want_ds = dq || dk;
@@ -459,9 +467,9 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
       if (dv_out) std::fill(dv_out, dv_out + sk * D, 0.f);
       continue;
     }
-    const float* k0 = row_ptr(c.k, c.ks, b, h, s0);
+    const float* k0 = row_ptr(c.k, c.ks, b, hk, s0);
     pack_transposed(k0, c.ks.row, sk, D, w.kt, kBlockK);
-    if (want_ds) pack_transposed(row_ptr(c.v, c.vs, b, h, s0), c.vs.row, sk, D, w.vt, kBlockK);
+    if (want_ds) pack_transposed(row_ptr(c.v, c.vs, b, hk, s0), c.vs.row, sk, D, w.vt, kBlockK);
     if (dq)
       for (int64_t s = 0; s < sk; ++s)
         std::memcpy(w.kp + s * Dp, k0 + s * c.ks.row, size_t(D) * sizeof(float));
@@ -557,7 +565,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
     std::vector<T> score(static_cast<size_t>(S));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < n.B * n.H; ++bh) {
-      const int64_t b = bh / n.H, h = bh % n.H;
+      const int64_t b = bh / n.H, h = bh % n.H, hk = kv_head(n, h);
       for (int64_t t = 0; t < n.T; ++t) {
         const T* qr = row_ptr(q, qs, b, h, t);
         T* orow = out + (bh * n.T + t) * D;
@@ -568,7 +576,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
             score[size_t(s)] = -inf;
             continue;
           }
-          const T* kr = row_ptr(k, ks, b, h, s);
+          const T* kr = row_ptr(k, ks, b, hk, s);
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
@@ -584,7 +592,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
         for (int64_t s = 0; s < end; ++s) {
           if (score[size_t(s)] == -inf) continue;
           const T e = std::exp(score[size_t(s)] - mx);
-          const T* vr = row_ptr(v, vs, b, h, s);
+          const T* vr = row_ptr(v, vs, b, hk, s);
           sum += e;
 #pragma omp simd
           for (int64_t d = 0; d < D; ++d) orow[d] += e * vr[d];
@@ -597,6 +605,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
   }
 }
 
+// dk and dv per query head, [B, H, S, D], as backward_head writes them.
 template <class T>
 void simple_backward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                      const T* k, RowStrides ks, const T* v, RowStrides vs, const T* out,
@@ -605,7 +614,7 @@ void simple_backward(const AttentionShape& n, const AttentionParams& p, const T*
   const T scale = T(p.scale);
 #pragma omp parallel for schedule(static) if (worth_threads(n))
   for (int64_t bh = 0; bh < n.B * n.H; ++bh) {
-    const int64_t b = bh / n.H, h = bh % n.H;
+    const int64_t b = bh / n.H, h = bh % n.H, hk = kv_head(n, h);
     if (dq) std::fill(dq + bh * T_ * D, dq + (bh + 1) * T_ * D, T(0));
     if (dk) std::fill(dk + bh * S * D, dk + (bh + 1) * S * D, T(0));
     if (dv) std::fill(dv + bh * S * D, dv + (bh + 1) * S * D, T(0));
@@ -620,8 +629,8 @@ void simple_backward(const AttentionShape& n, const AttentionParams& p, const T*
       const int64_t end = p.causal ? std::clamp(t + off + 1, int64_t(0), S) : S;
       for (int64_t s = 0; s < end; ++s) {
         if (p.key_mask && !p.key_mask[b * S + s]) continue;
-        const T* kr = row_ptr(k, ks, b, h, s);
-        const T* vr = row_ptr(v, vs, b, h, s);
+        const T* kr = row_ptr(k, ks, b, hk, s);
+        const T* vr = row_ptr(v, vs, b, hk, s);
         T score = 0, dp = 0;
         for (int64_t d = 0; d < D; ++d) score += qr[d] * kr[d], dp += gr[d] * vr[d];
         const T prob = std::exp(score * scale - L);
@@ -635,6 +644,39 @@ void simple_backward(const AttentionShape& n, const AttentionParams& p, const T*
       }
     }
   }
+}
+
+// Uninitialised per-query-head gradients [B, H, S, D] from the caching allocator (the kernels
+// overwrite every element); empty when n is 0.
+template <class T>
+class HeadGrads {
+ public:
+  explicit HeadGrads(size_t n)
+      : bytes_(n * sizeof(T)), data_(n ? static_cast<T*>(allocator::allocate(bytes_)) : nullptr) {}
+  ~HeadGrads() {
+    if (data_) allocator::deallocate(data_, bytes_);
+  }
+  HeadGrads(const HeadGrads&) = delete;
+  HeadGrads& operator=(const HeadGrads&) = delete;
+  T* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  T* data_;
+};
+
+// out [B, Hkv, S, D] = the sum of per_head [B, H, S, D] over each group of H / Hkv query heads.
+template <class T>
+void sum_groups(const AttentionShape& n, const T* per_head, T* out) {
+  const int64_t G = n.H / n.Hkv, block = n.S * n.D;
+#pragma omp parallel for collapse(2) schedule(static) if (worth_threads(n))
+  for (int64_t kv = 0; kv < n.B * n.Hkv; ++kv)
+    for (int64_t i = 0; i < block; ++i) {
+      const T* src = per_head + kv * G * block + i;
+      T acc = src[0];
+      for (int64_t g = 1; g < G; ++g) acc += src[g * block];
+      out[kv * block + i] = acc;
+    }
 }
 
 }  // namespace
@@ -653,10 +695,22 @@ template <class T>
 void attention_backward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                         const T* k, RowStrides ks, const T* v, RowStrides vs, const T* out,
                         const T* dout, const T* lse, T* dq, T* dk, T* dv) {
-  if constexpr (std::is_same_v<T, float>)
-    backward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, dout, lse, dq, dk, dv);
-  else
-    simple_backward(n, p, q, qs, k, ks, v, vs, out, dout, lse, dq, dk, dv);
+  auto per_query_head = [&](T* dk_heads, T* dv_heads) {
+    if constexpr (std::is_same_v<T, float>)
+      backward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, dout, lse, dq, dk_heads, dv_heads);
+    else
+      simple_backward(n, p, q, qs, k, ks, v, vs, out, dout, lse, dq, dk_heads, dv_heads);
+  };
+  if (n.Hkv == n.H) return per_query_head(dk, dv);
+  // Grouped heads: every query head's share of dK and dV goes to its own buffer and each group is
+  // summed once all are done. Threads still own whole query heads (as many tasks as multi-head
+  // attention; splitting by key/value head would idle cores when there are one or two), and the
+  // sum runs in head order whatever the thread count.
+  const size_t per_head = size_t(n.B * n.H * n.S * n.D);
+  HeadGrads<T> dk_heads(dk ? per_head : 0), dv_heads(dv ? per_head : 0);
+  per_query_head(dk_heads.data(), dv_heads.data());
+  if (dk) sum_groups(n, dk_heads.data(), dk);
+  if (dv) sum_groups(n, dv_heads.data(), dv);
 }
 
 // Explicit instantiations of the fast kernels (here) and of the references (in namespace ref).
@@ -686,10 +740,11 @@ bool softmax_row(const AttentionShape& n, const AttentionParams& p, const T* q, 
                  const T* k, RowStrides ks, int64_t b, int64_t h, int64_t t,
                  std::vector<double>& prob, double& lse) {
   const T* qr = row_ptr(q, qs, b, h, t);
+  const int64_t hk = h / (n.H / n.Hkv);
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t s = 0; s < n.S; ++s) {
     if (!attends(n, p, b, t, s)) continue;
-    const T* kr = row_ptr(k, ks, b, h, s);
+    const T* kr = row_ptr(k, ks, b, hk, s);
     double dot = 0;
     for (int64_t d = 0; d < n.D; ++d) dot += double(qr[d]) * double(kr[d]);
     prob[size_t(s)] = dot * p.scale;
@@ -715,7 +770,7 @@ void attention_forward(const AttentionShape& n, const AttentionParams& p, const 
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h)
       for (int64_t t = 0; t < n.T; ++t) {
-        const int64_t row = (b * n.H + h) * n.T + t;
+        const int64_t row = (b * n.H + h) * n.T + t, hk = h / (n.H / n.Hkv);
         double row_lse = 0;
         const bool any = softmax_row(n, p, q, qs, k, ks, b, h, t, prob, row_lse);
         lse[row] = any ? T(row_lse) : std::numeric_limits<T>::infinity();
@@ -723,7 +778,7 @@ void attention_forward(const AttentionShape& n, const AttentionParams& p, const 
           double acc = 0;
           if (any)
             for (int64_t s = 0; s < n.S; ++s)
-              acc += prob[size_t(s)] * double(row_ptr(v, vs, b, h, s)[d]);
+              acc += prob[size_t(s)] * double(row_ptr(v, vs, b, hk, s)[d]);
           out[row * n.D + d] = T(acc);
         }
       }
@@ -735,34 +790,34 @@ void attention_backward(const AttentionShape& n, const AttentionParams& p, const
                         const T* dout, const T*, T* dq, T* dk, T* dv) {
   const int64_t D = n.D;
   std::vector<double> gq(static_cast<size_t>(n.B * n.H * n.T * D), 0.0);
-  std::vector<double> gk(static_cast<size_t>(n.B * n.H * n.S * D), 0.0), gv(gk.size(), 0.0);
+  std::vector<double> gk(static_cast<size_t>(n.B * n.Hkv * n.S * D), 0.0), gv(gk.size(), 0.0);
   std::vector<double> prob(static_cast<size_t>(n.S)), dprob(static_cast<size_t>(n.S));
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h)
       for (int64_t t = 0; t < n.T; ++t) {
         double unused = 0;
         if (!softmax_row(n, p, q, qs, k, ks, b, h, t, prob, unused)) continue;
-        const int64_t row = (b * n.H + h) * n.T + t;
+        const int64_t row = (b * n.H + h) * n.T + t, hk = h / (n.H / n.Hkv), kv = b * n.Hkv + hk;
         const T* g = dout + row * D;
         const T* qr = row_ptr(q, qs, b, h, t);
         // out = Σ_s P_s v_s  →  dP_s = dout·v_s, dV_s += P_s dout
         double pdp = 0;
         for (int64_t s = 0; s < n.S; ++s) {
-          const T* vr = row_ptr(v, vs, b, h, s);
+          const T* vr = row_ptr(v, vs, b, hk, s);
           double dp = 0;
           for (int64_t d = 0; d < D; ++d) dp += double(g[d]) * double(vr[d]);
           dprob[size_t(s)] = dp;
           pdp += prob[size_t(s)] * dp;
           for (int64_t d = 0; d < D; ++d)
-            gv[size_t(((b * n.H + h) * n.S + s) * D + d)] += prob[size_t(s)] * double(g[d]);
+            gv[size_t((kv * n.S + s) * D + d)] += prob[size_t(s)] * double(g[d]);
         }
         // P = softmax(scores)  →  dscores = P ∘ (dP - Σ P∘dP); scores = q·k·scale
         for (int64_t s = 0; s < n.S; ++s) {
           const double ds = prob[size_t(s)] * (dprob[size_t(s)] - pdp) * p.scale;
-          const T* kr = row_ptr(k, ks, b, h, s);
+          const T* kr = row_ptr(k, ks, b, hk, s);
           for (int64_t d = 0; d < D; ++d) {
             gq[size_t(row * D + d)] += ds * double(kr[d]);
-            gk[size_t(((b * n.H + h) * n.S + s) * D + d)] += ds * double(qr[d]);
+            gk[size_t((kv * n.S + s) * D + d)] += ds * double(qr[d]);
           }
         }
       }

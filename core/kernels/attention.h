@@ -1,20 +1,24 @@
 // Fused scaled-dot-product attention kernels on raw buffers. The f32 kernel is tiled (online
 // softmax in forward; probabilities recomputed from the saved log-sum-exp in backward), so no
 // [T, S] matrix ever exists; f64 runs a simple unblocked version of the same algorithm for gradient
-// checks. kernels::ref materialises each softmax row in double: the oracle for both.
+// checks. kernels::ref materialises each softmax row in double: the oracle for both. Grouped-query
+// attention reads each query head's key/value head in place; nothing repeats k or v.
 #pragma once
 
 #include <cstdint>
 
 namespace forge::kernels {
 
-/// Batch, heads, queries, keys, head dimension.
+/// Batch, query heads, key/value heads, queries, keys, head dimension. Hkv divides H; query head h
+/// reads key/value head h / (H / Hkv) (Hugging Face's repeat_kv order). Hkv == H is multi-head
+/// attention, Hkv == 1 multi-query.
 struct AttentionShape {
-  int64_t B = 0, H = 0, T = 0, S = 0, D = 0;
+  int64_t B = 0, H = 0, Hkv = 0, T = 0, S = 0, D = 0;
 };
 
-/// Element strides of a [B, H, rows, D] operand whose last dimension is dense (stride 1). Any other
-/// layout works, e.g. transposed [B, T, H, D] or fused-qkv [B, T, 3, H, D] views, or 0 to broadcast.
+/// Element strides of a [B, heads, rows, D] operand whose last dimension is dense (stride 1). Any
+/// other layout works, e.g. transposed [B, T, H, D] or fused-qkv [B, T, 3, H, D] views, or 0 to
+/// broadcast.
 struct RowStrides {
   int64_t b = 0, h = 0, row = 0;
 };
@@ -25,14 +29,16 @@ struct AttentionParams {
   const uint8_t* key_mask = nullptr;  ///< [B, S] dense, nonzero = attend; null = every key
 };
 
-/// out [B, H, T, D] (dense) = softmax(q kᵀ scale + masks) v; lse [B, H, T] (dense) is the log-sum-exp
+/// q [B, H, T, D], k and v [B, Hkv, S, D] (strided as RowStrides says) -> out [B, H, T, D] (dense)
+/// = softmax(q kᵀ scale + masks) v; lse [B, H, T] (dense) is the log-sum-exp
 /// of each row's scaled scores, +inf for a row with no key to attend (its output row is zero).
 template <class T>
 void attention_forward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                        const T* k, RowStrides ks, const T* v, RowStrides vs, T* out, T* lse);
 
-/// dq [B, H, T, D], dk and dv [B, H, S, D] (dense, overwritten) from dout [B, H, T, D] (dense) and
-/// the forward's out and lse. A null gradient pointer skips that gradient and the work only it needs.
+/// dq [B, H, T, D], dk and dv [B, Hkv, S, D] (dense, overwritten; each kv head's gradient sums its
+/// group of query heads) from dout [B, H, T, D] (dense) and the forward's out and lse. A null
+/// gradient pointer skips that gradient and the work only it needs.
 template <class T>
 void attention_backward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                         const T* k, RowStrides ks, const T* v, RowStrides vs, const T* out,

@@ -35,17 +35,21 @@ MaskBytes mask_bytes(const Tensor& mask) {
 
 }  // namespace
 
-// q [B, H, T, D], k and v [B, H, S, D], key_padding_mask [B, S] -> out [B, H, T, D]
+// q [B, H, T, D], k and v [B, Hkv, S, D], key_padding_mask [B, S] -> out [B, H, T, D]
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask, const AttentionOptions& options) {
   FORGE_CHECK(q.defined() && k.defined() && v.defined(), "attention: undefined q, k or v");
   FORGE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
               "attention: q, k, v must be [B, H, T|S, D], got ", shape_str(q.shape()), ", ",
               shape_str(k.shape()), ", ", shape_str(v.shape()));
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2), D = q.size(3);
-  FORGE_CHECK(k.shape() == Shape({B, H, S, D}) && v.shape() == k.shape(),
-              "attention: k and v must be [B, H, S, D] matching q ", shape_str(q.shape()),
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  FORGE_CHECK(k.shape() == Shape({B, Hkv, S, D}) && v.shape() == k.shape(),
+              "attention: k and v must be [B, Hkv, S, D] matching q ", shape_str(q.shape()),
               ", got k ", shape_str(k.shape()), " and v ", shape_str(v.shape()));
+  FORGE_CHECK(Hkv > 0 && H % Hkv == 0, "attention: ", Hkv,
+              " key/value heads must divide the query's ", H, " heads (q ", shape_str(q.shape()),
+              ", k ", shape_str(k.shape()), ")");
   FORGE_CHECK(D > 0, "attention: head dimension must be positive, got q ", shape_str(q.shape()));
   FORGE_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "attention: dtypes differ (q ",
               dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()),
@@ -58,7 +62,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   Tensor qd = dense_last_dim(q), kd = dense_last_dim(k), vd = dense_last_dim(v);
   MaskBytes mask = key_padding_mask.defined() ? mask_bytes(key_padding_mask) : nullptr;
-  const kernels::AttentionShape shape{B, H, T, S, D};
+  const kernels::AttentionShape shape{B, H, Hkv, T, S, D};
   const bool causal = options.causal;
   Tensor out = empty({B, H, T, D}, q.dtype()), lse = empty({B, H, T}, q.dtype());
   FORGE_DISPATCH_FLOAT(q.dtype(), "attention", [&] {

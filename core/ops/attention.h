@@ -11,8 +11,10 @@ struct AttentionOptions {
   double scale = 0.0;   ///< 0 means 1/sqrt(D)
 };
 
-/// q [B, H, T, D], k and v [B, H, S, D] -> [B, H, T, D]. key_padding_mask [B, S] (any dtype,
-/// nonzero = attend) may be undefined. A query row with no key to attend to yields zeros, never NaN.
+/// q [B, H, T, D], k and v [B, Hkv, S, D] -> [B, H, T, D]. Hkv dividing H is grouped-query
+/// attention: query head h attends with key/value head h / (H / Hkv), read in place (no repeated
+/// copy), and dk, dv sum over each group. key_padding_mask [B, S] (any dtype, nonzero = attend) may
+/// be undefined. A query row with no key to attend to yields zeros, never NaN.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask = {},
                                     const AttentionOptions& options = {});

@@ -1,6 +1,8 @@
 // Fused attention: finite-difference checks of the op (f64 path), parity of the tiled f32 kernel and
 // the f64 kernel with the reference loops over odd shapes, strided layouts and masks, the rule that a
 // query with nothing to attend gives zeros (never NaN), and equality with the unfused composition.
+// Grouped-query heads are checked the same ways, against repeated keys and values, and against
+// PyTorch (tests/golden/llama_kernels.txt, written by make_llama_kernel_goldens.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 
 #include "core/kernels/attention.h"
 #include "tests/core/gradcheck.h"
+#include "tests/test_util.h"
 
 namespace forge {
 namespace {
@@ -25,8 +28,9 @@ AttentionOptions opts(bool causal, double scale = 0.0) {
   return o;
 }
 
-In qkv(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D) {
-  return {randn({B, H, T, D}, 1), randn({B, H, S, D}, 2), randn({B, H, S, D}, 3)};
+In qkv(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t Hkv = 0) {
+  if (Hkv == 0) Hkv = H;
+  return {randn({B, H, T, D}, 1), randn({B, Hkv, S, D}, 2), randn({B, Hkv, S, D}, 3)};
 }
 
 // ---- finite differences (f64) ----
@@ -117,16 +121,44 @@ FORGE_GRADCHECK(attention, some_inputs_constant) {
   EXPECT_GRADCHECK(f, only_kv);
 }
 
+// Grouped-query heads: dk and dv sum over the query heads sharing a key/value head.
+FORGE_GRADCHECK(attention, grouped_query_causal_masked) {
+  Tensor mask = testing::constant({0, 1, 1, 1, 1, 1, 1, 0, 1, 1}, {2, 5});
+  EXPECT_GRADCHECK(
+      [mask](const In& v) {
+        return scaled_dot_product_attention(v[0], v[1], v[2], mask, opts(true));
+      },
+      qkv(2, 4, 3, 5, 3, 2));
+}
+FORGE_GRADCHECK(attention, multi_query) {
+  EXPECT_GRADCHECK([](const In& v) { return scaled_dot_product_attention(v[0], v[1], v[2]); },
+                   qkv(1, 4, 4, 3, 3, 1));
+}
+// Keys and values as strided views of one [B, S, 2, Hkv, D] projection, a decode-like T < S.
+FORGE_GRADCHECK(attention, grouped_query_fused_kv_views) {
+  EXPECT_GRADCHECK(
+      [](const In& v) {
+        Tensor kv = permute(v[1], {2, 0, 3, 1, 4});  // [2, B, Hkv, S, D]
+        auto part = [&](int64_t i) { return squeeze(slice(kv, 0, i, i + 1), 0); };
+        return scaled_dot_product_attention(v[0], part(0), part(1), {}, opts(true));
+      },
+      {randn({1, 4, 2, 3}, 1), randn({1, 5, 2, 2, 3}, 2)});
+}
+
 // ---- kernel parity with the reference ----
 
-enum class Layout { dense, transposed, fused };  // [B,H,T,D], [B,T,H,D], one [B,T,3,H,D] buffer
+// [B,H,T,D], [B,T,H,D], one [B,T,H+2Hkv,D] buffer (q, k, v heads side by side: a fused projection)
+enum class Layout { dense, transposed, fused };
 
 struct KernelCase {
   int64_t B, H, T, S, D;
   bool causal, masked;
   Layout layout;
+  int64_t Hkv = 0;  // key/value heads; 0 means H
+  int64_t kv_heads() const { return Hkv == 0 ? H : Hkv; }
   std::string str() const {
-    return "B=" + std::to_string(B) + " H=" + std::to_string(H) + " T=" + std::to_string(T) +
+    return "B=" + std::to_string(B) + " H=" + std::to_string(H) +
+           " Hkv=" + std::to_string(kv_heads()) + " T=" + std::to_string(T) +
            " S=" + std::to_string(S) + " D=" + std::to_string(D) + (causal ? " causal" : "") +
            (masked ? " masked" : "") + " layout=" + std::to_string(int(layout));
   }
@@ -144,28 +176,29 @@ template <class T>
 Operands<T> make_operands(const KernelCase& c, uint64_t seed) {
   Generator gen(seed);
   const DType dt = dtype_of<T>();
-  const int64_t B = c.B, H = c.H, T_ = c.T, S = c.S, D = c.D;
+  const int64_t B = c.B, H = c.H, Hkv = c.kv_heads(), T_ = c.T, S = c.S, D = c.D;
   Operands<T> o;
   if (c.layout == Layout::fused) {
-    o.qt = normal({B, T_, 3, H, D}, 0, 1, gen, dt);
+    const int64_t row = (H + 2 * Hkv) * D;
+    o.qt = normal({B, T_, H + 2 * Hkv, D}, 0, 1, gen, dt);
     o.q = o.qt.template data<T>();
     o.k = o.q + H * D;
-    o.v = o.q + 2 * H * D;
-    o.qs = o.ks = o.vs = {T_ * 3 * H * D, D, 3 * H * D};
+    o.v = o.q + (H + Hkv) * D;
+    o.qs = o.ks = o.vs = {T_ * row, D, row};
   } else if (c.layout == Layout::transposed) {
     o.qt = normal({B, T_, H, D}, 0, 1, gen, dt);
-    o.kt = normal({B, S, H, D}, 0, 1, gen, dt);
-    o.vt = normal({B, S, H, D}, 0, 1, gen, dt);
+    o.kt = normal({B, S, Hkv, D}, 0, 1, gen, dt);
+    o.vt = normal({B, S, Hkv, D}, 0, 1, gen, dt);
     o.q = o.qt.template data<T>(), o.k = o.kt.template data<T>(), o.v = o.vt.template data<T>();
     o.qs = {T_ * H * D, D, H * D};
-    o.ks = o.vs = {S * H * D, D, H * D};
+    o.ks = o.vs = {S * Hkv * D, D, Hkv * D};
   } else {
     o.qt = normal({B, H, T_, D}, 0, 1, gen, dt);
-    o.kt = normal({B, H, S, D}, 0, 1, gen, dt);
-    o.vt = normal({B, H, S, D}, 0, 1, gen, dt);
+    o.kt = normal({B, Hkv, S, D}, 0, 1, gen, dt);
+    o.vt = normal({B, Hkv, S, D}, 0, 1, gen, dt);
     o.q = o.qt.template data<T>(), o.k = o.kt.template data<T>(), o.v = o.vt.template data<T>();
     o.qs = {H * T_ * D, T_ * D, D};
-    o.ks = o.vs = {H * S * D, S * D, D};
+    o.ks = o.vs = {Hkv * S * D, S * D, D};
   }
   return o;
 }
@@ -226,10 +259,10 @@ void check_parity(const KernelCase& c, double tol) {
   SCOPED_TRACE(c.str());
   Operands<T> o = make_operands<T>(c, 7);
   std::vector<uint8_t> mask = c.masked ? make_mask(c, 8) : std::vector<uint8_t>();
-  const kernels::AttentionShape n{c.B, c.H, c.T, c.S, c.D};
+  const kernels::AttentionShape n{c.B, c.H, c.kv_heads(), c.T, c.S, c.D};
   const kernels::AttentionParams p{c.causal, 1.0 / std::sqrt(double(c.D)),
                                    c.masked ? mask.data() : nullptr};
-  const size_t nq = size_t(c.B * c.H * c.T * c.D), nk = size_t(c.B * c.H * c.S * c.D);
+  const size_t nq = size_t(c.B * c.H * c.T * c.D), nk = size_t(c.B * c.kv_heads() * c.S * c.D);
   const size_t nrows = size_t(c.B * c.H * c.T);
   // Outputs start as NaN, so an element a kernel forgets to write fails the comparison.
   const T nan = std::numeric_limits<T>::quiet_NaN();
@@ -311,6 +344,27 @@ TEST(AttentionKernel, F64MatchesReference) {
     if (c.T * c.S <= 130 * 65) check_parity<double>(c, 1e-12);
 }
 
+// Four query heads over two key/value heads (groups of two) and over one (multi-query), causal and
+// masked, T != S as against a KV cache, decode steps, each layout.
+const std::vector<KernelCase> kGroupedCases = {
+    {2, 4, 7, 130, 16, true, true, Layout::dense, 2},
+    {1, 4, 65, 130, 64, true, false, Layout::transposed, 2},
+    {2, 4, 130, 65, 24, false, true, Layout::fused, 2},
+    {2, 4, 1, 97, 32, true, true, Layout::dense, 2},
+    {2, 4, 65, 130, 64, true, true, Layout::fused, 1},
+    {1, 4, 130, 7, 5, false, false, Layout::dense, 1},
+    {3, 4, 1, 65, 80, true, false, Layout::transposed, 1},
+    {1, 4, 130, 130, 48, true, true, Layout::transposed, 1},
+};
+
+TEST(AttentionKernel, GroupedQueryF32MatchesReference) {
+  for (const KernelCase& c : kGroupedCases) check_parity<float>(c, 1e-5);
+}
+
+TEST(AttentionKernel, GroupedQueryF64MatchesReference) {
+  for (const KernelCase& c : kGroupedCases) check_parity<double>(c, 1e-12);
+}
+
 // ---- the op ----
 
 bool any_nan(const Tensor& t) {
@@ -387,9 +441,84 @@ TEST(Attention, TransposedViewsMatchContiguousInputs) {
 TEST(Attention, RejectsMismatchedShapes) {
   Tensor q = zeros({1, 2, 3, 4}), k = zeros({1, 2, 5, 4});
   EXPECT_THROW(scaled_dot_product_attention(q, k, zeros({1, 2, 5, 3})), Error);
-  EXPECT_THROW(scaled_dot_product_attention(q, zeros({1, 1, 5, 4}), zeros({1, 1, 5, 4})), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q, zeros({2, 2, 5, 4}), zeros({2, 2, 5, 4})), Error);
   EXPECT_THROW(scaled_dot_product_attention(q, k, k, zeros({1, 4})), Error);
   EXPECT_THROW(scaled_dot_product_attention(zeros({2, 3, 4}), k, k), Error);
+  const char* what = "3 key/value heads must divide the query's 4 heads";
+  testing::expect_error(ExitCode::internal, what, [] {
+    Tensor kv = zeros({1, 3, 5, 4});
+    scaled_dot_product_attention(zeros({1, 4, 3, 4}), kv, kv);
+  });
+}
+
+// k and v repeated per group (Hugging Face's repeat_kv) through plain multi-head attention give the
+// same output and dq bit for bit, and dk, dv equal to the repeat's backward (the group sum) up to
+// summation order, in f32 (tiled kernel) and f64.
+TEST(Attention, GroupedQueryEqualsMultiHeadOnRepeatedKeysAndValues) {
+  const int64_t B = 2, H = 6, Hkv = 2, T = 70, S = 90, D = 24;
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator gen(12);
+    Tensor q0 = normal({B, H, T, D}, 0, 1, gen, dt), k0 = normal({B, Hkv, S, D}, 0, 1, gen, dt),
+           v0 = normal({B, Hkv, S, D}, 0, 1, gen, dt), dy = normal({B, H, T, D}, 0, 1, gen, dt);
+    Tensor mask = from_vector(std::vector<double>(size_t(B * S), 1.0), {B, S}, DType::i64);
+    mask.data<int64_t>()[S + 3] = 0;
+    auto repeat_kv = [&](const Tensor& x) {
+      return reshape(expand(unsqueeze(x, 2), {B, Hkv, H / Hkv, S, D}), {B, H, S, D});
+    };
+    std::vector<std::vector<double>> got[2];
+    for (int repeated = 0; repeated < 2; ++repeated) {
+      Tensor q = q0.clone().set_requires_grad(true), k = k0.clone().set_requires_grad(true),
+             v = v0.clone().set_requires_grad(true);
+      Tensor out = repeated ? scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), mask,
+                                                           opts(true))
+                            : scaled_dot_product_attention(q, k, v, mask, opts(true));
+      out.backward(dy);
+      for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()})
+        got[repeated].push_back(t.to_vector<double>());
+    }
+    EXPECT_EQ(got[0][0], got[1][0]) << "out";
+    EXPECT_EQ(got[0][1], got[1][1]) << "dq";
+    const double tol = dt == DType::f32 ? 1e-6 : 1e-14;
+    expect_close(got[0][2], got[1][2], tol, "dk");
+    expect_close(got[0][3], got[1][3], tol, "dv");
+  }
+}
+
+// Against PyTorch 1.13 in f64 (softmax over q kᵀ with k, v repeat_interleave'd per group): outputs
+// and the gradients of sum(out * r), for groups of two with a causal padded call where T < S, and
+// multi-query without masks; f32 within its rounding.
+TEST(Attention, GroupedQueryMatchesPyTorch) {
+  const std::string file = "llama_kernels.txt";
+  static const testing::Goldens table = testing::load_goldens(file);
+  struct Golden {
+    const char* name;
+    int64_t B, H, Hkv, T, S, D;
+    bool causal, masked;
+  };
+  for (const Golden& c : {Golden{"gqa_causal_masked", 2, 4, 2, 3, 5, 6, true, true},
+                          Golden{"mqa", 1, 4, 1, 4, 4, 8, false, false}}) {
+    const std::string key = c.name;
+    auto values = [&](const std::string& part) {
+      return testing::golden_values(table, key + "." + part, file);
+    };
+    for (DType dt : {DType::f64, DType::f32}) {
+      SCOPED_TRACE(key + " " + dtype_name(dt));
+      auto leaf = [&](const char* part, const Shape& shape) {
+        return from_vector(values(part), shape, dt).set_requires_grad(true);
+      };
+      Tensor q = leaf("q", {c.B, c.H, c.T, c.D}), k = leaf("k", {c.B, c.Hkv, c.S, c.D}),
+             v = leaf("v", {c.B, c.Hkv, c.S, c.D});
+      Tensor mask = c.masked ? from_vector(values("mask"), {c.B, c.S}, DType::i64) : Tensor();
+      Tensor out = scaled_dot_product_attention(q, k, v, mask, opts(c.causal));
+      out.backward(from_vector(values("r"), out.shape(), dt));
+      const double rtol = dt == DType::f64 ? 1e-12 : 1e-5;
+      testing::expect_near_golden(out.to_vector<double>(), values("out"), key + ".out", rtol);
+      testing::expect_near_golden(q.grad().to_vector<double>(), values("dq"), key + ".dq", rtol);
+      testing::expect_near_golden(k.grad().to_vector<double>(), values("dk"), key + ".dk", rtol);
+      testing::expect_near_golden(v.grad().to_vector<double>(), values("dv"), key + ".dv", rtol);
+    }
+  }
 }
 
 // The fused op equals softmax(q kᵀ scale + masks) v built from matmul, masked_fill and softmax, in

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -274,6 +275,14 @@ TEST(NnGPT, ParameterShapesAreTheBuiltModelsParameters) {
             c.position = position;
             c.tie_embeddings = tie;
             expect_listed(c);
+            GPTConfig hub = c;  // the hub's Llama layout: GQA, q/k/v apart, own head width
+            hub.n_heads = 4;
+            hub.n_kv_heads = 2;
+            hub.head_dim = 6;
+            hub.fused_qkv = bias;
+            hub.qkv_bias = !bias;
+            hub.ffn_hidden = 24;
+            expect_listed(hub);
             for (bool noisy : {false, true}) {
               c.moe = {.every = 2, .n_experts = 3, .top_k = 2, .ffn_mult = 2, .noisy = noisy};
               if (!noisy) c.moe.w_load = 0;  // the load loss needs the noise
@@ -451,9 +460,9 @@ const std::vector<double>& golden(const std::string& name) {
   return testing::golden_values(goldens(), name, "gpt.txt");
 }
 
-void check_golden(const std::string& variant, bool llama) {
+void check_golden(const std::string& variant, const GPTConfig& config) {
   Generator gen(0);
-  GPT m(tiny_config(llama), gen);
+  GPT m(config, gen);
   m.load_named(testing::formula_weights(m.named_parameters()));
   Tensor ids = ids_tensor(golden("ids"), 2, 8), targets = ids_tensor(golden("targets"), 2, 8);
   Tensor logits = m.forward(ids);
@@ -469,8 +478,11 @@ void check_golden(const std::string& variant, bool llama) {
   testing::expect_grads_near_golden(m.named_parameters(), goldens(), "gpt.txt", variant);
 }
 
-TEST(NnGPT, MatchesPyTorchGPT2) { check_golden("gpt2", false); }
-TEST(NnGPT, MatchesPyTorchLlama) { check_golden("llama", true); }
+TEST(NnGPT, MatchesPyTorchGPT2) { check_golden("gpt2", tiny_config(false)); }
+TEST(NnGPT, MatchesPyTorchLlama) { check_golden("llama", tiny_config(true)); }
+TEST(NnGPT, MatchesPyTorchLlamaWithGroupedQueriesAndScaledRotary) {
+  check_golden("llama_gqa", testing::tiny_llama_gqa_config());
+}
 
 // ---- rotary and KV cache ----
 
@@ -489,8 +501,7 @@ TEST(NnRotary, DotProductDependsOnRelativePosition) {
               sum(q * q).item(), 1e-5);
 }
 
-void check_incremental(bool llama) {
-  GPTConfig c = tiny_config(llama);
+void check_incremental(const GPTConfig& c) {
   Generator gen(17);
   GPT m(c, gen);
   m.eval();
@@ -518,8 +529,44 @@ void check_incremental(bool llama) {
             1e-6);
 }
 
-TEST(NnKVCache, IncrementalMatchesFullForwardGPT2) { check_incremental(false); }
-TEST(NnKVCache, IncrementalMatchesFullForwardLlama) { check_incremental(true); }
+TEST(NnKVCache, IncrementalMatchesFullForwardGPT2) { check_incremental(tiny_config(false)); }
+TEST(NnKVCache, IncrementalMatchesFullForwardLlama) { check_incremental(tiny_config(true)); }
+TEST(NnKVCache, IncrementalMatchesFullForwardWithGroupedQueries) {
+  const GPTConfig c = testing::tiny_llama_gqa_config();
+  check_incremental(c);
+  // The cache holds the key/value heads only: half of what 4 heads would take.
+  Generator gen(0);
+  KVCache cache = GPT(c, gen).make_cache(3);
+  EXPECT_EQ(cache.k[0].shape(), Shape({3, 2, 8, 6}));
+  EXPECT_EQ(cache.v[1].shape(), Shape({3, 2, 8, 6}));
+}
+
+// Llama 3.1's rope_scaling by hand: wavelength 2 pi / f against original_context / low (16) and
+// original_context / high (4) with factor 4 and head dimension 6 (f = 1, 10000^(-1/3),
+// 10000^(-2/3)); linear divides every frequency.
+TEST(NnRotary, ScaledFrequenciesFollowTransformers) {
+  const RopeScaling llama3 = testing::tiny_llama_gqa_config().rope_scaling;
+  const std::vector<double> plain = rotary_frequencies(6, 10000.0);
+  const std::vector<double> scaled = rotary_frequencies(6, 10000.0, llama3);
+  ASSERT_EQ(scaled.size(), 3u);
+  // Wavelength 2 pi lies between 4 and 16: blended with smooth = (16 / 2 pi - 1) / 3.
+  const double smooth = (16.0 / (2 * std::numbers::pi) - 1.0) / 3.0;
+  EXPECT_NEAR(scaled[0], (1 - smooth) * plain[0] / 4 + smooth * plain[0], 1e-15);
+  EXPECT_NEAR(scaled[1], plain[1] / 4, 1e-18);  // wavelength 135 > 16: stretched
+  EXPECT_NEAR(scaled[2], plain[2] / 4, 1e-18);
+  const std::vector<double> linear =
+      rotary_frequencies(6, 10000.0, {.type = RopeScalingType::linear, .factor = 2});
+  for (size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(linear[i], plain[i] / 2);
+  // Moved bounds move a frequency between bands: with original_context 2 (bounds 2 and 0.5) the
+  // wavelength 2 pi of f = 1 is long, so f is stretched; with low_freq_factor 0.1 (bounds 160 and
+  // 4) wavelength 135 is in the blended band, so it is stretched by less than factor 4.
+  RopeScaling keep = llama3;
+  keep.original_context = 2;
+  EXPECT_NEAR(rotary_frequencies(6, 10000.0, keep)[0], plain[0] / 4, 1e-15);
+  keep.original_context = 16;
+  keep.low_freq_factor = 0.1;
+  EXPECT_GT(rotary_frequencies(6, 10000.0, keep)[1], plain[1] / 4);
+}
 
 TEST(NnKVCache, RefusesToRecordAGraph) {
   Generator gen(1);
