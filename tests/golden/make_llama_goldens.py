@@ -27,7 +27,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-from make_hf_goldens import write_safetensors  # noqa: E402
+from make_hf_goldens import write_byte_vocab, write_safetensors  # noqa: E402
 
 dt = torch.float64
 STORED = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -165,21 +165,9 @@ def random_weights(shapes, seed, dtype):
 
 
 def write_tokenizer(out):
-    """GPT-2's byte-level vocabulary (256 bytes, then <|endoftext|>) without merges, as a Qwen2
-    directory's vocab.json and merges.txt; tokenizer.json beside it, which Forge does not read."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    vocab["<|endoftext|>"] = 256
-    with open(os.path.join(out, "vocab.json"), "w") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(out, "merges.txt"), "w") as f:
-        f.write("#version: 0.2\n")
+    """A Qwen2 directory's vocab.json and merges.txt (GPT-2's byte-level vocabulary without
+    merges) and tokenizer.json beside them, which Forge does not read."""
+    write_byte_vocab(out)
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
         json.dump({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}, f)
 
