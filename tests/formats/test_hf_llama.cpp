@@ -213,9 +213,12 @@ TEST_F(HFLlama, CommandsTakeADirectory) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("val_loss "), std::string::npos) << out;
 
-  std::tie(code, out) = forge_output("generate --checkpoint " + mistral +
-                                     " --prompt ab --max-new-tokens 4 --temperature 0");
-  EXPECT_EQ(code, 0) << out;
+  // Sharded BF16 weights through the command line too.
+  for (const std::string& dir : {mistral, (kGolden / "qwen2").string()}) {
+    std::tie(code, out) = forge_output("generate --checkpoint " + dir +
+                                       " --prompt ab --max-new-tokens 4 --temperature 0");
+    EXPECT_EQ(code, 0) << out;
+  }
 
   std::ofstream(dir_ / "ft.yaml") << "recipe: finetune\nmodel: {init_from: "
                                   << (kGolden / "qwen2").string()
