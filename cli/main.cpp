@@ -282,6 +282,9 @@ int cmd_validate(const std::vector<std::string>& args) {
               "activations %.1f, logits %.1f)\n",
               total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
               e.logits_bytes / 1048576.0);
+  if (is_hf_directory(c.model.init_from))
+    std::printf("# model.init_from %s: %s\n", c.model.init_from.c_str(),
+                hf_load_summary(c.model.init_from).c_str());
   if (std::optional<MemoryLimit> limit = machine_memory())
     std::printf("# machine memory: %.1f MiB (%s); the estimate %s\n", limit->bytes / 1048576.0,
                 limit->source.c_str(),
@@ -475,6 +478,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   std::printf("checkpoint: %s\nstep: %lld\nformat_version: %lld\nforge_version: %s\n",
               file.c_str(), (long long)info.step, (long long)info.format_version,
               info.forge_version.c_str());
+  if (is_hf_directory(file)) std::printf("%s\n", hf_load_summary(file).c_str());
   std::printf("parameters: %lld in %zu tensors\n", (long long)info.model_numel(), info.model.size());
   for (const TensorSpec& t : info.model)
     std::printf("  %-40s %-16s %s %lld\n", t.name.c_str(), shape_str(t.shape).c_str(),
