@@ -87,7 +87,7 @@ class LlamaRecipes : public testing::RecipeTest {
                          ", val_fraction: 0.25}\n"
                          "optimizer: {name: adamw, lr: 1.0e-2}\n"
                          "train: {batch_size: 4, max_steps: 12, eval_every: 6, save_every: 4, "
-                         "log_every: 1, sample_tokens: 4}\n"
+                         "log_every: 1, sample_tokens: 1}\n"
                          "lora: " + (lora.empty() ? std::string("{rank: 0}") : lora) + "\n"
                          "finetune: {end_of_text: \"%\\n\"}\n");
   }
@@ -200,7 +200,8 @@ TEST_F(LlamaRecipes, RewardModelDPOAndPPOTrainOnTheBase) {
                          ", val: " + (dir_ / "val.jsonl").string() + "}\n"
                          "preference: {max_prompt_length: 16}\n"
                          "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-                         "train: {batch_size: 8, max_steps: 12, eval_every: 6, log_every: 1}\n" +
+                         "train: {batch_size: 8, max_steps: 12, eval_every: 6, log_every: 1, "
+                         "sample_tokens: 1}\n" +
                          extra);
   };
   ASSERT_EQ(forge("train " + preference("rm", "reward_model", base_, "")), 0);
@@ -229,7 +230,8 @@ TEST_F(LlamaRecipes, RewardModelDPOAndPPOTrainOnTheBase) {
           (dir_ / "rm").string() +
           ", rollout_batch: 8, ppo_epochs: 2, max_new_tokens: 12, generation_batch_size: 8}\n"
           "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-          "train: {batch_size: 4, max_steps: 3, eval_every: 3, eval_batches: 1, log_every: 1}\n");
+          "train: {batch_size: 4, max_steps: 3, eval_every: 3, eval_batches: 1, log_every: 1, "
+          "sample_tokens: 1}\n");
   ASSERT_EQ(forge("train " + ppo), 0);
   // The policy and the value model train; the latter is the reward model, without an LM head.
   expect_validate_counts(ppo, "trainable parameters", dir_ / "ppo");
@@ -272,7 +274,7 @@ TEST_F(LlamaRecipes, ClassifyLearnsThreeClassesFromTheBase) {
       "classify", "classify", base_,
       "data: {train: " + (dir_ / "records").string() + ", val_fraction: 0.2}\n"
       "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.0}\n"
-      "train: {batch_size: 8, max_steps: 30, eval_every: 15, log_every: 1}\n"
+      "train: {batch_size: 8, max_steps: 30, eval_every: 15, log_every: 1, sample_tokens: 1}\n"
       "classify: {labels: [bird, cat, dog], max_len: 40, hidden: 16, dropout: 0.0}\n");
   ASSERT_EQ(forge("train " + config), 0);
   // The classifier keeps the base's body, not its untied LM head.
@@ -293,7 +295,8 @@ TEST_F(LlamaRecipes, DistillsIntoSmallerLlamas) {
         << "data: {train: " << (suite_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
         << "distill: {teacher: " << base_.string() << ", " << distill << "}\n"
         << "optimizer: {name: adamw, lr: 3.0e-3}\n"
-        << "train: {batch_size: 4, max_steps: 12, eval_every: 6, eval_batches: 2, log_every: 1}\n";
+        << "train: {batch_size: 4, max_steps: 12, eval_every: 6, eval_batches: 2, log_every: 1, "
+           "sample_tokens: 1}\n";
     return (dir_ / (name + ".yaml")).string();
   };
   ASSERT_EQ(forge("train " +
