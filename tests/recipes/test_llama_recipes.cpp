@@ -1,7 +1,7 @@
 // Every recipe on a Llama: the hub directory of a random tiny Llama (tests/golden/hf/llama) for
-// full and LoRA fine-tuning with Hugging Face's target names, kill-and-resume and LoRA DPO; a
-// Llama-shaped base (RMSNorm, rotary, SwiGLU, no biases, q/k/v apart, 4 query heads on 2
-// key/value heads, untied) trained once for the suite for SFT, reward model, PPO, classify and
+// full and LoRA fine-tuning with Hugging Face's target names, kill-and-resume, LoRA DPO and as a
+// teacher; a Llama-shaped base (RMSNorm, rotary, SwiGLU, no biases, q/k/v apart, 4 query heads on
+// 2 key/value heads, untied) trained once for the suite for SFT, reward model, PPO, classify and
 // distillation into smaller Llamas. Short fixed-seed runs whose losses are finite and fall.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -285,15 +285,16 @@ TEST_F(LlamaRecipes, ClassifyLearnsThreeClassesFromTheBase) {
 
 // The base as teacher of a one-block student started from its block 0 (grouped-query like it),
 // and of a narrower multi-query student from its own init, whose cosine loss goes through a
-// learned projection to the teacher's width.
+// learned projection to the teacher's width; the hub Llama as teacher of a one-block student
+// started from its block 1, read from the hub's tensor names.
 TEST_F(LlamaRecipes, DistillsIntoSmallerLlamas) {
   auto student = [&](const std::string& name, const std::string& model,
-                     const std::string& distill) {
+                     const std::string& distill, const fs::path& teacher) {
     std::ofstream(dir_ / (name + ".yaml"))
         << "recipe: distill\nseed: 3\noutput_dir: " << (dir_ / name).string() << "\n"
         << "model: {arch: gpt, context: 40, " << kLlama << ", dropout: 0.0, " << model << "}\n"
         << "data: {train: " << (suite_ / "corpus.txt").string() << ", val_fraction: 0.1}\n"
-        << "distill: {teacher: " << base_.string() << ", " << distill << "}\n"
+        << "distill: {teacher: " << teacher.string() << ", " << distill << "}\n"
         << "optimizer: {name: adamw, lr: 3.0e-3}\n"
         << "train: {batch_size: 4, max_steps: 12, eval_every: 6, eval_batches: 2, log_every: 1, "
            "sample_tokens: 1}\n";
@@ -302,13 +303,18 @@ TEST_F(LlamaRecipes, DistillsIntoSmallerLlamas) {
   ASSERT_EQ(forge("train " +
                   student("deep", "d_model: 32, n_layers: 1, n_heads: 4, n_kv_heads: 2, "
                                   "ffn_hidden: 64",
-                          "init_from_teacher: every_other, alpha_cos: 0.5")),
+                          "init_from_teacher: every_other, alpha_cos: 0.5", base_)),
             0);
   ASSERT_EQ(forge("train " + student("narrow", "d_model: 16, n_layers: 1, n_heads: 2, "
                                                "n_kv_heads: 1, ffn_hidden: 32",
-                                     "alpha_cos: 0.5")),
+                                     "alpha_cos: 0.5", base_)),
             0);
-  for (const char* run : {"deep", "narrow"}) {
+  ASSERT_EQ(forge("train " + student("hub", "d_model: 32, n_layers: 1, n_heads: 4, n_kv_heads: 2, "
+                                            "head_dim: 8, ffn_hidden: 40, norm_eps: 1.0e-6, "
+                                            "rope_scaling: {type: linear, factor: 2.0}",
+                                     "init_from_teacher: blocks, teacher_blocks: [1]", hub_)),
+            0);
+  for (const char* run : {"deep", "narrow", "hub"}) {
     expect_falls(dir_ / run, "train", 0.05);
     expect_falls(dir_ / run, "val", 0.01);
   }
