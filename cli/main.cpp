@@ -171,9 +171,9 @@ const std::map<std::string, std::string> kCommandUsage = {
      "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
      "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
      "files as transformers loads a GPT-2, a Llama (a rotary GPT; Qwen2 with q/k/v biases) or a\n"
-     "BERT (a LoRA run merged), in the dtype of the hub weights the run started from (f32 if none)\n"
-     "or --dtype's; --format peft writes a LoRA run's adapters as PEFT's adapter_config.json and\n"
-     "adapter_model.safetensors (f32 unless --dtype); --format gguf\n"
+     "BERT (a LoRA run merged), in the dtype of the hub weights the run started from (f32 if\n"
+     "none) or --dtype's; --format peft writes a LoRA run's adapters as PEFT's\n"
+     "adapter_config.json and adapter_model.safetensors (f32 unless --dtype); --format gguf\n"
      "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
      "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},

@@ -576,9 +576,10 @@ NamedTensors unfuse_qkv(const NamedTensors& state, const ModelConfig& m) {
       continue;
     }
     const std::string what = t.name.substr(at + fused.size());
-    for (const RowRange& r : qkv_rows(m))
-      out.push_back({t.name.substr(0, at) + ".attn." + r.name + "." + what,
-                     what == "lora_A" ? t.tensor : slice(t.tensor, 0, r.begin, r.end).contiguous()});
+    for (const RowRange& r : qkv_rows(m)) {
+      Tensor part = what == "lora_A" ? t.tensor : slice(t.tensor, 0, r.begin, r.end).contiguous();
+      out.push_back({t.name.substr(0, at) + ".attn." + r.name + "." + what, part});
+    }
   }
   return out;
 }
@@ -793,13 +794,9 @@ void create_output_directory(const fs::path& out) {
                 quoted_path(out.string()) + ": cannot create the output directory");
 }
 
+// config.json's torch_dtype for the type the weights are stored in.
 const char* torch_dtype(StoredFloat type) {
-  switch (type) {
-    case StoredFloat::f32: return "float32";
-    case StoredFloat::bf16: return "bfloat16";
-    case StoredFloat::f16: return "float16";
-  }
-  return "?";
+  return type == StoredFloat::bf16 ? "bfloat16" : type == StoredFloat::f16 ? "float16" : "float32";
 }
 
 // The float type most of a hub directory's weights are stored in, by element count over every

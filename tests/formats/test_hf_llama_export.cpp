@@ -73,11 +73,12 @@ class HFLlamaExport : public testing::RecipeTest {
   static std::map<std::string, std::vector<float>> stored(const fs::path& file) {
     SafetensorsFile f(file);
     std::map<std::string, std::vector<float>> out;
-    for (const SafetensorsEntry& e : f.entries()) out[e.name] = f.read_f32(e.name).to_vector<float>();
+    for (const SafetensorsEntry& e : f.entries())
+      out[e.name] = f.read_f32(e.name).to_vector<float>();
     return out;
   }
-  static json config_of(const fs::path& dir) {
-    return json::parse(testing::read_file(dir / "config.json"));
+  static json config_of(const fs::path& dir, const char* file = "config.json") {
+    return json::parse(testing::read_file(dir / file));
   }
   // Rows [begin, end) of a row-major matrix (or vector) with `cols` columns.
   static std::vector<float> rows(const std::vector<float>& t, int64_t cols, int64_t begin,
@@ -358,7 +359,7 @@ TEST_F(HFLlamaExport, PeftAdaptersOfALlamaHavePeftsNamesAndShapes) {
       EXPECT_EQ(peft.read_f32(hf + "B.weight").to_vector<float>(),
                 forge_tensors.at(forge_name + "B"));
     }
-  json c = json::parse(testing::read_file(dir_ / "peft/adapter_config.json"));
+  const json c = config_of(dir_ / "peft", "adapter_config.json");
   EXPECT_EQ(c["target_modules"], json({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                        "up_proj", "down_proj"}));
   EXPECT_EQ(c["fan_in_fan_out"], false);
@@ -371,7 +372,7 @@ TEST_F(HFLlamaExport, PeftAdaptersOfALlamaHavePeftsNamesAndShapes) {
 
   const fs::path some = train_lora("some", base, "[\"blocks.1.attn.q\", \"*.attn.v\"]");
   ASSERT_EQ(export_as(some, "peft", dir_ / "some_peft").first, 0);
-  EXPECT_EQ(json::parse(testing::read_file(dir_ / "some_peft/adapter_config.json"))["target_modules"],
+  EXPECT_EQ(config_of(dir_ / "some_peft", "adapter_config.json")["target_modules"],
             json({"model.layers.0.self_attn.v_proj", "model.layers.1.self_attn.q_proj",
                   "model.layers.1.self_attn.v_proj"}));
 
@@ -382,7 +383,7 @@ TEST_F(HFLlamaExport, PeftAdaptersOfALlamaHavePeftsNamesAndShapes) {
   ASSERT_EQ(export_as(fused, "peft", dir_ / "fused_peft").first, 0);
   ASSERT_EQ(export_as(fused_base, "hf", dir_ / "fused_base_hf").first, 0);
   ASSERT_EQ(export_as(fused, "hf", dir_ / "fused_merged_hf").first, 0);
-  EXPECT_EQ(json::parse(testing::read_file(dir_ / "fused_peft/adapter_config.json"))["target_modules"],
+  EXPECT_EQ(config_of(dir_ / "fused_peft", "adapter_config.json")["target_modules"],
             json({"q_proj", "k_proj", "v_proj"}));
   const auto adapters = stored(dir_ / "fused_peft/adapter_model.safetensors");
   const auto base_hf = stored(dir_ / "fused_base_hf/model.safetensors");

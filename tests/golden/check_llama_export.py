@@ -13,28 +13,14 @@ separate head), in float64. Exits 0 when the logits agree within 1e-4, printing 
 import json
 import math
 import os
-import struct
 import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_hf_goldens import read_safetensors  # noqa: E402  (the standard-library reader)
+
 dt = torch.float64
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    out = {}
-    for name, e in header.items():
-        a, b = e["data_offsets"]
-        buf = bytearray(raw[8 + n + a:8 + n + b])
-        out[name] = torch.frombuffer(buf, dtype=torch.uint8).view(DTYPES[e["dtype"]]) \
-            .reshape(e["shape"]).to(dt)
-    return out
 
 
 def inv_freq(cfg, head_dim):
@@ -105,7 +91,8 @@ def main(directory, outputs):
     with open(os.path.join(directory, "config.json")) as f:
         cfg = json.load(f)
     assert cfg["model_type"] in ("llama", "qwen2"), cfg["model_type"]
-    w = read_safetensors(os.path.join(directory, "model.safetensors"))
+    stored = read_safetensors(os.path.join(directory, "model.safetensors"))
+    w = {name: t.to(dt) for name, t in stored.items()}
     forge = {}
     with open(outputs) as f:
         for line in f:
