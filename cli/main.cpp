@@ -174,8 +174,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "BERT (a LoRA run merged), in the dtype of the hub weights the run started from (f32 if\n"
      "none) or --dtype's; --format peft writes a LoRA run's adapters as PEFT's\n"
      "adapter_config.json and adapter_model.safetensors (f32 unless --dtype); --format gguf\n"
-     "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
-     "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
+     "writes a GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2, llama or qwen2 architecture,\n"
+     "in f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
     {"predict",
      "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
@@ -285,6 +285,9 @@ int cmd_validate(const std::vector<std::string>& args) {
               "activations %.1f, logits %.1f)\n",
               total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
               e.logits_bytes / 1048576.0);
+  if (is_hf_directory(c.model.init_from))
+    std::printf("# model.init_from %s: %s\n", c.model.init_from.c_str(),
+                hf_load_summary(c.model.init_from).c_str());
   if (std::optional<MemoryLimit> limit = machine_memory())
     std::printf("# machine memory: %.1f MiB (%s); the estimate %s\n", limit->bytes / 1048576.0,
                 limit->source.c_str(),
@@ -478,6 +481,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   std::printf("checkpoint: %s\nstep: %lld\nformat_version: %lld\nforge_version: %s\n",
               file.c_str(), (long long)info.step, (long long)info.format_version,
               info.forge_version.c_str());
+  if (is_hf_directory(file)) std::printf("%s\n", hf_load_summary(file).c_str());
   std::printf("parameters: %lld in %zu tensors\n", (long long)info.model_numel(), info.model.size());
   for (const TensorSpec& t : info.model)
     std::printf("  %-40s %-16s %s %lld\n", t.name.c_str(), shape_str(t.shape).c_str(),
@@ -536,8 +540,8 @@ int cmd_export(const std::vector<std::string>& args) {
                 "adapter_model.safetensors (%s)\n", output.c_str(), file.c_str(),
                 stored_float_name(written));
   } else if (format == "gguf") {
-    export_gguf(file, output);
-    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
+    const std::string arch = export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp %s, f32)\n", output.c_str(), file.c_str(), arch.c_str());
   } else {
     usage_error("export: unknown --format '" + format + "' (hf, peft or gguf)");
   }

@@ -1,6 +1,7 @@
-// Hugging Face model directories (config.json + model.safetensors, as published on the hub) read
-// as checkpoints, and Forge models written back in that layout or as PEFT adapters
-// (docs/interop.md). GPT-2 and BERT: the two families whose layouts Forge's GPT and BERT follow.
+// Hugging Face model directories (config.json + model.safetensors or its shards, as published on
+// the hub) read as checkpoints, and Forge models written back in that layout or as PEFT adapters
+// (docs/interop.md). GPT-2 and BERT, whose layouts Forge's GPT and BERT follow, and the Llama
+// family (Llama, Mistral, Qwen2) as options of Forge's GPT.
 // Installed as a foreign layout (hf_model_layout), read_checkpoint_info, load_checkpoint and
 // verify_checkpoint (runtime/checkpoint.h) hand such a directory here, so every command and config
 // key that takes a checkpoint takes one.
@@ -8,6 +9,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -19,9 +21,14 @@ namespace forge {
 /// (install_foreign_layout).
 ForeignLayout hf_model_layout();
 
-/// A directory holding entries config.json and model.safetensors, whatever they are (a symlink
-/// that cannot be followed included: the readers name it).
+/// A directory holding entries config.json and model.safetensors or model.safetensors.index.json
+/// (sharded weights), whatever they are (a symlink that cannot be followed included: the readers
+/// name it).
 bool is_hf_directory(const std::filesystem::path& path);
+
+/// One line for forge inspect and validate: the dtypes and files the weights Forge reads are
+/// stored in, their size so and as f32 once loaded, and the tokenizer Forge uses for the model.
+std::string hf_load_summary(const std::filesystem::path& dir);
 
 /// The directory as a step-0 checkpoint: the config it stands for in Forge's keys (model.*, the
 /// tokenizer of its directory) and its tensors under Forge's names. Error(checkpoint) naming the

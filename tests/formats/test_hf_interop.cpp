@@ -218,8 +218,8 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   refused(edited([](json& j) { j["activation_function"] = "relu"; }),
           "activation_function 'relu' is not supported");
   refused(edited([](json& j) { j["n_layer"] = "two"; }), "n_layer: expected a positive integer");
-  refused(edited([](json& j) { j["model_type"] = "llama"; }),
-          "model_type 'llama' is not supported");
+  refused(edited([](json& j) { j["model_type"] = "falcon"; }),
+          "model_type 'falcon' is not supported");
   // More layers than the weights hold, and another width: the tensor is named.
   refused(edited([](json& j) { j["n_layer"] = 3; }), "no tensor 'h.2.ln_1.weight'");
   refused(edited([](json& j) { j["n_embd"] = 64; }),
