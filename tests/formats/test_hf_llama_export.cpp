@@ -417,6 +417,100 @@ TEST_F(HFLlamaExport, PeftAdaptersOfALlamaHavePeftsNamesAndShapes) {
   }
 }
 
+// Every tensor of a hub directory (shards included) and the dtypes they are stored in.
+std::pair<std::map<std::string, std::vector<float>>, std::set<std::string>> hub_tensors(
+    const fs::path& dir) {
+  std::map<std::string, std::vector<float>> tensors;
+  std::set<std::string> dtypes;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".safetensors") {
+      const SafetensorsFile f(entry.path());
+      for (const SafetensorsEntry& e : f.entries()) {
+        tensors[e.name] = f.read_f32(e.name).to_vector<float>();
+        dtypes.insert(e.dtype);
+      }
+    }
+  return {tensors, dtypes};
+}
+
+std::vector<float> logits_of(const nn::GPT& model) {
+  Tensor ids = empty({1, 12}, DType::i64);
+  for (int64_t t = 0; t < 12; ++t) ids.data<int64_t>()[t] = (t * 53 + 7) % 256;
+  NoGradGuard no_grad;
+  return model.forward(ids).to_vector<float>();
+}
+
+// The hub's own Llama-family fixtures exported again come back as they were: every tensor bitwise
+// under its own name, in the dtype the directory holds (BF16 from two shards into one file), the
+// config's sizes and rotary settings unchanged; Forge reads each export to the same logits. A
+// Mistral without a sliding window is written as the Llama it computes.
+TEST_F(HFLlamaExport, HubDirectoriesRoundTripBitwiseInTheirOwnDtype) {
+  for (const char* fixture : {"llama", "llama3_scaled", "mistral", "qwen2"}) {
+    const fs::path out = dir_ / fixture;
+    const auto [code, output] = export_as(kGolden / fixture, "hf", out);
+    ASSERT_EQ(code, 0) << output;
+    const auto [original, dtypes] = hub_tensors(kGolden / fixture);
+    const auto [exported, written] = hub_tensors(out);
+    EXPECT_EQ(exported, original) << fixture;
+    EXPECT_EQ(written, dtypes) << fixture;
+    const json before = config_of(kGolden / fixture), after = config_of(out);
+    for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "num_key_value_heads", "vocab_size",
+                            "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                            "tie_word_embeddings", "torch_dtype"})
+      EXPECT_EQ(after[key], before[key]) << fixture << " " << key;
+    const int64_t head_dim = before["hidden_size"].get<int64_t>() /
+                             before["num_attention_heads"].get<int64_t>();
+    EXPECT_EQ(after["head_dim"], before.value("head_dim", head_dim)) << fixture;
+    if (before["rope_scaling"].is_object())
+      for (const auto& [key, value] : before["rope_scaling"].items())
+        EXPECT_EQ(after["rope_scaling"].value(key, json()), value) << fixture << " " << key;
+    EXPECT_EQ(logits_of(*load_gpt(out).model),
+              logits_of(*load_gpt(resolve_checkpoint(kGolden / fixture)).model))
+        << fixture;
+  }
+}
+
+// A Forge-trained Llama read back from its export is the same model: f32 tensors and logits
+// bitwise; a fused q/k/v comes back apart, as the rows it was made of.
+TEST_F(HFLlamaExport, ForgeModelsReadBackFromTheirExportBitwise) {
+  const fs::path run = train_llama(
+      "llama", "fused_qkv: false, tie_embeddings: false, rope_scaling: {type: llama3, factor: 4.0, "
+               "low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 8}");
+  ASSERT_EQ(export_as(run, "hf", dir_ / "hf").first, 0);
+  LoadedGPT original = load_gpt(resolve_checkpoint(run)), back = load_gpt(dir_ / "hf");
+  const ModelConfig &a = original.config.model, &b = back.config.model;
+  EXPECT_EQ(std::tie(b.n_kv_heads, b.head_dim, b.ffn_hidden, b.tie_embeddings, b.rope_scaling,
+                     b.rope_factor, b.rope_original_context, b.norm_eps, b.rope_theta),
+            std::tie(a.n_kv_heads, kHeadDim, a.ffn_hidden, a.tie_embeddings, a.rope_scaling,
+                     a.rope_factor, a.rope_original_context, a.norm_eps, a.rope_theta));
+  std::map<std::string, std::vector<float>> read_back;
+  for (const NamedTensor& t : back.model->named_parameters())
+    read_back[t.name] = t.tensor.to_vector<float>();
+  EXPECT_EQ(read_back, saved_tensors(run));
+  EXPECT_EQ(logits_of(*back.model), logits_of(*original.model));
+
+  const fs::path fused = train_llama("fused", "qkv_bias: true");
+  ASSERT_EQ(export_as(fused, "hf", dir_ / "fused_hf").first, 0);
+  LoadedGPT unfused = load_gpt(dir_ / "fused_hf");
+  EXPECT_FALSE(unfused.config.model.fused_qkv);
+  EXPECT_TRUE(unfused.config.model.qkv_bias);
+  std::map<std::string, std::vector<float>> parts;
+  for (const NamedTensor& t : unfused.model->named_parameters())
+    parts[t.name] = t.tensor.to_vector<float>();
+  const auto trained = saved_tensors(fused);
+  const int64_t q = kHeads * kHeadDim, kv = kKVHeads * kHeadDim;
+  for (int64_t i = 0; i < kLayers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".attn.";
+    EXPECT_EQ(parts.at(b + "k.weight"), rows(trained.at(b + "qkv.weight"), kWidth, q, q + kv));
+    EXPECT_EQ(parts.at(b + "v.bias"), rows(trained.at(b + "qkv.bias"), 1, q + kv, q + 2 * kv));
+  }
+  const std::vector<float> x = logits_of(*unfused.model),
+                           y = logits_of(*load_gpt(resolve_checkpoint(fused)).model);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-5) << i;
+}
+
 // PyTorch's forward of each export (tests/golden/check_llama_export.py, a plain LlamaForCausalLM /
 // Qwen2ForCausalLM) gives Forge's logits. Needs Debian's python3-torch, which the build does not.
 TEST_F(HFLlamaExport, PyTorchLlamaForwardOfTheExportGivesForgesLogits) {
