@@ -1,9 +1,10 @@
 // `forge export --format hf|peft` of Llama-shaped GPTs (formats/hf_model.h): config.json as
 // transformers' LlamaConfig or Qwen2Config, every tensor under LlamaForCausalLM's names and equal
 // to Forge's bit for bit (fused q/k/v rows split by head counts), --dtype bf16 and f16 rounded to
-// nearest even with the default taken from the hub weights a run started from, PEFT adapters under
-// PEFT's names and shapes, models no hub class expresses refused in one line, and PyTorch's
-// forward of the export (tests/golden/check_llama_export.py) agreeing with Forge's logits.
+// nearest even with the default taken from the hub weights a run started from, round trips through
+// Forge's reader of hub directories bitwise, PEFT adapters under PEFT's names and shapes, models no
+// hub class expresses refused in one line, and PyTorch's forward of the export
+// (tests/golden/check_llama_export.py) agreeing with Forge's logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -295,6 +296,32 @@ TEST_F(HFLlamaExport, DefaultDtypeIsThatOfTheHubWeightsTheRunStartedFrom) {
   EXPECT_EQ(dtypes(dir_ / "lora_peft16/adapter_model.safetensors"), bf16);
 }
 
+// A LoRA run on the hub's BF16 Qwen2 (sharded) hands back what PEFT and transformers load onto
+// it: adapters under q_proj and v_proj naming the directory as their base, and a merged Qwen2 in
+// BF16 with the directory's tokenizer files.
+TEST_F(HFLlamaExport, ALoRARunOnAHubQwen2ExportsForItsBase) {
+  const fs::path lora = train_lora("lora", kGolden / "qwen2", "[\"*.attn.q\", \"*.attn.v\"]");
+  ASSERT_EQ(export_as(lora, "peft", dir_ / "peft").first, 0);
+  const json c = config_of(dir_ / "peft", "adapter_config.json");
+  EXPECT_EQ(c["target_modules"], json({"q_proj", "v_proj"}));
+  EXPECT_EQ(c["base_model_name_or_path"], (kGolden / "qwen2").string());
+  const SafetensorsFile adapters(dir_ / "peft/adapter_model.safetensors");
+  ASSERT_NE(adapters.find("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"),
+            nullptr);
+  EXPECT_EQ(adapters.find("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight")->shape,
+            (Shape{kKVHeads * kHeadDim, 2}));
+
+  const auto [code, out] = export_as(lora, "hf", dir_ / "merged");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("model.safetensors in BF16"), std::string::npos) << out;
+  EXPECT_EQ(config_of(dir_ / "merged")["model_type"], "qwen2");
+  EXPECT_EQ(config_of(dir_ / "merged")["torch_dtype"], "bfloat16");
+  for (const char* file : {"vocab.json", "merges.txt", "tokenizer.json"})
+    EXPECT_EQ(testing::read_file(dir_ / "merged" / file),
+              testing::read_file(kGolden / "qwen2" / file))
+        << file;
+}
+
 // What neither GPT2LMHeadModel nor a Llama can express is one line naming it, exit 2, nothing
 // written: a rotary GPT with GPT-2's parts, a GPT-2 with q, k and v apart.
 TEST_F(HFLlamaExport, ModelsNoHubClassExpressesAreRefusedInOneLine) {
@@ -462,9 +489,10 @@ TEST_F(HFLlamaExport, HubDirectoriesRoundTripBitwiseInTheirOwnDtype) {
     const int64_t head_dim = before["hidden_size"].get<int64_t>() /
                              before["num_attention_heads"].get<int64_t>();
     EXPECT_EQ(after["head_dim"], before.value("head_dim", head_dim)) << fixture;
-    if (before["rope_scaling"].is_object())
+    if (before["rope_scaling"].is_object()) {
       for (const auto& [key, value] : before["rope_scaling"].items())
         EXPECT_EQ(after["rope_scaling"].value(key, json()), value) << fixture << " " << key;
+    }
     EXPECT_EQ(logits_of(*load_gpt(out).model),
               logits_of(*load_gpt(resolve_checkpoint(kGolden / fixture)).model))
         << fixture;
