@@ -735,11 +735,14 @@ ForeignLayout hf_model_layout() {
   layout.read_info = read_hf_info;
   layout.load = load_hf_model;
   layout.verify = verify_hf_model;
-  // A sharded model's index stands for it: it names every tensor and the shard holding it.
-  layout.weights_file = [](const fs::path& dir) {
-    std::error_code ec;
-    return fs::exists(fs::symlink_status(dir / kWeightsFile, ec)) ? dir / kWeightsFile
-                                                                  : dir / kIndexFile;
+  // A sharded model is its index and every shard: a shard rewritten in place changes the model
+  // as much as a new index does.
+  layout.weights_files = [](const fs::path& dir) {
+    Weights weights(dir);
+    std::vector<fs::path> files;
+    if (weights.path() != weights.files()[0]->path()) files.push_back(weights.path());
+    for (const auto& f : weights.files()) files.push_back(f->path());
+    return files;
   };
   return layout;
 }
