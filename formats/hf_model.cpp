@@ -1,6 +1,7 @@
 #include "formats/hf_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,9 +17,11 @@
 #include "core/durable_file.h"
 #include "core/file_io.h"
 #include "core/glob.h"
+#include "core/ops.h"
 #include "core/safetensors.h"
 #include "data/bpe.h"
 #include "data/tokenizer.h"
+#include "nn/gpt.h"
 #include "nn/lora.h"
 #include "optim/clip.h"
 #include "runtime/bert_config.h"
@@ -732,11 +735,14 @@ ForeignLayout hf_model_layout() {
   layout.read_info = read_hf_info;
   layout.load = load_hf_model;
   layout.verify = verify_hf_model;
-  // A sharded model's index stands for it: it names every tensor and the shard holding it.
-  layout.weights_file = [](const fs::path& dir) {
-    std::error_code ec;
-    return fs::exists(fs::symlink_status(dir / kWeightsFile, ec)) ? dir / kWeightsFile
-                                                                  : dir / kIndexFile;
+  // A sharded model is its index and every shard: a shard rewritten in place changes the model
+  // as much as a new index does.
+  layout.weights_files = [](const fs::path& dir) {
+    Weights weights(dir);
+    std::vector<fs::path> files;
+    if (weights.path() != weights.files()[0]->path()) files.push_back(weights.path());
+    for (const auto& f : weights.files()) files.push_back(f->path());
+    return files;
   };
   return layout;
 }
@@ -809,9 +815,137 @@ void require_export(bool ok, const fs::path& file, const std::string& what) {
   if (!ok) throw Error(ExitCode::usage, file.string() + ": " + what);
 }
 
+// The hub class a GPT is written as: a rotary one as a Llama (a Qwen2 with q/k/v biases), any other
+// as a GPT-2. Whatever the class has no setting for is refused, all of it in one line.
+enum class HubClass { gpt2, llama };
+
+HubClass hub_class(const fs::path& file, const ModelConfig& m, const std::string& format) {
+  std::string lacks;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) lacks += (lacks.empty() ? "" : ", ") + what;
+  };
+  const nn::GPTConfig g = gpt_config(m);
+  if (m.position != "rotary") {
+    require_gpt2_layout(file, m, format);
+    need(m.fused_qkv, "q, k and v projected apart (model.fused_qkv: false)");
+    need(nn::kv_heads(g) == m.n_heads, "grouped-query attention");
+    need(nn::head_dim(g) * m.n_heads == m.d_model, "a head_dim other than d_model / n_heads");
+    require_export(lacks.empty(), file,
+                   format + " writes GPT-2's attention (one c_attn, n_heads heads of d_model / "
+                            "n_heads); this model has " + lacks);
+    return HubClass::gpt2;
+  }
+  need(m.norm == "rmsnorm", m.norm);
+  need(m.mlp == "swiglu", m.mlp + " MLP");
+  need(!m.bias, "biases");
+  need(m.moe_every == 0, "mixture-of-experts layers");
+  require_export(lacks.empty(), file,
+                 format + " writes a rotary GPT as Llama's architecture (rmsnorm, swiglu MLP, no "
+                          "biases or q/k/v biases only); this model has " + lacks);
+  return HubClass::llama;
+}
+
+// Rows of Forge's fused attn.qkv: q's n_heads * head_dim, then k's and v's n_kv_heads * head_dim.
+struct RowRange {
+  const char* name;
+  int64_t begin, end;
+};
+
+std::array<RowRange, 3> qkv_rows(const ModelConfig& m) {
+  const nn::GPTConfig g = gpt_config(m);
+  const int64_t q = m.n_heads * nn::head_dim(g), kv = nn::kv_heads(g) * nn::head_dim(g);
+  return {{{"q", 0, q}, {"k", q, q + kv}, {"v", q + kv, q + 2 * kv}}};
+}
+
+// A fused model's attn.qkv tensors as the attn.q, .k and .v ones llama_layout names: the weight's
+// and bias's rows apart. A LoRA's update B A on the fused layer splits the same way, B's rows
+// apart with A shared: q, k and v each get their rows of B and a copy of A, which adds exactly the
+// fused layer's update to each.
+NamedTensors unfuse_qkv(const NamedTensors& state, const ModelConfig& m) {
+  NamedTensors out;
+  for (const NamedTensor& t : state) {
+    const std::string fused = ".attn.qkv.";
+    const size_t at = t.name.find(fused);
+    if (at == std::string::npos) {
+      out.push_back(t);
+      continue;
+    }
+    const std::string what = t.name.substr(at + fused.size());
+    for (const RowRange& r : qkv_rows(m)) {
+      Tensor part = what == "lora_A" ? t.tensor : slice(t.tensor, 0, r.begin, r.end).contiguous();
+      out.push_back({t.name.substr(0, at) + ".attn." + r.name + "." + what, part});
+    }
+  }
+  return out;
+}
+
+// The token ids transformers' generate starts and stops at, for the first of each list the
+// tokenizer has: Llama 3's, Llama 2's and Mistral's, then GPT-2's and Qwen2's end of text.
+void set_special_ids(json& j, const RunConfig& c) {
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
+  auto first = [&](const char* key, std::initializer_list<const char*> tokens) {
+    for (const char* token : tokens)
+      if (auto id = tokenizer->special_id(token)) {
+        j[key] = *id;
+        return;
+      }
+  };
+  first("bos_token_id", {"<|begin_of_text|>", "<s>", "<|endoftext|>"});
+  first("eos_token_id", {"<|end_of_text|>", "</s>", "<|endoftext|>"});
+}
+
+// Forge's model.rope_scaling in transformers' form: linear as {type, factor}, which every version
+// reads; llama3 as Llama 3.1's config.json spells it.
+json rope_scaling_json(const ModelConfig& m) {
+  if (m.rope_scaling == "linear") return {{"type", "linear"}, {"factor", m.rope_factor}};
+  if (m.rope_scaling == "llama3")
+    return {{"rope_type", "llama3"},
+            {"factor", m.rope_factor},
+            {"low_freq_factor", m.rope_low_freq_factor},
+            {"high_freq_factor", m.rope_high_freq_factor},
+            {"original_max_position_embeddings", m.rope_original_context}};
+  return nullptr;
+}
+
+// LlamaConfig, or Qwen2Config for a model with q/k/v biases (Llama's attention_bias would put
+// one on o_proj too).
+json llama_config(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const nn::GPTConfig g = gpt_config(m);
+  const bool qwen2 = m.qkv_bias;
+  json j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", qwen2 ? "qwen2" : "llama"},
+            {"vocab_size", m.vocab_size},
+            {"hidden_size", m.d_model},
+            {"intermediate_size", nn::mlp_hidden_size(g)},
+            {"num_hidden_layers", m.n_layers},
+            {"num_attention_heads", m.n_heads},
+            {"num_key_value_heads", nn::kv_heads(g)},
+            {"head_dim", nn::head_dim(g)},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", m.context},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"rope_scaling", rope_scaling_json(m)},
+            {"tie_word_embeddings", m.tie_embeddings},
+            {"attention_dropout", 0.0},
+            {"initializer_range", 0.02},
+            {"use_cache", true}};
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = m.context;
+    j["max_window_layers"] = m.n_layers;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  set_special_ids(j, c);
+  return j;
+}
+
 json gpt2_config(const RunConfig& c) {
   const ModelConfig& m = c.model;
-  const int64_t inner = std::llround(m.ffn_mult * double(m.d_model));
+  const int64_t inner = nn::mlp_hidden_size(gpt_config(m));
   json j = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"vocab_size", m.vocab_size},
@@ -827,13 +961,8 @@ json gpt2_config(const RunConfig& c) {
             {"embd_pdrop", m.dropout},
             {"attn_pdrop", 0.0},
             {"initializer_range", 0.02},
-            {"tie_word_embeddings", m.tie_embeddings},
-            {"torch_dtype", "float32"}};
-  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
-  if (auto eot = tokenizer->special_id("<|endoftext|>")) {
-    j["bos_token_id"] = *eot;
-    j["eos_token_id"] = *eot;
-  }
+            {"tie_word_embeddings", m.tie_embeddings}};
+  set_special_ids(j, c);
   return j;
 }
 
@@ -855,8 +984,7 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
             {"type_vocab_size", bert_settings(c).type_vocab_size},
             {"layer_norm_eps", m.norm_eps},
             {"initializer_range", 0.02},
-            {"position_embedding_type", "absolute"},
-            {"torch_dtype", "float32"}};
+            {"position_embedding_type", "absolute"}};
   std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c.data.tokenizer, c.data.special_tokens);
   j["pad_token_id"] = tokenizer->special_id("[PAD]").value_or(0);
   return j;
@@ -864,16 +992,24 @@ json bert_hf_config(const RunConfig& c, const fs::path& file) {
 
 // The model of a checkpoint with a LoRA run's adapters merged, in the layout transformers reads.
 Export prepare_export(const fs::path& file) {
-  require_language_model(file, "the Hugging Face export (GPT2LMHeadModel, BertForPreTraining) "
+  require_language_model(file, "the Hugging Face export (a causal LM or BertForPreTraining) "
                                "cannot hold it");
   Export e;
-  if (stored_config(file).model.arch == "gpt") {
+  const ModelConfig stored = stored_config(file).model;
+  if (stored.arch == "gpt") {
+    const HubClass hub = hub_class(file, stored, "Hugging Face export");
     MergedGPT merged = load_merged_gpt(file);
     e.run = merged.config;
-    require_gpt2_layout(file, e.run.model, "Hugging Face export");
-    e.config = gpt2_config(e.run);
-    e.layout = gpt2_layout(e.run.model.n_layers, e.run.model.tie_embeddings, "transformer.");
-    e.state = merged.weights;
+    const ModelConfig& m = e.run.model;
+    if (hub == HubClass::llama) {
+      e.config = llama_config(e.run);
+      e.layout = llama_layout(m.n_layers, m.tie_embeddings, m.qkv_bias);
+      e.state = m.fused_qkv ? unfuse_qkv(merged.weights, m) : merged.weights;
+    } else {
+      e.config = gpt2_config(e.run);
+      e.layout = gpt2_layout(m.n_layers, m.tie_embeddings, "transformer.");
+      e.state = merged.weights;
+    }
   } else {
     LoadedBert loaded = load_bert(file);
     e.run = loaded.config;
@@ -939,9 +1075,10 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
     copy("merges.txt", "merges.txt");
   } else if (fs::exists(dir / "vocab.txt")) {
     copy("vocab.txt", "vocab.txt");
-    if (fs::exists(dir / "tokenizer_config.json"))
-      copy("tokenizer_config.json", "tokenizer_config.json");
   }
+  // A hub model's tokenizer settings, and transformers' fast tokenizer, go along unchanged.
+  for (const char* file : {"tokenizer_config.json", "tokenizer.json", "special_tokens_map.json"})
+    if (fs::exists(dir / file)) copy(file, file);
 }
 
 void create_output_directory(const fs::path& out) {
@@ -952,10 +1089,83 @@ void create_output_directory(const fs::path& out) {
                 quoted_path(out.string()) + ": cannot create the output directory");
 }
 
+// config.json's torch_dtype for the type the weights are stored in.
+const char* torch_dtype(StoredFloat type) {
+  return type == StoredFloat::bf16 ? "bfloat16" : type == StoredFloat::f16 ? "float16" : "float32";
+}
+
+// The float type most of a hub directory's weights are stored in, by element count over every
+// safetensors file it holds (shards included).
+StoredFloat hub_weights_type(const fs::path& dir) {
+  std::map<std::string, int64_t> elements;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".safetensors") {
+      const SafetensorsFile weights(entry.path());
+      for (const SafetensorsEntry& e : weights.entries()) elements[e.dtype] += shape_numel(e.shape);
+    }
+  StoredFloat most = StoredFloat::f32;
+  for (StoredFloat t : {StoredFloat::bf16, StoredFloat::f16})
+    if (elements[stored_float_name(t)] > elements[stored_float_name(most)]) most = t;
+  return most;
+}
+
+// How many model.init_from links export follows back to where a model came from.
+constexpr int kMaxOriginLinks = 64;
+
+// The float type a model came in: the weights' of the hub directory its chain of runs started
+// from (through model.init_from, which is also a LoRA run's base), f32 for a model Forge
+// initialised or whose origin is no longer there.
+StoredFloat origin_type(const fs::path& checkpoint_file) {
+  fs::path at = checkpoint_file;
+  for (int link = 0; link < kMaxOriginLinks; ++link) {
+    if (is_hf_directory(at)) return hub_weights_type(at);
+    const std::string from = stored_config(at).model.init_from;
+    std::error_code ec;
+    if (from.empty() || !fs::exists(from, ec)) break;
+    at = resolve_checkpoint(from);
+  }
+  return StoredFloat::f32;
+}
+
+// F16 holds magnitudes below 65520 (65504 at most, once rounded); a larger weight would be
+// written as an infinity, which no reader of the export takes.
+void require_f16_range(const fs::path& file, const NamedTensors& tensors) {
+  for (const NamedTensor& t : tensors) {
+    const std::vector<float> v = t.tensor.to_vector<float>();
+    auto big = std::find_if(v.begin(), v.end(), [](float x) { return std::fabs(x) >= 65520.0f; });
+    if (big != v.end())
+      throw Error(ExitCode::usage,
+                  detail::concat(file.string(), ": tensor '", t.name, "' holds ", *big,
+                                 ", beyond F16's range (65504); export with --dtype bf16 or f32"));
+  }
+}
+
+// PEFT's target_modules for a Llama: the short names PEFT itself writes ("q_proj", ...), which
+// adapt that module in every layer, when the run adapted each such module it has; else the full
+// paths, so that PEFT adapts exactly the modules the run did.
+std::vector<std::string> llama_targets(const std::vector<std::string>& adapted,
+                                       const Layout& layout) {
+  auto short_name = [](const std::string& path) { return path.substr(path.rfind('.') + 1); };
+  std::map<std::string, int64_t> in_model;
+  for (const Mapped& m : layout.tensors)
+    if (m.parts[0].name.ends_with(".weight"))
+      ++in_model[short_name(m.parts[0].name.substr(0, m.parts[0].name.size() - 7))];
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> count;
+  for (const std::string& path : adapted)
+    if (count[short_name(path)]++ == 0) names.push_back(short_name(path));
+  for (const std::string& name : names)
+    if (count[name] != in_model[name]) return adapted;
+  return names;
+}
+
 }  // namespace
 
-void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
+StoredFloat export_hf(const fs::path& checkpoint_file, const fs::path& out_dir,
+                      std::optional<StoredFloat> stored) {
   Export e = prepare_export(checkpoint_file);
+  const StoredFloat type = stored ? *stored : origin_type(checkpoint_file);
   std::map<std::string, Tensor> state;
   for (const NamedTensor& t : e.state) state[t.name] = t.tensor;
   NamedTensors tensors;
@@ -963,22 +1173,26 @@ void export_hf(const fs::path& checkpoint_file, const fs::path& out_dir) {
     NamedTensors parts = split_mapped(m, state.at(m.forge));
     tensors.insert(tensors.end(), parts.begin(), parts.end());
   }
+  if (type == StoredFloat::f16) require_f16_range(checkpoint_file, tensors);
+  e.config["torch_dtype"] = torch_dtype(type);
   create_output_directory(out_dir);
-  write_safetensors(out_dir / kWeightsFile, tensors, {{"format", "pt"}}, ExitCode::checkpoint);
+  write_safetensors(out_dir / kWeightsFile, tensors, {{"format", "pt"}}, ExitCode::checkpoint,
+                    type);
   write_json(out_dir / kConfigFile, e.config);
   copy_tokenizer(e.run, out_dir);
+  return type;
 }
 
-void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
+StoredFloat export_peft(const fs::path& checkpoint_file, const fs::path& out_dir,
+                        std::optional<StoredFloat> stored) {
   require_language_model(checkpoint_file,
                          "PEFT adapters of a causal language model cannot hold it");
   CheckpointInfo info = read_checkpoint_info(checkpoint_file);
   require_export(info.references.count("model") != 0, checkpoint_file,
                  "holds no LoRA adapters; export its model with --format hf");
-  LoadedGPT loaded = load_gpt(checkpoint_file);
-  const RunConfig& c = loaded.config;
-  // PEFT's names are GPT-2's: they mean nothing for another layout.
-  require_gpt2_layout(checkpoint_file, c.model, "PEFT export");
+  // PEFT's names are those of the hub class the base is exported as.
+  const HubClass hub = hub_class(checkpoint_file, stored_config(checkpoint_file).model,
+                                 "PEFT export");
   // PEFT adapters stand beside an unchanged base; tensors the run also trained (train_also)
   // would need PEFT's modules_to_save, which this export does not write.
   for (const TensorSpec& s : info.main_model())
@@ -987,10 +1201,17 @@ void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
                    "the run also trained '" + s.name +
                        "', which PEFT adapters cannot hold; export the merged model with "
                        "--format hf instead");
+  LoadedGPT loaded = load_gpt(checkpoint_file);
+  const RunConfig& c = loaded.config;
   const nn::LoRAConfig lora = lora_settings(c);
-  const Layout layout = gpt2_layout(c.model.n_layers, c.model.tie_embeddings, "transformer.");
+  const bool llama = hub == HubClass::llama;
+  const Layout layout =
+      llama ? llama_layout(c.model.n_layers, c.model.tie_embeddings, c.model.qkv_bias)
+            : gpt2_layout(c.model.n_layers, c.model.tie_embeddings, "transformer.");
+  NamedTensors named = loaded.model->named_state();
+  if (llama && c.model.fused_qkv) named = unfuse_qkv(named, c.model);
   std::map<std::string, Tensor> state;
-  for (const NamedTensor& t : loaded.model->named_state()) state[t.name] = t.tensor;
+  for (const NamedTensor& t : named) state[t.name] = t.tensor;
   NamedTensors tensors;
   std::vector<std::string> modules;
   for (const Mapped& m : layout.tensors) {
@@ -1003,6 +1224,9 @@ void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
     tensors.push_back({"base_model.model." + hf + ".lora_A.weight", a->second});
     tensors.push_back({"base_model.model." + hf + ".lora_B.weight", state.at(module + ".lora_B")});
   }
+  // Forge trains adapters in f32, and PEFT keeps them in f32 on a base of any dtype.
+  const StoredFloat type = stored.value_or(StoredFloat::f32);
+  if (type == StoredFloat::f16) require_f16_range(checkpoint_file, tensors);
   json config = {{"peft_type", "LORA"},
                  {"task_type", "CAUSAL_LM"},
                  {"base_model_name_or_path", info.references.at("model").path},
@@ -1010,17 +1234,18 @@ void export_peft(const fs::path& checkpoint_file, const fs::path& out_dir) {
                  {"lora_alpha", lora.alpha},
                  {"lora_dropout", lora.dropout},
                  {"use_rslora", lora.rslora},
-                 {"target_modules", modules},
+                 {"target_modules", llama ? llama_targets(modules, layout) : modules},
                  // GPT-2's Conv1D keeps weights as [in, out]: PEFT transposes the update to match.
-                 {"fan_in_fan_out", true},
+                 {"fan_in_fan_out", !llama},
                  {"bias", "none"},
                  {"modules_to_save", nullptr},
                  {"init_lora_weights", true},
                  {"inference_mode", true}};
   create_output_directory(out_dir);
   write_safetensors(out_dir / "adapter_model.safetensors", tensors, {{"format", "pt"}},
-                    ExitCode::checkpoint);
+                    ExitCode::checkpoint, type);
   write_json(out_dir / "adapter_config.json", config);
+  return type;
 }
 
 }  // namespace forge

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "runtime/checkpoint.h"
 
 namespace forge {
@@ -44,13 +46,19 @@ void verify_hf_model(const std::filesystem::path& dir);
 
 /// `forge export --format hf`: the model of a checkpoint (a LoRA run's merged) as config.json,
 /// model.safetensors and the tokenizer's files (when its tokenizer has them) in `out_dir`, as
-/// transformers' GPT2LMHeadModel or BertForPreTraining loads them. Error(usage) for a model
-/// these classes cannot express.
-void export_hf(const std::filesystem::path& checkpoint_file, const std::filesystem::path& out_dir);
+/// transformers' GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM (a rotary GPT, with q/k/v
+/// biases for Qwen2) or BertForPreTraining loads them, its tensors stored as `stored` or, when
+/// unset, as the weights of the hub directory the model came from (f32 if none). Returns the type
+/// written. Error(usage) for a model these classes cannot express, or weights beyond F16's range.
+StoredFloat export_hf(const std::filesystem::path& checkpoint_file,
+                      const std::filesystem::path& out_dir,
+                      std::optional<StoredFloat> stored = {});
 
 /// `forge export --format peft`: a LoRA run's adapters as adapter_config.json and
-/// adapter_model.safetensors under PEFT's names, for the base exported with --format hf.
-void export_peft(const std::filesystem::path& checkpoint_file,
-                 const std::filesystem::path& out_dir);
+/// adapter_model.safetensors under PEFT's names, for the base exported with --format hf; stored
+/// as `stored` (unset: f32, as PEFT keeps adapters). Returns the type written.
+StoredFloat export_peft(const std::filesystem::path& checkpoint_file,
+                        const std::filesystem::path& out_dir,
+                        std::optional<StoredFloat> stored = {});
 
 }  // namespace forge

@@ -135,7 +135,8 @@ AttentionConfig resolved(AttentionConfig c) {
 
 }  // namespace
 
-SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
+SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen,
+                             const RotaryTables* tables)
     : config_(resolved(config)) {
   const AttentionConfig& c = config_;
   const int64_t q_width = c.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
@@ -154,7 +155,14 @@ SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
   register_module("proj", make_linear(q_width, c.d_model, c.bias, c.proj_init_std), proj);
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(c.dropout));
   if (c.rotary) {
-    rope_ = rotary_tables(c.context, head_dim(), c.rope_theta, c.rope_scaling);
+    if (tables) {
+      FORGE_CHECK(tables->cos.shape() == Shape({c.context, head_dim() / 2}), "attention: rotary "
+                  "tables ", shape_str(tables->cos.shape()), " are not for ", c.context,
+                  " positions of head dimension ", head_dim());
+      rope_ = *tables;
+    } else {
+      rope_ = rotary_tables(c.context, head_dim(), c.rope_theta, c.rope_scaling);
+    }
     register_buffer("rope_cos", rope_.cos, /*persistent=*/false);
     register_buffer("rope_sin", rope_.sin, /*persistent=*/false);
   }

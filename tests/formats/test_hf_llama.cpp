@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autograd.h"
+#include "core/durable_file.h"
 #include "formats/hf_model.h"
 #include "nn/generate.h"
 #include "runtime/components.h"
@@ -192,6 +193,21 @@ TEST_F(HFLlama, ShardedDirectoriesAreModelDirectories) {
   expect_refused(both, both / "model.safetensors",
                  "tensor 'model.embed_tokens.weight' makes Forge's tok_emb.weight [256, 32], but "
                  "config.json implies [300, 32]");
+}
+
+// A run records the digest of the model it started from and refuses to resume when it changed; a
+// sharded model changes with any shard, even one rewritten in place at the same size.
+TEST_F(HFLlama, ADigestOfAShardedModelCoversEveryShard) {
+  const fs::path dir = copy_of("qwen2");
+  const std::string before = checkpoint_digest(dir);
+  EXPECT_EQ(before, checkpoint_digest(dir));
+  std::string bytes = testing::read_file(dir / kShard2);
+  bytes.back() ^= 1;  // the last byte of the last tensor's data
+  testing::write_file(dir / kShard2, bytes);
+  EXPECT_NE(checkpoint_digest(dir), before);
+  // A single-file model keeps the plain digest of its model.safetensors.
+  EXPECT_EQ(checkpoint_digest(kGolden / "llama"),
+            file_digest(kGolden / "llama/model.safetensors", ExitCode::checkpoint));
 }
 
 // forge inspect, validate, eval --data and generate on a directory; inspect and validate say what
