@@ -164,15 +164,18 @@ const std::map<std::string, std::string> kCommandUsage = {
      "input gives the same files.\n"},
     {"export",
      "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
-     "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft --output DIR\n"
+     "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft [--dtype f32|bf16|f16]\n"
+     "                    --output DIR\n"
      "       forge export --checkpoint RUN-DIR-or-FILE --format gguf --output FILE.gguf\n"
      "--merge writes a LoRA run's model with the adapters merged into the base weights\n"
      "(W + alpha/r B A) as a plain checkpoint that generate, eval, inspect and model.init_from\n"
      "take like any other. --format hf writes config.json, model.safetensors and the tokenizer's\n"
-     "files as transformers loads a GPT-2 or BERT (a LoRA run merged); --format peft writes a LoRA\n"
-     "run's adapters as PEFT's adapter_config.json and adapter_model.safetensors; --format gguf\n"
-     "writes a GPT-2-style GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2 architecture, in\n"
-     "f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
+     "files as transformers loads a GPT-2, a Llama (a rotary GPT; Qwen2 with q/k/v biases) or a\n"
+     "BERT (a LoRA run merged), in the dtype of the hub weights the run started from (f32 if\n"
+     "none) or --dtype's; --format peft writes a LoRA run's adapters as PEFT's\n"
+     "adapter_config.json and adapter_model.safetensors (f32 unless --dtype); --format gguf\n"
+     "writes a GPT (a LoRA run merged) as GGUF for llama.cpp's gpt2, llama or qwen2 architecture,\n"
+     "in f32, with the run's vocabulary (bytes as a byte-level BPE without merges): llama-cli -m\n"
      "FILE.gguf -p TEXT. See docs/interop.md.\n"},
     {"predict",
      "usage: forge predict --checkpoint RUN-DIR-or-FILE --input FILE\n"
@@ -282,6 +285,9 @@ int cmd_validate(const std::vector<std::string>& args) {
               "activations %.1f, logits %.1f)\n",
               total / 1048576.0, e.state_bytes / 1048576.0, e.activation_bytes / 1048576.0,
               e.logits_bytes / 1048576.0);
+  if (is_hf_directory(c.model.init_from))
+    std::printf("# model.init_from %s: %s\n", c.model.init_from.c_str(),
+                hf_load_summary(c.model.init_from).c_str());
   if (std::optional<MemoryLimit> limit = machine_memory())
     std::printf("# machine memory: %.1f MiB (%s); the estimate %s\n", limit->bytes / 1048576.0,
                 limit->source.c_str(),
@@ -475,6 +481,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   std::printf("checkpoint: %s\nstep: %lld\nformat_version: %lld\nforge_version: %s\n",
               file.c_str(), (long long)info.step, (long long)info.format_version,
               info.forge_version.c_str());
+  if (is_hf_directory(file)) std::printf("%s\n", hf_load_summary(file).c_str());
   std::printf("parameters: %lld in %zu tensors\n", (long long)info.model_numel(), info.model.size());
   for (const TensorSpec& t : info.model)
     std::printf("  %-40s %-16s %s %lld\n", t.name.c_str(), shape_str(t.shape).c_str(),
@@ -495,19 +502,28 @@ int cmd_inspect(const std::vector<std::string>& args) {
 int cmd_export(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool merge = take_flag(rest, "--merge");
-  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output", "format"});
+  ParsedArgs p = parse_args("export", rest, {"checkpoint", "output", "format", "dtype"});
   if (!p.positional.empty()) usage_error("export: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("export: --checkpoint is required");
   if (!p.options.count("output")) usage_error("export: --output is required");
   const std::string format = p.options.count("format") ? p.options.at("format") : "";
   if (merge == !format.empty())
     usage_error("export: give either --merge or --format hf|peft|gguf (see forge export --help)");
+  const bool into_directory = format == "hf" || format == "peft";
+  std::optional<StoredFloat> dtype;
+  if (p.options.count("dtype")) {
+    const std::string& d = p.options.at("dtype");
+    if (!into_directory) usage_error("export: --dtype is for --format hf and peft");
+    if (d == "f32") dtype = StoredFloat::f32;
+    else if (d == "bf16") dtype = StoredFloat::bf16;
+    else if (d == "f16") dtype = StoredFloat::f16;
+    else usage_error("export: unknown --dtype '" + d + "' (f32, bf16 or f16)");
+  }
   fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
   fs::path output = p.options.at("output");
   // The tokenizer's files are copied into a Hugging Face export: an input like the weights.
   std::vector<fs::path> inputs = checkpoint_inputs(p.options.at("checkpoint"), file);
   inputs.push_back(stored_config(file).data.tokenizer);
-  const bool into_directory = format == "hf" || format == "peft";
   check_output_path("export: --output", output, inputs,
                     into_directory ? OutputShape::directory : OutputShape::file);
   if (merge) {
@@ -515,16 +531,17 @@ int cmd_export(const std::vector<std::string>& args) {
     std::printf("%s: %s with its adapters merged (a plain checkpoint)\n", output.c_str(),
                 file.c_str());
   } else if (format == "hf") {
-    export_hf(file, output);
-    std::printf("%s: %s as a Hugging Face model (config.json, model.safetensors)\n",
-                output.c_str(), file.c_str());
+    const StoredFloat written = export_hf(file, output, dtype);
+    std::printf("%s: %s as a Hugging Face model (config.json, model.safetensors in %s)\n",
+                output.c_str(), file.c_str(), stored_float_name(written));
   } else if (format == "peft") {
-    export_peft(file, output);
+    const StoredFloat written = export_peft(file, output, dtype);
     std::printf("%s: the LoRA adapters of %s as PEFT's adapter_config.json and "
-                "adapter_model.safetensors\n", output.c_str(), file.c_str());
+                "adapter_model.safetensors (%s)\n", output.c_str(), file.c_str(),
+                stored_float_name(written));
   } else if (format == "gguf") {
-    export_gguf(file, output);
-    std::printf("%s: %s as GGUF (llama.cpp gpt2, f32)\n", output.c_str(), file.c_str());
+    const std::string arch = export_gguf(file, output);
+    std::printf("%s: %s as GGUF (llama.cpp %s, f32)\n", output.c_str(), file.c_str(), arch.c_str());
   } else {
     usage_error("export: unknown --format '" + format + "' (hf, peft or gguf)");
   }

@@ -17,7 +17,8 @@
   X(index_add)                                                                                   \
   /* linear algebra and fused layers */                                                          \
   X(matmul) X(linear) X(softmax) X(log_softmax) X(layer_norm) X(rms_norm) X(embedding)           \
-  X(cross_entropy) X(kd_kl_div) X(attention) X(cosine_similarity) X(topk_load) X(grouped_linear)              \
+  X(cross_entropy) X(kd_kl_div) X(attention) X(rotary_embedding) X(cosine_similarity)           \
+  X(topk_load) X(grouped_linear)                                                                 \
   /* engine */                                                                                   \
   X(checkpoint)
 

@@ -9,4 +9,5 @@
 #include "core/ops/linalg.h"
 #include "core/ops/nn.h"
 #include "core/ops/reduce.h"
+#include "core/ops/rotary.h"
 #include "core/tensor.h"

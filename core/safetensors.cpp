@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -53,7 +54,33 @@ float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
+// IEEE binary32 -> binary16, rounded to nearest even as PyTorch's .half() rounds.
+uint16_t f32_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (a >= 0x47800000u) return sign | 0x7c00u;  // 2^16 and beyond, infinity included
+  if (a >= 0x38800000u) {                       // a normal binary16: rebias 127 -> 15
+    uint32_t r = a - 0x38000000u;
+    r += 0xfffu + ((r >> 13) & 1u);  // a carry out of the mantissa is the next binade, or inf
+    return sign | uint16_t(r >> 13);
+  }
+  // Subnormal: a count of 2^-24 (1024 of them is the smallest normal, which the bits also are);
+  // scaling by 2^24 is exact, and nearbyint rounds half to even in the default rounding mode.
+  return sign | uint16_t(std::nearbyint(std::bit_cast<float>(a) * 16777216.0f));
+}
+
 }  // namespace
+
+const char* stored_float_name(StoredFloat type) {
+  switch (type) {
+    case StoredFloat::f32: return "F32";
+    case StoredFloat::bf16: return "BF16";
+    case StoredFloat::f16: return "F16";
+  }
+  return "?";
+}
 
 SafetensorsFile::SafetensorsFile(std::filesystem::path path, ExitCode code)
     : path_(std::move(path)), code_(code) {
@@ -198,7 +225,9 @@ Tensor SafetensorsFile::read_f32(const std::string& name) const {
 }
 
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata, ExitCode code) {
+                       const std::map<std::string, std::string>& metadata, ExitCode code,
+                       StoredFloat stored) {
+  const uint64_t width = stored == StoredFloat::f32 ? 4 : 2;
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
@@ -208,8 +237,8 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
       throw Error(ExitCode::internal, "write_safetensors: duplicate or reserved name " + t.name);
     if (t.tensor.dtype() != DType::f32)
       throw Error(ExitCode::internal, "write_safetensors: " + t.name + " is not f32");
-    const uint64_t bytes = uint64_t(t.tensor.numel()) * 4;
-    header[t.name] = {{"dtype", "F32"},
+    const uint64_t bytes = uint64_t(t.tensor.numel()) * width;
+    header[t.name] = {{"dtype", stored_float_name(stored)},
                       {"shape", t.tensor.shape()},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -225,9 +254,18 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
   char* data = content.data() + 8 + text.size();
   for (const NamedTensor& t : tensors) {
     Tensor c = t.tensor.contiguous();
-    const size_t bytes = size_t(c.numel()) * 4;
-    std::memcpy(data, c.data<float>(), bytes);
-    data += bytes;
+    const float* src = c.data<float>();
+    const int64_t n = c.numel();
+    if (stored == StoredFloat::f32) {
+      std::memcpy(data, src, size_t(n) * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t v =
+            stored == StoredFloat::bf16 ? f32_to_bf16(src[i]).bits : f32_to_f16(src[i]);
+        std::memcpy(data + 2 * i, &v, 2);
+      }
+    }
+    data += size_t(n) * width;
   }
   write_file_atomic(path, content, code);
 }

@@ -58,9 +58,17 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-/// Writes `tensors` (f32, any layout; written contiguous) as F32 with `metadata` in the header,
-/// atomically and durably (core/durable_file.h). Names must be unique and not "__metadata__".
+/// The float type a file's tensors are stored in: F32 as they are, or BF16 or F16 rounded to
+/// nearest even (an f32 beyond F16's range, |x| >= 65520, becomes an infinity).
+enum class StoredFloat { f32, bf16, f16 };
+/// As the format spells it: "F32", "BF16", "F16".
+const char* stored_float_name(StoredFloat type);
+
+/// Writes `tensors` (f32, any layout; written contiguous) as `stored` with `metadata` in the
+/// header, atomically and durably (core/durable_file.h). Names must be unique and not
+/// "__metadata__".
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata, ExitCode code);
+                       const std::map<std::string, std::string>& metadata, ExitCode code,
+                       StoredFloat stored = StoredFloat::f32);
 
 }  // namespace forge

@@ -1,6 +1,7 @@
-// GGUF export. The whole file is built in memory: header, metadata, tensor infos, then the tensor
-// data at aligned offsets, and written in one atomic replacement, so a crash leaves the old file or
-// none. The layout, the keys and the Forge -> llama.cpp names are in docs/interop.md.
+// GGUF export as llama.cpp's gpt2, llama or qwen2 architecture. The whole file is built in memory:
+// header, metadata, tensor infos, then the tensor data at aligned offsets, and written in one
+// atomic replacement, so a crash leaves the old file or none. The layout, the keys, the Forge ->
+// llama.cpp names and the q/k row permutation of the llama architecture are in docs/interop.md.
 #include "formats/gguf_export.h"
 
 #include <bit>
@@ -13,8 +14,11 @@
 
 #include "core/durable_file.h"
 #include "core/error.h"
+#include "core/glob.h"
+#include "core/ops/layout.h"
 #include "data/bpe.h"
 #include "data/tokenizer.h"
+#include "nn/attention.h"
 #include "nn/gpt.h"
 #include "runtime/components.h"
 
@@ -93,27 +97,152 @@ class Metadata {
   uint64_t count_ = 0;
 };
 
-// llama.cpp's name for a parameter of nn::GPT (nn/gpt.h).
-std::string gguf_name(const std::string& name) {
+// The llama.cpp architecture a GPT is written as.
+enum class Arch { gpt2, llama, qwen2 };
+
+const char* arch_name(Arch arch) {
+  return arch == Arch::gpt2 ? "gpt2" : arch == Arch::llama ? "llama" : "qwen2";
+}
+
+[[noreturn]] void refuse(const fs::path& file, const std::string& why) {
+  throw Error(ExitCode::usage, file.string() + ": GGUF export: " + why);
+}
+
+// The llama.cpp architecture whose graph computes what the GPT of `m` computes: gpt2 for GPT-2's
+// layout (layernorm, learned positions, gelu MLP, biases), llama for Llama's (rmsnorm, rotary
+// positions, swiglu MLP, no biases) and qwen2 for Llama's with q/k/v biases, which llama.cpp's
+// llama graph would add but its Qwen2 converter writes as qwen2. Error(usage) naming what the
+// architecture lacks for any other model.
+Arch gguf_arch(const fs::path& file, const ModelConfig& m) {
+  if (m.arch != "gpt")
+    throw Error(ExitCode::usage, detail::concat(file.string(), ": holds a ", m.arch,
+                                                " model; GGUF export writes GPT models only"));
+  if (m.moe_every > 0)
+    refuse(file, detail::concat("llama.cpp's gpt2, llama and qwen2 architectures have no "
+                                "mixture-of-experts layers; this model has model.moe.every ",
+                                m.moe_every));
+  const nn::GPTConfig g = gpt_config(m);
+  const int64_t kv = nn::kv_heads(g), D = nn::head_dim(g);
+  if (m.norm == "layernorm" && m.position == "learned" && m.mlp == "gelu" && m.bias) {
+    std::string lacks;
+    auto need = [&](bool ok, const std::string& what) {
+      if (!ok) lacks += (lacks.empty() ? "" : ", ") + what;
+    };
+    need(m.fused_qkv, "model.fused_qkv false");
+    need(kv == m.n_heads, detail::concat("model.n_kv_heads ", kv));
+    need(D * m.n_heads == m.d_model, detail::concat("model.head_dim ", D));
+    if (!lacks.empty())
+      refuse(file, "llama.cpp's gpt2 architecture needs q, k and v fused, n_kv_heads = n_heads "
+                   "and head_dim = d_model / n_heads; this model has " + lacks);
+    return Arch::gpt2;
+  }
+  if (m.norm == "rmsnorm" && m.position == "rotary" && m.mlp == "swiglu" && !m.bias) {
+    if (!m.qkv_bias) return Arch::llama;
+    if (D * m.n_heads != m.d_model)
+      refuse(file, detail::concat("llama.cpp's qwen2 architecture (q/k/v biases) needs "
+                                  "head_dim = d_model / n_heads; this model has model.head_dim ",
+                                  D, " with d_model ", m.d_model, " and ", m.n_heads, " heads"));
+    if (m.rope_scaling == "llama3")
+      refuse(file, "llama.cpp's qwen2 architecture (q/k/v biases) has no llama3 rotary scaling "
+                   "(model.rope_scaling.type: none or linear)");
+    return Arch::qwen2;
+  }
+  refuse(file, "llama.cpp runs GPT-2's layout (layernorm, learned positions, gelu MLP, biases) "
+               "or Llama's (rmsnorm, rotary positions, swiglu MLP, no biases but q/k/v ones); "
+               "this model has " + m.norm + ", " + m.position + " positions, " + m.mlp + " MLP, " +
+               (m.bias ? "biases" : "no biases"));
+}
+
+// llama.cpp's name for a parameter of nn::GPT (nn/gpt.h), q, k and v apart unless `arch` is gpt2.
+std::string gguf_name(const std::string& name, Arch arch) {
   static const std::pair<std::string, std::string> kModel[] = {
       {"tok_emb.weight", "token_embd.weight"}, {"pos_emb.weight", "position_embd.weight"},
       {"ln_f.weight", "output_norm.weight"},   {"ln_f.bias", "output_norm.bias"},
       {"lm_head.weight", "output.weight"}};
-  static const std::pair<std::string, std::string> kBlock[] = {
+  static const std::vector<std::pair<std::string, std::string>> kGpt2Block = {
       {"ln1.", "attn_norm."}, {"attn.qkv.", "attn_qkv."}, {"attn.proj.", "attn_output."},
       {"ln2.", "ffn_norm."},  {"mlp.fc.", "ffn_up."},     {"mlp.proj.", "ffn_down."}};
+  static const std::vector<std::pair<std::string, std::string>> kLlamaBlock = {
+      {"ln1.", "attn_norm."},      {"attn.q.", "attn_q."},     {"attn.k.", "attn_k."},
+      {"attn.v.", "attn_v."},      {"attn.proj.", "attn_output."}, {"ln2.", "ffn_norm."},
+      {"mlp.gate.", "ffn_gate."}, {"mlp.up.", "ffn_up."},     {"mlp.proj.", "ffn_down."}};
   for (const auto& [forge_name, gguf] : kModel)
     if (name == forge_name) return gguf;
   const std::string blocks = "blocks.";
   if (const size_t dot = name.find('.', blocks.size()); name.rfind(blocks, 0) == 0 &&
                                                         dot != std::string::npos) {
     const std::string rest = name.substr(dot + 1);
-    for (const auto& [part, gguf] : kBlock)
+    for (const auto& [part, gguf] : arch == Arch::gpt2 ? kGpt2Block : kLlamaBlock)
       if (rest.rfind(part, 0) == 0)
         return "blk." + name.substr(blocks.size(), dot - blocks.size()) + "." + gguf +
                rest.substr(part.size());
   }
   throw Error(ExitCode::internal, "GGUF export: no llama.cpp name for parameter '" + name + "'");
+}
+
+// The weights with every fused attn.qkv (weight and bias) split into the attn.q, attn.k and attn.v
+// that llama.cpp's llama and qwen2 load apart: its rows are q | k | v, heads contiguous in each.
+NamedTensors split_qkv(const NamedTensors& weights, const nn::GPTConfig& g) {
+  const int64_t D = nn::head_dim(g), q = g.n_heads * D, kv = nn::kv_heads(g) * D;
+  const std::string fused = ".attn.qkv.";
+  NamedTensors out;
+  for (const NamedTensor& t : weights) {
+    const size_t at = t.name.find(fused);
+    if (at == std::string::npos) {
+      out.push_back(t);
+      continue;
+    }
+    const std::string block = t.name.substr(0, at) + ".attn.";
+    const std::string kind = t.name.substr(at + fused.size());
+    out.push_back({block + "q." + kind, slice(t.tensor, 0, 0, q)});
+    out.push_back({block + "k." + kind, slice(t.tensor, 0, q, q + kv)});
+    out.push_back({block + "v." + kind, slice(t.tensor, 0, q + kv, q + 2 * kv)});
+  }
+  return out;
+}
+
+// llama.cpp's llama graph rotates ADJACENT pairs (2i, 2i+1) of each head (its rope type NORM)
+// where Forge, like Hugging Face, rotates (i, i + D/2) with the same frequency i. So row i of each
+// head of q and k moves to row 2i and row i + D/2 to row 2i + 1: llama.cpp's converter permutes
+// q_proj and k_proj this way (reshape(heads, 2, D/2, in), swap the middle axes). q and k move
+// alike within each head, so every attention score, and so the output, is what Forge computes.
+Tensor interleave_rotary_rows(const Tensor& w, int64_t heads) {
+  const int64_t half = w.size(0) / heads / 2, cols = w.numel() / w.size(0);
+  return reshape(transpose(reshape(w.contiguous(), {heads, 2, half, cols}), 1, 2), w.shape());
+}
+
+// llama.cpp divides each rotary frequency i by rope_freqs.weight[i] (the tensor its converter
+// writes for Llama 3.1's scaling): the unscaled frequency over the scaled one Forge uses.
+Tensor llama3_rope_factors(const nn::GPTConfig& g) {
+  const int64_t D = nn::head_dim(g);
+  const std::vector<double> plain = nn::rotary_frequencies(D, g.rope_theta);
+  const std::vector<double> scaled = nn::rotary_frequencies(D, g.rope_theta, g.rope_scaling);
+  std::vector<float> factors;
+  for (size_t i = 0; i < plain.size(); ++i) factors.push_back(float(plain[i] / scaled[i]));
+  return from_vector(factors, {int64_t(factors.size())});
+}
+
+// The tensors of a GPT as llama.cpp's `arch` loads them, f32 and contiguous. Forge's Linear weights
+// are [out, in] row-major: with the dimensions reversed they are the [in, out] ggml tensors
+// llama.cpp multiplies by, so none is transposed.
+NamedTensors gguf_tensors(const NamedTensors& weights, const nn::GPTConfig& g, Arch arch) {
+  NamedTensors out;
+  if (arch == Arch::gpt2) {
+    for (const NamedTensor& t : weights)
+      out.push_back({gguf_name(t.name, arch), t.tensor.to(DType::f32).contiguous()});
+    return out;
+  }
+  if (g.rope_scaling.type == nn::RopeScalingType::llama3)
+    out.push_back({"rope_freqs.weight", llama3_rope_factors(g)});
+  for (const NamedTensor& t : split_qkv(weights, g)) {
+    Tensor w = t.tensor.to(DType::f32);
+    if (arch == Arch::llama && glob_match("*.attn.q.*", t.name))
+      w = interleave_rotary_rows(w, g.n_heads);
+    if (arch == Arch::llama && glob_match("*.attn.k.*", t.name))
+      w = interleave_rotary_rows(w, nn::kv_heads(g));
+    out.push_back({gguf_name(t.name, arch), w.contiguous()});
+  }
+  return out;
 }
 
 // The run's name: the last component of its output directory.
@@ -198,29 +327,46 @@ std::string gguf_file(const Metadata& meta, const NamedTensors& tensors) {
 
 }  // namespace
 
-void export_gguf(const fs::path& checkpoint_file, const fs::path& output) {
-  require_language_model(checkpoint_file, "GGUF (llama.cpp's gpt2 language model) cannot hold it");
-  require_gpt2_layout(checkpoint_file, stored_config(checkpoint_file).model, "GGUF export");
+std::string export_gguf(const fs::path& checkpoint_file, const fs::path& output) {
+  require_language_model(checkpoint_file, "GGUF (llama.cpp's language models) cannot hold it");
+  const Arch arch = gguf_arch(checkpoint_file, stored_config(checkpoint_file).model);
   const MergedGPT gpt = load_merged_gpt(checkpoint_file);
   const ModelConfig& m = gpt.config.model;
+  const nn::GPTConfig g = gpt_config(m);
+  const std::string a = arch_name(arch);
   Metadata meta;
-  meta.add_string("general.architecture", "gpt2");
+  meta.add_string("general.architecture", a);
   meta.add_string("general.name", run_name(gpt.config));
   meta.add_uint32("general.alignment", kAlignment);
   meta.add_uint32("general.file_type", kAllF32);
-  meta.add_uint32("gpt2.context_length", m.context);
-  meta.add_uint32("gpt2.embedding_length", m.d_model);
-  meta.add_uint32("gpt2.feed_forward_length", nn::mlp_hidden_size(gpt_config(m)));
-  meta.add_uint32("gpt2.block_count", m.n_layers);
-  meta.add_uint32("gpt2.attention.head_count", m.n_heads);
-  meta.add_float32("gpt2.attention.layer_norm_epsilon", m.norm_eps);
+  meta.add_uint32(a + ".context_length", m.context);
+  meta.add_uint32(a + ".embedding_length", m.d_model);
+  meta.add_uint32(a + ".feed_forward_length", nn::mlp_hidden_size(g));
+  meta.add_uint32(a + ".block_count", m.n_layers);
+  meta.add_uint32(a + ".attention.head_count", m.n_heads);
+  if (arch == Arch::gpt2) {
+    meta.add_float32(a + ".attention.layer_norm_epsilon", m.norm_eps);
+  } else {
+    const int64_t D = nn::head_dim(g);
+    meta.add_uint32(a + ".attention.head_count_kv", nn::kv_heads(g));
+    meta.add_float32(a + ".attention.layer_norm_rms_epsilon", m.norm_eps);
+    // llama.cpp takes d_model / n_heads unless told.
+    if (D != m.d_model / m.n_heads) {
+      meta.add_uint32(a + ".attention.key_length", D);
+      meta.add_uint32(a + ".attention.value_length", D);
+    }
+    meta.add_float32(a + ".rope.freq_base", m.rope_theta);
+    meta.add_uint32(a + ".rope.dimension_count", D);
+    if (m.rope_scaling == "linear") {
+      meta.add_string(a + ".rope.scaling.type", "linear");
+      meta.add_float32(a + ".rope.scaling.factor", m.rope_factor);
+    }
+    meta.add_uint32(a + ".vocab_size", m.vocab_size);
+  }
   add_tokenizer(meta, gpt.config, checkpoint_file);
-  // Forge's Linear weights are [out, in] row-major: with the dimensions reversed they are the
-  // [in, out] ggml tensors llama.cpp's gpt2 graph multiplies by, q | k | v rows included.
-  NamedTensors tensors;
-  for (const NamedTensor& t : gpt.weights)
-    tensors.push_back({gguf_name(t.name), t.tensor.to(DType::f32).contiguous()});
-  write_file_atomic(output, gguf_file(meta, tensors), ExitCode::checkpoint);
+  write_file_atomic(output, gguf_file(meta, gguf_tensors(gpt.weights, g, arch)),
+                    ExitCode::checkpoint);
+  return a;
 }
 
 }  // namespace forge

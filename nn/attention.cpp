@@ -1,6 +1,6 @@
-// Self-attention: project to q, k, v in one matmul, view them as heads without copying, rotate q
-// and k (rotary), append to the KV cache when decoding, run the fused attention op (causal and/or
-// key-padding masked), merge heads and project back. A left-padded cache supplies each row's
+// Self-attention: project to q, k, v (one matmul or three), view them as heads without copying,
+// rotate q and k (core's fused rotary op), append to the KV cache when decoding, run the fused
+// attention op (causal and/or key-padding masked), merge heads and project back. A left-padded cache supplies each row's
 // positions and padding mask, so rows of different lengths decode together.
 #include "nn/attention.h"
 
@@ -105,40 +105,14 @@ RotaryTables rotary_tables(int64_t positions, int64_t head_dim, double theta,
   return {from_vector(c, {positions, half}), from_vector(s, {positions, half})};
 }
 
-namespace {
-
-// x [B, H, T, D], cos and sin broadcastable to [B, H, T, D/2] -> [B, H, T, D]
-Tensor rotate_half(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  const int64_t half = x.size(3) / 2;
-  Tensor x1 = slice(x, 3, 0, half), x2 = slice(x, 3, half, 2 * half);
-  return cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
-}
-
-void check_head_dim(const Tensor& x, const RotaryTables& tables) {
-  FORGE_CHECK(x.size(3) == 2 * tables.cos.size(1), "rotary: head dimension ", x.size(3),
-              " does not match tables of ", shape_str(tables.cos.shape()));
-}
-
-}  // namespace
-
 // x [B, H, T, D], tables [P, D/2] -> [B, H, T, D]
 Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, int64_t pos0) {
-  const int64_t T = x.size(2);
-  check_head_dim(x, tables);
-  FORGE_CHECK(pos0 >= 0 && pos0 + T <= tables.cos.size(0), "rotary: positions ", pos0, "..",
-              pos0 + T - 1, " exceed the ", tables.cos.size(0), " positions of the tables");
-  return rotate_half(x, slice(tables.cos, 0, pos0, pos0 + T).to(x.dtype()),  // [T, D/2]
-                     slice(tables.sin, 0, pos0, pos0 + T).to(x.dtype()));
+  return rotary_embedding(x, tables.cos, tables.sin, pos0);
 }
 
 // x [B, H, T, D], positions [B, T] -> [B, H, T, D]
 Tensor apply_rotary(const Tensor& x, const RotaryTables& tables, const Tensor& positions) {
-  check_head_dim(x, tables);
-  FORGE_CHECK(positions.shape() == Shape({x.size(0), x.size(2)}), "rotary: positions must be [",
-              x.size(0), ", ", x.size(2), "], got ", shape_str(positions.shape()));
-  // embedding() names a position past the tables; [B, 1, T, D/2] broadcasts over heads.
-  return rotate_half(x, unsqueeze(embedding(tables.cos, positions), 1).to(x.dtype()),
-                     unsqueeze(embedding(tables.sin, positions), 1).to(x.dtype()));
+  return rotary_embedding(x, tables.cos, tables.sin, positions);
 }
 
 namespace {
@@ -161,7 +135,8 @@ AttentionConfig resolved(AttentionConfig c) {
 
 }  // namespace
 
-SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
+SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen,
+                             const RotaryTables* tables)
     : config_(resolved(config)) {
   const AttentionConfig& c = config_;
   const int64_t q_width = c.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
@@ -180,7 +155,14 @@ SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen)
   register_module("proj", make_linear(q_width, c.d_model, c.bias, c.proj_init_std), proj);
   resid_drop = register_module("resid_drop", std::make_shared<Dropout>(c.dropout));
   if (c.rotary) {
-    rope_ = rotary_tables(c.context, head_dim(), c.rope_theta, c.rope_scaling);
+    if (tables) {
+      FORGE_CHECK(tables->cos.shape() == Shape({c.context, head_dim() / 2}), "attention: rotary "
+                  "tables ", shape_str(tables->cos.shape()), " are not for ", c.context,
+                  " positions of head dimension ", head_dim());
+      rope_ = *tables;
+    } else {
+      rope_ = rotary_tables(c.context, head_dim(), c.rope_theta, c.rope_scaling);
+    }
     register_buffer("rope_cos", rope_.cos, /*persistent=*/false);
     register_buffer("rope_sin", rope_.sin, /*persistent=*/false);
   }

@@ -103,7 +103,11 @@ struct AttentionConfig {
 /// by any UnaryModule (LoRA). Non-persistent buffers "rope_cos", "rope_sin" with rotary.
 class SelfAttention : public Module {
  public:
-  SelfAttention(const AttentionConfig& config, Generator& gen = default_generator());
+  /// With rotary positions, `tables` (built for this config: the context's positions, head_dim,
+  /// theta and scaling) are used instead of building them: a model's layers share one set, which
+  /// for a hub model's long context is tens of MiB a layer.
+  SelfAttention(const AttentionConfig& config, Generator& gen = default_generator(),
+                const RotaryTables* tables = nullptr);
 
   /// Without a cache, positions start at 0. With one, x holds the slots after the cache's
   /// `length`; their keys and values are written to layer `layer` of the cache and the queries

@@ -129,6 +129,13 @@ GPTClassifier::GPTClassifier(const GPTConfig& config, const ClassifierHeadConfig
       h->register_module("out", std::make_shared<Linear>(head.hidden, head.num_labels, true, gen));
 }
 
+int64_t gpt_backbone_parameters(const GPTConfig& config) {
+  int64_t n = 0;
+  for (const ParameterShape& p : gpt_parameter_shapes(config))
+    if (p.name.rfind("lm_head.", 0) != 0) n += shape_numel(p.shape);
+  return n;
+}
+
 Tensor GPTClassifier::features(const Tensor& ids, const Tensor& mask) const {
   check_inputs(ids, mask, "GPTClassifier");
   const int64_t B = ids.size(0), L = ids.size(1), T = gpt_->config().context;

@@ -75,6 +75,10 @@ class GPTClassifier : public SequenceClassifier {
   ClassifierHeadConfig head_;
 };
 
+/// Parameters of GPT(config) that the backbone of a GPTClassifier or GPTRewardModel keeps: all but
+/// an untied LM head. Counted without building the model (forge validate's estimates).
+int64_t gpt_backbone_parameters(const GPTConfig& config);
+
 /// The hidden state of each row's last real token: hidden [B, L, C], mask [B, L] as concat_pool
 /// takes it (real tokens first, at least one) -> [B, C]. Same errors as concat_pool.
 Tensor last_token(const Tensor& hidden, const Tensor& mask);

@@ -198,7 +198,7 @@ Tensor MLP::forward(const Tensor& x) const {
   return drop->forward(proj->forward(h));
 }
 
-Block::Block(const GPTConfig& c, Generator& gen, int64_t layer) {
+Block::Block(const GPTConfig& c, Generator& gen, int64_t layer, const RotaryTables* tables) {
   AttentionConfig a;
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
@@ -215,7 +215,7 @@ Block::Block(const GPTConfig& c, Generator& gen, int64_t layer) {
   a.init_std = kGPTInitStd;
   a.proj_init_std = gpt_residual_init_std(c);
   register_module("ln1", make_norm(c), ln1);
-  attn = register_module("attn", std::make_shared<SelfAttention>(a, gen));
+  attn = register_module("attn", std::make_shared<SelfAttention>(a, gen, tables));
   register_module("ln2", make_norm(c), ln2);
   has_moe = is_moe_layer(c.moe, layer);
   if (has_moe)
@@ -238,7 +238,12 @@ GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
         "pos_emb", std::make_shared<Embedding>(c.context, c.d_model, gen, kGPTInitStd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList<Block>>());
-  for (int64_t l = 0; l < c.n_layers; ++l) blocks->push_back(std::make_shared<Block>(c, gen, l));
+  RotaryTables tables;
+  if (c.position == PositionType::rotary)
+    tables = rotary_tables(c.context, head_dim(c), c.rope_theta, c.rope_scaling);
+  const RotaryTables* shared = tables.cos.defined() ? &tables : nullptr;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    blocks->push_back(std::make_shared<Block>(c, gen, l, shared));
   register_module("ln_f", make_norm(c), ln_f);
   if (!c.tie_embeddings)
     register_module("lm_head",

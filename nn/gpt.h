@@ -106,7 +106,9 @@ class MLP : public UnaryModule {
 /// is_moe_layer(config.moe, layer).
 class Block : public Module {
  public:
-  Block(const GPTConfig& config, Generator& gen = default_generator(), int64_t layer = 0);
+  /// `tables`: the model's shared rotary tables (SelfAttention), or null to build its own.
+  Block(const GPTConfig& config, Generator& gen = default_generator(), int64_t layer = 0,
+        const RotaryTables* tables = nullptr);
   /// x [B, T, C] -> [B, T, C]; cache and layer as in SelfAttention::forward.
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
 

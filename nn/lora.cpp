@@ -40,28 +40,65 @@ struct ModuleInfo {
   int64_t in = 0, out = 0;
 };
 
+// Hugging Face's names of the Llama family's projections, as PEFT's target_modules give them, and
+// the module of a Forge block each one is. A bare name means that module in every block, as PEFT
+// matches a name against the end of each module path.
+constexpr std::pair<const char*, const char*> kHubNames[] = {
+    {"q_proj", "attn.q"},    {"k_proj", "attn.k"},      {"v_proj", "attn.v"},
+    {"o_proj", "attn.proj"}, {"gate_proj", "mlp.gate"}, {"up_proj", "mlp.up"},
+    {"down_proj", "mlp.proj"}};
+
+// The glob a target stands for: a hub name's module in every block; PEFT's "all-linear" (every
+// Linear but the output layer), which are the blocks' Linears; any other pattern as written.
+std::string target_glob(const std::string& pattern) {
+  if (pattern == "all-linear") return "blocks.*";
+  for (const auto& [hub, module] : kHubNames)
+    if (pattern == hub) return std::string("*.") + module;
+  return pattern;
+}
+
+// A hub name of q, k or v on a model that projects them with one matrix cannot be honoured: the
+// adapter of attn.qkv would adapt all three.
+void refuse_split_names_on_fused_qkv(const std::vector<ModuleInfo>& modules,
+                                     const std::string& pattern) {
+  if (pattern != "q_proj" && pattern != "k_proj" && pattern != "v_proj") return;
+  for (const ModuleInfo& m : modules)
+    if (m.linear && m.path.ends_with(".attn.qkv"))
+      throw Error(ExitCode::usage,
+                  "lora.targets: '" + pattern + "' is Hugging Face's name for " +
+                      target_glob(pattern).substr(2) +
+                      ", but this model projects q, k and v with one matrix ('" + m.path +
+                      "'); set model.fused_qkv: false to adapt them apart, or target attn.qkv");
+}
+
 // The Linear modules (indices into `modules`, in model order) that some pattern matches. Every
 // pattern must match at least one Linear; one that does not is an error naming what it matched.
 std::vector<size_t> resolve_targets(const std::vector<ModuleInfo>& modules,
                                     const std::vector<std::string>& patterns) {
+  std::vector<std::string> globs;
   for (const std::string& pattern : patterns) {
+    const std::string glob = target_glob(pattern);
+    globs.push_back(glob);
     const ModuleInfo* other = nullptr;
     bool any = false;
     for (const ModuleInfo& m : modules) {
-      if (!glob_match(pattern, m.path)) continue;
+      if (!glob_match(glob, m.path)) continue;
       any = any || m.linear;
       if (!m.linear && !other) other = &m;
     }
     if (any) continue;
-    std::string message = "target '" + pattern + "' matches no Linear layer";
+    refuse_split_names_on_fused_qkv(modules, pattern);
+    std::string message = "target '" + pattern + "'";
+    if (glob != pattern) message += " ('" + glob + "')";
+    message += " matches no Linear layer";
     if (other) message += " (it matches '" + other->path + "', a " + other->type + ")";
     require(false, message);
   }
   std::vector<size_t> chosen;
   for (size_t i = 0; i < modules.size(); ++i) {
     if (!modules[i].linear) continue;
-    for (const std::string& pattern : patterns)
-      if (glob_match(pattern, modules[i].path)) {
+    for (const std::string& glob : globs)
+      if (glob_match(glob, modules[i].path)) {
         chosen.push_back(i);
         break;
       }

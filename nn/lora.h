@@ -23,7 +23,10 @@ struct LoRAConfig {
   double alpha = 16;
   double dropout = 0;    ///< on the input of the low-rank branch only
   bool rslora = false;   ///< scale alpha / sqrt(rank) instead of alpha / rank
-  std::vector<std::string> targets;  ///< globs over module paths ("*.attn.qkv", "blocks.?.mlp.*")
+  /// Globs over module paths ("*.attn.qkv", "blocks.?.mlp.*"), Hugging Face's module names
+  /// (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: that module in every block)
+  /// or "all-linear" (every Linear of the blocks), as PEFT's target_modules.
+  std::vector<std::string> targets;
 };
 
 /// The scale of the low-rank update: alpha / rank, or alpha / sqrt(rank) with rslora.
@@ -76,8 +79,8 @@ class LoRALinear : public UnaryModule {
 /// Replaces every Linear whose dotted module path matches a pattern of config.targets ('*' any run
 /// of characters, dots included; '?' one) with a LoRALinear, drawing each A from `gen` in module
 /// order (same seed, same adapters). Returns the replaced paths in model order. Error(usage) for a
-/// bad rank/alpha/dropout, no targets, or a pattern that matches no Linear (naming what it matches
-/// instead, if anything).
+/// bad rank/alpha/dropout, no targets, a pattern that matches no Linear (naming what it matches
+/// instead, if anything), or q_proj, k_proj or v_proj on a model with a fused attn.qkv.
 std::vector<std::string> inject_lora(Module& model, const LoRAConfig& config, Generator& gen);
 /// merge() / unmerge() on every LoRALinear of `model`. Error(usage) when it has none.
 void merge_lora(Module& model);

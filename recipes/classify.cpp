@@ -154,7 +154,7 @@ MemoryEstimate estimate_classify(const RunConfig& config) {
   } else {
     nn::GPTConfig g = gpt_config(config.model);
     nn::check_config(g);
-    params = nn::gpt_num_parameters(g) + 3 * C * head.hidden + head.hidden +
+    params = nn::gpt_backbone_parameters(g) + 3 * C * head.hidden + head.hidden +
              head.hidden * head.num_labels + head.num_labels;
   }
   // Activations scale with the padded row: a GPT runs a long text as whole windows of context.

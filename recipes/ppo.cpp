@@ -682,7 +682,7 @@ MemoryEstimate estimate_ppo(const RunConfig& config) {
   // loader has found the checkpoint; one that does not read stops validate as it would train.
   const PPOSettings s = ppo_settings(config);
   const RunConfig rm = stored_config(resolve_checkpoint(s.reward_model));
-  const int64_t reward = nn::gpt_num_parameters(gpt_config(rm.model)) + rm.model.d_model;
+  const int64_t reward = nn::gpt_backbone_parameters(gpt_config(rm.model)) + rm.model.d_model;
   return estimate_policy_memory(
       config, {.reference_copy = true,
                .frozen_parameters = reward,

@@ -38,8 +38,7 @@ Metrics reward_metrics(const std::map<std::string, double>& sums) {
 MemoryEstimate estimate_reward_model(const RunConfig& config) {
   nn::GPTConfig g = gpt_config(config.model);
   nn::check_config(g);
-  const int64_t params = nn::gpt_num_parameters(g) - g.vocab_size * g.d_model * !g.tie_embeddings +
-                         g.d_model;
+  const int64_t params = nn::gpt_backbone_parameters(g) + g.d_model;
   // Both rows of every pair run at once.
   RunConfig rows = config;
   rows.train.batch_size = 2 * config.train.batch_size;

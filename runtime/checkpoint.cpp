@@ -616,7 +616,12 @@ const ForeignLayout* foreign_layout(const fs::path& path) {
 
 std::string checkpoint_digest(const fs::path& source) {
   const ForeignLayout* foreign = foreign_layout(source);
-  return file_digest(foreign ? foreign->weights_file(source) : source, ExitCode::checkpoint);
+  if (!foreign) return file_digest(source, ExitCode::checkpoint);
+  // One file keeps the plain digest, so references written before sharding stay valid.
+  std::string digest;
+  for (const fs::path& file : foreign->weights_files(source))
+    digest += (digest.empty() ? "" : "+") + file_digest(file, ExitCode::checkpoint);
+  return digest;
 }
 
 void verify_checkpoint(const fs::path& file) {

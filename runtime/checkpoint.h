@@ -103,8 +103,9 @@ struct ForeignLayout {
                                const LoadOptions&)>
       load;
   std::function<void(const std::filesystem::path&)> verify;
-  /// The file whose digest stands for the model (checkpoint_digest).
-  std::function<std::filesystem::path(const std::filesystem::path&)> weights_file;
+  /// The files whose digests stand for the model (checkpoint_digest): every file a change of the
+  /// weights would touch.
+  std::function<std::vector<std::filesystem::path>(const std::filesystem::path&)> weights_files;
 };
 
 /// Adds a layout that read_checkpoint_info, load_checkpoint, verify_checkpoint, checkpoint_digest

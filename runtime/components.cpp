@@ -222,9 +222,12 @@ void check_generation_memory(const ModelConfig& model,
                           " completions"),
            completions, "lower --num-samples or split the prompts");
   const double batch_rows = std::min(double(batch.batch_size), rows);
-  const double per_row = 4.0 * (2.0 * double(model.n_layers) * double(model.d_model) *
-                                    double(sampling.max_new_tokens) +
-                                double(model.vocab_size));
+  // The cache holds the key/value heads only: with grouped-query attention, fewer than the queries.
+  const nn::GPTConfig g = gpt_config(model);
+  const double kv_width = double(nn::kv_heads(g) * nn::head_dim(g));
+  const double per_row =
+      4.0 * (2.0 * double(model.n_layers) * kv_width * double(sampling.max_new_tokens) +
+             double(model.vocab_size));
   if (sampling.max_new_tokens > 0 && completions + batch_rows * per_row > limit->bytes)
     refuse(detail::concat("--batch-size ", batch.batch_size, ": the completions and a batch of ",
                           int64_t(batch_rows), " rows (key-value cache and logits)"),

@@ -19,9 +19,12 @@ ConfigSection lora_section() {
            section_key("lora.dropout", number_key(0.0, "[0, 1)").aka({"lora_dropout"}),
                        "dropout on the input of the adapter branch only"),
            section_key("lora.targets",
-                       string_list_key({"*.attn.qkv", "*.attn.proj", "*.mlp.*"})
-                           .aka({"target_modules"}),
-                       "glob patterns of Linear module paths that get adapters ('*' spans dots)"),
+                       string_list_key({"*.attn.*", "*.mlp.*"}).aka({"target_modules"}),
+                       "glob patterns of Linear module paths that get adapters ('*' spans dots), "
+                       "Hugging Face's names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                       "down_proj: that layer in every block) or all-linear (every Linear of the "
+                       "blocks); the default adapts attention (attn.qkv or attn.q, attn.k, attn.v; "
+                       "attn.proj) and the MLP"),
            section_key("lora.rslora", boolean_key(false).aka({"use_rslora"}),
                        "scale by alpha / sqrt(rank) (rsLoRA) instead of alpha / rank"),
            section_key("lora.lr_ratio", number_key(1.0, "> 0").aka({"loraplus_lr_ratio"}),

@@ -687,6 +687,135 @@ for label, cfg in [("not-json", b"{"), ("array", b"[]"), ("empty", b""),
     hf_reads("hf_config", label, hf_dir("hf_config", label, config=cfg), (2, 4))
 
 
+# --- Llama-family hub directories (tests/golden/hf, tests/golden/make_llama_goldens.py) ----------
+# Small mutations of the fixtures: config.json keys Forge cannot compute or whose sizes disagree,
+# shard indexes that disagree with the shards, dtypes other than F32/BF16/F16. Each is exit 4.
+LLAMA_FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "tests", "golden", "hf")
+SHARD1, SHARD2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+INDEX = "model.safetensors.index.json"
+Q = "model.layers.0.self_attn.q_proj.weight"
+
+
+def llama_dir(name, fixture, config=None, index=None, header=None):
+    """A copy of fixture with config.json (config(dict)), the shard index (index(dict)) or the
+    safetensors headers (header: {file: edit(dict)}) edited."""
+    d = os.path.dirname(path("hf_llama", name, "x"))
+    shutil.rmtree(d)
+    shutil.copytree(os.path.join(LLAMA_FIXTURES, fixture), d)
+    for file, edit in [("config.json", config), (INDEX, index)]:
+        if edit:
+            j = json.load(open(os.path.join(d, file)))
+            edit(j)
+            write(os.path.join(d, file), json.dumps(j).encode())
+    for file, edit in (header or {}).items():
+        raw = open(os.path.join(d, file), "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        h = json.loads(raw[8:8 + n])
+        edit(h)
+        write(os.path.join(d, file), safetensors_bytes(h, raw[8 + n:]))
+    return d
+
+
+def setting(**changes):
+    return lambda j: j.update(changes)
+
+
+def llama_case(name, fixture, allowed=(4,), **edits):
+    hf_reads("hf_llama", name, llama_dir(name, fixture, **edits), allowed)
+
+
+# Valid: each fixture loads, generates and scores.
+for fixture in ("llama", "qwen2", "mistral", "llama3_scaled"):
+    llama_case("valid-" + fixture, fixture, (0,))
+for name, fixture, edit in [
+        ("model-type-unknown", "llama", setting(model_type="falcon")),
+        ("rope-yarn", "llama", setting(rope_scaling={"rope_type": "yarn", "factor": 4.0})),
+        ("rope-dynamic", "llama", setting(rope_scaling={"type": "dynamic", "factor": 2.0})),
+        ("rope-no-type", "llama", setting(rope_scaling={"factor": 2.0})),
+        ("rope-not-object", "llama", setting(rope_scaling="linear")),
+        ("rope-factor-below-one", "llama", setting(rope_scaling={"type": "linear", "factor": 0.5})),
+        ("rope-factor-nan", "llama", setting(rope_scaling={"type": "linear", "factor": "NaN"})),
+        ("rope-llama3-bands-reversed", "llama3_scaled",
+         setting(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                               "high_freq_factor": 1.0, "original_max_position_embeddings": 64})),
+        ("rope-llama3-original-huge", "llama3_scaled",
+         setting(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 2**62})),
+        ("kv-heads-not-dividing", "llama", setting(num_key_value_heads=3)),
+        ("kv-heads-zero", "llama", setting(num_key_value_heads=0)),
+        ("heads-not-dividing-hidden", "llama3_scaled", setting(num_attention_heads=3)),
+        ("head-dim-odd", "mistral", setting(head_dim=7)),
+        ("head-dim-huge", "mistral", setting(head_dim=2**40)),
+        ("layers-huge", "llama", setting(num_hidden_layers=2**31)),
+        ("hidden-huge", "llama", setting(hidden_size=2**31)),
+        ("vocab-huge", "llama", setting(vocab_size=2**31)),
+        ("intermediate-huge", "llama", setting(intermediate_size=2**40)),
+        ("positions-huge", "llama", setting(max_position_embeddings=2**40)),
+        ("kv-heads-huge", "llama", setting(num_key_value_heads=2**31)),
+        ("hidden-act-gelu", "llama", setting(hidden_act="gelu")),
+        ("attention-bias", "llama", setting(attention_bias=True)),
+        ("mlp-bias", "llama", setting(mlp_bias=True)),
+        ("attention-dropout", "llama", setting(attention_dropout=0.1)),
+        ("rms-norm-eps-zero", "llama", setting(rms_norm_eps=0)),
+        ("rope-theta-negative", "llama", setting(rope_theta=-1)),
+        ("mistral-sliding-window", "mistral", setting(sliding_window=16)),
+        ("mistral-sliding-window-default", "mistral", lambda j: j.pop("sliding_window")),
+        ("qwen2-sliding-window", "qwen2", setting(use_sliding_window=True, sliding_window=32)),
+        ("quantized", "llama", setting(quantization_config={"quant_method": "gptq"})),
+        ("vocab-below-bytes", "llama", setting(vocab_size=200)),
+        ("intermediate-disagrees", "llama", setting(intermediate_size=48)),
+        ("head-dim-disagrees", "mistral", setting(head_dim=8)),
+        ("untied-without-head", "qwen2", setting(tie_word_embeddings=False))]:
+    # mistral without sliding_window takes MistralConfig's 4096, which the context (64) is below.
+    llama_case(name, fixture, (0,) if name == "mistral-sliding-window-default" else (4,),
+               config=edit)
+for name, edit in [
+        ("index-phantom-tensor", lambda j: j["weight_map"].update({"model.layers.9.x": SHARD2})),
+        ("index-unnamed-tensor", lambda j: j["weight_map"].pop(Q)),
+        ("index-moved-tensor", lambda j: j["weight_map"].update({Q: SHARD2})),
+        ("index-path-escape", lambda j: j["weight_map"].update({Q: "../qwen2/" + SHARD1})),
+        ("index-absolute-path", lambda j: j["weight_map"].update({Q: "/etc/passwd"})),
+        ("index-dot-dot", lambda j: j["weight_map"].update({Q: ".."})),
+        ("index-not-string", lambda j: j["weight_map"].update({Q: 1})),
+        ("index-empty-map", lambda j: j.update(weight_map={})),
+        ("index-no-map", lambda j: j.pop("weight_map")),
+        ("index-map-array", lambda j: j.update(weight_map=[SHARD1]))]:
+    llama_case(name, "qwen2", index=edit)
+d = llama_dir("shard-missing", "qwen2")
+os.remove(os.path.join(d, SHARD2))
+hf_reads("hf_llama", "shard-missing", d)
+d = llama_dir("shard-truncated", "qwen2")
+write(os.path.join(d, SHARD2), open(os.path.join(d, SHARD2), "rb").read()[:-3])
+hf_reads("hf_llama", "shard-truncated", d)
+d = llama_dir("index-not-json", "qwen2")
+write(os.path.join(d, INDEX), b"{")
+hf_reads("hf_llama", "index-not-json", d)
+d = llama_dir("index-deep-nesting", "qwen2")
+write(os.path.join(d, INDEX), b'{"weight_map": {}, "x": ' + b"[" * 100000 + b"]" * 100000 + b"}")
+hf_reads("hf_llama", "index-deep-nesting", d)
+d = llama_dir("index-symlink-loop", "qwen2")
+os.remove(os.path.join(d, INDEX))
+os.symlink(INDEX, os.path.join(d, INDEX))
+hf_reads("hf_llama", "index-symlink-loop", d)
+d = llama_dir("index-only", "qwen2")
+for f in (SHARD1, SHARD2):
+    os.remove(os.path.join(d, f))
+hf_reads("hf_llama", "index-only", d)
+EMB = "model.embed_tokens.weight"
+for name, fixture, file, edit in [
+        ("dtype-i32", "llama", "model.safetensors", lambda h: h[EMB].update(dtype="I32")),
+        ("dtype-f64", "llama", "model.safetensors",
+         lambda h: h[EMB].update(dtype="F64", shape=[300, 16])),
+        ("dtype-f8", "mistral", "model.safetensors",
+         lambda h: h[EMB].update(dtype="F8_E4M3", shape=[256, 64])),
+        ("dtype-i16-in-shard", "qwen2", SHARD2,
+         lambda h: h["model.norm.weight"].update(dtype="I16")),
+        ("shard-shape-disagrees", "qwen2", SHARD1,
+         lambda h: h[Q].update(shape=[16, 64]))]:
+    llama_case(name, fixture, header={file: edit})
+
+
 # --- special files as inputs and outputs --------------------------------------------------------
 def special(name, argv, allowed, unchanged=()):
     case("special_files", name, argv, allowed, unchanged)

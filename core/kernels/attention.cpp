@@ -666,17 +666,25 @@ class HeadGrads {
 };
 
 // out [B, Hkv, S, D] = the sum of per_head [B, H, S, D] over each group of H / Hkv query heads.
+// Threads take pieces of a key/value head's [S, D] (so one or two such heads still use every core)
+// and add the group's heads to them in head order, streaming through contiguous rows.
 template <class T>
 void sum_groups(const AttentionShape& n, const T* per_head, T* out) {
-  const int64_t G = n.H / n.Hkv, block = n.S * n.D;
-#pragma omp parallel for collapse(2) schedule(static) if (worth_threads(n))
-  for (int64_t kv = 0; kv < n.B * n.Hkv; ++kv)
-    for (int64_t i = 0; i < block; ++i) {
-      const T* src = per_head + kv * G * block + i;
-      T acc = src[0];
-      for (int64_t g = 1; g < G; ++g) acc += src[g * block];
-      out[kv * block + i] = acc;
+  constexpr int64_t kPiece = 4096;
+  const int64_t G = n.H / n.Hkv, block = n.S * n.D, pieces = (block + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (worth_threads(n))
+  for (int64_t task = 0; task < n.B * n.Hkv * pieces; ++task) {
+    const int64_t kv = task / pieces, i0 = task % pieces * kPiece;
+    const int64_t len = std::min(kPiece, block - i0);
+    const T* src = per_head + kv * G * block + i0;
+    T* dst = out + kv * block + i0;
+    std::copy(src, src + len, dst);
+    for (int64_t g = 1; g < G; ++g) {
+      const T* head = src + g * block;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) dst[i] += head[i];
     }
+  }
 }
 
 }  // namespace

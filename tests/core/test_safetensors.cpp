@@ -57,6 +57,40 @@ TEST(Safetensors, WriteThenReadGivesTheSameTensorsNamesAndMetadata) {
                         [&] { f.read_f32("missing"); });
 }
 
+// BF16 and F16 are written rounded to nearest even, and read back as the values they hold: the
+// bits are checked, so a truncating writer would fail on the ties and on the values just above.
+TEST(Safetensors, HalfAndBfloatAreWrittenRoundedToNearestEven) {
+  testing::TempDir dir;
+  const float tiny = std::ldexp(1.0f, -24);  // F16's smallest subnormal
+  const std::vector<float> values = {
+      1.0f, -2.0f, 1.0f + std::ldexp(1.0f, -11),  // F16 tie to even: 1
+      1.0f + 3 * std::ldexp(1.0f, -11),           // F16 tie to even: 1 + 2^-9
+      1.0f + std::ldexp(1.0f, -8),                // BF16 tie to even: 1
+      1.0f + 3 * std::ldexp(1.0f, -8),            // BF16 tie to even: 1 + 2^-6
+      65504.0f, 65519.0f, 65520.0f, 1.5f * tiny, 2.5f * tiny, 0.5f * tiny, std::ldexp(1.0f, -14),
+      std::numeric_limits<float>::infinity(), -0.0f};
+  Tensor t = empty({int64_t(values.size())});
+  std::copy(values.begin(), values.end(), t.data<float>());
+  const fs::path half = dir.path() / "h.safetensors", bf = dir.path() / "b.safetensors";
+  write_safetensors(half, {{"t", t}}, {}, ExitCode::checkpoint, StoredFloat::f16);
+  write_safetensors(bf, {{"t", t}}, {}, ExitCode::checkpoint, StoredFloat::bf16);
+  const std::string h = testing::read_file(half), b = testing::read_file(bf);
+  auto bits = [](const std::string& file, size_t n) {
+    std::vector<uint16_t> out(n);
+    std::memcpy(out.data(), file.data() + file.size() - 2 * n, 2 * n);
+    return out;
+  };
+  EXPECT_EQ(bits(h, values.size()),
+            (std::vector<uint16_t>{0x3c00, 0xc000, 0x3c00, 0x3c02, 0x3c04, 0x3c0c, 0x7bff, 0x7bff,
+                                   0x7c00, 0x0002, 0x0002, 0x0000, 0x0400, 0x7c00, 0x8000}));
+  EXPECT_EQ(bits(b, values.size())[4], 0x3f80);
+  EXPECT_EQ(bits(b, values.size())[5], 0x3f82);
+  EXPECT_EQ(SafetensorsFile(half).find("t")->dtype, "F16");
+  EXPECT_EQ(SafetensorsFile(bf).find("t")->dtype, "BF16");
+  EXPECT_EQ(SafetensorsFile(half).read_f32("t").to_vector<float>()[3],
+            1.0f + std::ldexp(1.0f, -9));
+}
+
 TEST(Safetensors, HalfBfloatAndDoubleAreReadAsFloat) {
   testing::TempDir dir;
   // f16: 1, -2, the smallest subnormal 2^-24, the smallest normal 2^-14, +inf, 65504.

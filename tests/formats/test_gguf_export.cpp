@@ -2,15 +2,22 @@
 // pair, every tensor info, the data at its aligned offset) and checked field by field against the
 // model: metadata keys, types and values, tensor names, dimensions and bytes, alignment, the GPT-2
 // vocabulary, a trained one padded with extra specials and the bytes tokenizer's as a BPE without
-// merges, a merged LoRA run, the models
-// llama.cpp's gpt2 graph cannot run, and the command line. Models are built here and saved
-// without training, except the LoRA run, which the forge binary trains for a few steps.
+// merges, a merged LoRA run; Llama-shaped models as llama.cpp's llama (q and k rows permuted,
+// rope_freqs for llama3 scaling) and qwen2 architectures, whose logits tests/golden/read_gguf.py
+// recomputes from the file as llama.cpp would; the models no llama.cpp architecture runs, and the
+// command line. Models are built here and saved without training, except the LoRA run, which the
+// forge binary trains for a few steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <numbers>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +26,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/ops/layout.h"
 #include "data/bpe_train.h"
 #include "nn/bert.h"
 #include "nn/gpt.h"
@@ -169,9 +177,10 @@ std::string raw_bytes(const Tensor& t) {
 // ---- models ----
 
 // A GPT checkpoint saved without training: `model` and `data` are the flow-mapping bodies of
-// model.* and data.*, and every tensor is drawn from N(0, 1), so biases and norm weights are not
-// all zeros and ones and a misplaced tensor shows.
-fs::path save_gpt(const fs::path& dir, const std::string& model, const std::string& data) {
+// model.* and data.*, and every tensor is drawn from N(0, std^2), so biases and norm weights are
+// not all zeros and ones and a misplaced tensor shows.
+fs::path save_gpt(const fs::path& dir, const std::string& model, const std::string& data,
+                  double std = 1.0) {
   const std::string yaml = "recipe: gpt_pretrain\nseed: 3\noutput_dir: " +
                            (dir / "tiny_run").string() + "\nmodel: {arch: gpt, " + model +
                            "}\ndata: {" + data + ", train: corpus.txt}\n";
@@ -180,7 +189,7 @@ fs::path save_gpt(const fs::path& dir, const std::string& model, const std::stri
   nn::GPT gpt(gpt_config(config.model), gen);
   NoGradGuard no_grad;
   for (NamedTensor t : gpt.named_state())
-    t.tensor.copy_(normal(t.tensor.shape(), 0.0, 1.0, gen));
+    t.tensor.copy_(normal(t.tensor.shape(), 0.0, std, gen));
   CheckpointData checkpoint;
   checkpoint.step = 5;
   checkpoint.config_yaml = to_yaml(config);
@@ -254,6 +263,23 @@ void expect_string(const GgufFile& f, const std::string& key, const std::string&
   EXPECT_EQ(f.kv.at(key).strings, std::vector<std::string>{value}) << key;
 }
 
+void expect_float32(const GgufFile& f, const std::string& key, double value) {
+  ASSERT_TRUE(f.kv.count(key)) << key;
+  EXPECT_EQ(f.kv.at(key).type, 6u) << key;
+  EXPECT_EQ(f.kv.at(key).numbers, std::vector<double>{double(float(value))}) << key;
+}
+
+// The architecture and the sizes every one of them writes under its own prefix.
+void expect_sizes(const GgufFile& f, const std::string& arch, double context, double width,
+                  double ffn, double blocks, double heads) {
+  expect_string(f, "general.architecture", arch);
+  expect_uint32(f, arch + ".context_length", context);
+  expect_uint32(f, arch + ".embedding_length", width);
+  expect_uint32(f, arch + ".feed_forward_length", ffn);
+  expect_uint32(f, arch + ".block_count", blocks);
+  expect_uint32(f, arch + ".attention.head_count", heads);
+}
+
 // The merge lines of a vocab.bpe.
 std::vector<std::string> merge_lines(const fs::path& vocab_bpe) {
   std::ifstream in(vocab_bpe);
@@ -309,18 +335,11 @@ TEST_F(GgufExport, WritesTheGpt2LayoutFieldByField) {
       "tokenizer.ggml.merges"};
   EXPECT_EQ(f.keys, keys) << "no bos/eos: the run has no <|endoftext|>";
   EXPECT_EQ(f.kv_count, keys.size());
-  expect_string(f, "general.architecture", "gpt2");
   expect_string(f, "general.name", "tiny_run");
   expect_uint32(f, "general.alignment", 32);
   expect_uint32(f, "general.file_type", 0);
-  expect_uint32(f, "gpt2.context_length", 24);
-  expect_uint32(f, "gpt2.embedding_length", 12);
-  expect_uint32(f, "gpt2.feed_forward_length", 36);
-  expect_uint32(f, "gpt2.block_count", 2);
-  expect_uint32(f, "gpt2.attention.head_count", 3);
-  EXPECT_EQ(f.kv.at("gpt2.attention.layer_norm_epsilon").type, 6u);
-  EXPECT_EQ(f.kv.at("gpt2.attention.layer_norm_epsilon").numbers,
-            std::vector<double>{double(1.0e-6f)});
+  expect_sizes(f, "gpt2", 24, 12, 36, 2, 3);
+  expect_float32(f, "gpt2.attention.layer_norm_epsilon", 1.0e-6);
 
   expect_tensors(f, checkpoint_tensors(file), 2, false);
   // The dimensions llama.cpp's gpt2 loader asks for: attn_qkv {n_embd, 3 n_embd}, ffn_up
@@ -491,14 +510,26 @@ TEST_F(GgufExport, WritesALoRARunWithItsAdaptersMerged) {
   expect_string(f, "general.name", "lora");
 }
 
-TEST_F(GgufExport, RefusesModelsTheGpt2GraphCannotRun) {
+TEST_F(GgufExport, RefusesModelsNoLlamaCppArchitectureRuns) {
+  const std::string llama = "norm: rmsnorm, position: rotary, mlp: swiglu, bias: false";
   const std::pair<std::string, std::string> cases[] = {
-      {"norm: rmsnorm", "this model has rmsnorm"},
-      {"position: rotary", "this model has rotary positions"},
-      {"mlp: swiglu", "this model has swiglu MLP"},
-      {"bias: false", "this model has no biases"},
-      {"norm: rmsnorm, position: rotary, mlp: swiglu, bias: false",
-       "this model has rmsnorm, rotary positions, swiglu MLP, no biases"}};
+      {"norm: rmsnorm", "this model has rmsnorm, learned positions, gelu MLP, biases"},
+      {"position: rotary", "this model has layernorm, rotary positions, gelu MLP, biases"},
+      {"mlp: swiglu", "this model has layernorm, learned positions, swiglu MLP, biases"},
+      {"bias: false", "this model has layernorm, learned positions, gelu MLP, no biases"},
+      {"norm: rmsnorm, position: rotary, mlp: swiglu",
+       "this model has rmsnorm, rotary positions, swiglu MLP, biases"},
+      {"n_kv_heads: 1, fused_qkv: false, head_dim: 2",
+       "llama.cpp's gpt2 architecture needs q, k and v fused, n_kv_heads = n_heads and head_dim "
+       "= d_model / n_heads; this model has model.fused_qkv false, model.n_kv_heads 1, "
+       "model.head_dim 2"},
+      {"moe: {every: 1, n_experts: 2, top_k: 1}", "have no mixture-of-experts layers; this model has "
+                                               "model.moe.every 1"},
+      {llama + ", qkv_bias: true, head_dim: 6",
+       "llama.cpp's qwen2 architecture (q/k/v biases) needs head_dim = d_model / n_heads; this "
+       "model has model.head_dim 6 with d_model 8 and 2 heads"},
+      {llama + ", qkv_bias: true, rope_scaling: {type: llama3, factor: 8}",
+       "llama.cpp's qwen2 architecture (q/k/v biases) has no llama3 rotary scaling"}};
   for (const auto& [model, message] : cases) {
     const fs::path file = save_gpt(
         dir_, "vocab_size: 256, context: 8, d_model: 8, n_layers: 1, n_heads: 2, " + model,
@@ -510,7 +541,7 @@ TEST_F(GgufExport, RefusesModelsTheGpt2GraphCannotRun) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ExitCode::usage) << model;
       const std::string what = e.what();
-      EXPECT_EQ(what.rfind(file.string() + ": ", 0), 0u) << what;
+      EXPECT_EQ(what.rfind(file.string() + ": GGUF export: ", 0), 0u) << what;
       EXPECT_NE(what.find(message), std::string::npos) << what;
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
@@ -537,6 +568,259 @@ TEST_F(GgufExport, RefusesModelsTheGpt2GraphCannotRun) {
       << text;
 }
 
+// ---- llama.cpp's llama and qwen2 architectures ----
+
+const std::string kLlama = "norm: rmsnorm, position: rotary, mlp: swiglu, bias: false";
+
+// w [heads * D, cols] as llama.cpp's llama architecture stores q and k: its row 2i + s of each
+// head is Forge's row s * D/2 + i (the converter's permutation, written out element by element).
+Tensor interleaved_rows(const Tensor& w, int64_t D) {
+  const std::vector<float> src = w.to_vector<float>();
+  const int64_t cols = w.numel() / w.size(0);
+  std::vector<float> dst(src.size());
+  for (int64_t r = 0; r < w.size(0); ++r) {
+    const int64_t head = r / D, i = r % D, from = head * D + (i % 2) * (D / 2) + i / 2;
+    std::copy_n(src.begin() + from * cols, cols, dst.begin() + r * cols);
+  }
+  return from_vector(dst, w.shape());
+}
+
+// The tensors `f` should hold, in order: (GGUF name, expected tensor).
+using Expected = std::vector<std::pair<std::string, Tensor>>;
+
+// The llama/qwen2 tensors of a checkpoint with q, k and v apart: q and k permuted when `permuted`;
+// q, k, v weights and then their biases when they were `fused` (split in place), else each
+// weight followed by its bias as Forge names them.
+Expected expected_llama(const std::map<std::string, Tensor>& model, int64_t n_layers, int64_t D,
+                        bool permuted, bool fused) {
+  Expected out = {{"token_embd.weight", model.at("tok_emb.weight")}};
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    out.emplace_back(blk + "attn_norm.weight", model.at(b + "ln1.weight"));
+    for (int i = 0; i < 6; ++i) {
+      const std::string x(1, "qkv"[fused ? i % 3 : i / 2]);
+      const std::string kind = (fused ? i / 3 : i % 2) ? "bias" : "weight";
+      const std::string name = b + "attn." + x + "." + kind;
+      if (!model.count(name)) continue;
+      const Tensor& t = model.at(name);
+      out.emplace_back(blk + "attn_" + x + "." + kind,
+                       permuted && x != "v" ? interleaved_rows(t, D) : t);
+    }
+    out.emplace_back(blk + "attn_output.weight", model.at(b + "attn.proj.weight"));
+    out.emplace_back(blk + "ffn_norm.weight", model.at(b + "ln2.weight"));
+    out.emplace_back(blk + "ffn_gate.weight", model.at(b + "mlp.gate.weight"));
+    out.emplace_back(blk + "ffn_up.weight", model.at(b + "mlp.up.weight"));
+    out.emplace_back(blk + "ffn_down.weight", model.at(b + "mlp.proj.weight"));
+  }
+  out.emplace_back("output_norm.weight", model.at("ln_f.weight"));
+  if (model.count("lm_head.weight")) out.emplace_back("output.weight", model.at("lm_head.weight"));
+  return out;
+}
+
+// The tensor infos and data of `f` against `expected`: names in order, dimensions reversed, f32,
+// bytes equal, offsets aligned and packed.
+void expect_tensors(const GgufFile& f, const Expected& expected) {
+  ASSERT_EQ(f.tensors.size(), expected.size());
+  uint64_t next = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const GgufTensorInfo& t = f.tensors[i];
+    const auto& [name, p] = expected[i];
+    EXPECT_EQ(t.name, name);
+    std::vector<uint64_t> reversed(p.shape().rbegin(), p.shape().rend());
+    EXPECT_EQ(t.dims, reversed) << name;
+    EXPECT_EQ(t.type, 0u) << name;
+    EXPECT_EQ(t.offset, next) << name;
+    next = t.offset + aligned32(nbytes(t));
+    EXPECT_EQ(tensor_bytes(f, t), raw_bytes(p.contiguous())) << name;
+  }
+  EXPECT_EQ(f.bytes.size(), f.data_start + next);
+}
+
+TEST_F(GgufExport, WritesTheLlamaLayoutWithPermutedQueryAndKeyRows) {
+  const fs::path file = save_gpt(
+      dir_, kLlama + ", vocab_size: 260, context: 24, d_model: 16, n_layers: 2, n_heads: 4, "
+                     "n_kv_heads: 2, head_dim: 6, ffn_hidden: 40, fused_qkv: false, "
+                     "tie_embeddings: false, norm_eps: 1.0e-6, rope_theta: 500000, "
+                     "rope_scaling: {type: linear, factor: 2.5}",
+      "tokenizer: bytes");
+  const GgufFile f = exported(file, dir_ / "llama.gguf");
+  EXPECT_EQ(f.version, 3u);
+  const std::vector<std::string> keys = {
+      "general.architecture",          "general.name",
+      "general.alignment",             "general.file_type",
+      "llama.context_length",          "llama.embedding_length",
+      "llama.feed_forward_length",     "llama.block_count",
+      "llama.attention.head_count",    "llama.attention.head_count_kv",
+      "llama.attention.layer_norm_rms_epsilon", "llama.attention.key_length",
+      "llama.attention.value_length",  "llama.rope.freq_base",
+      "llama.rope.dimension_count",    "llama.rope.scaling.type",
+      "llama.rope.scaling.factor",     "llama.vocab_size",
+      "tokenizer.ggml.model",          "tokenizer.ggml.pre",
+      "tokenizer.ggml.tokens",         "tokenizer.ggml.token_type",
+      "tokenizer.ggml.merges"};
+  EXPECT_EQ(f.keys, keys);
+  expect_sizes(f, "llama", 24, 16, 40, 2, 4);
+  expect_uint32(f, "llama.attention.head_count_kv", 2);
+  expect_float32(f, "llama.attention.layer_norm_rms_epsilon", 1.0e-6);
+  expect_uint32(f, "llama.attention.key_length", 6);  // not d_model / n_heads = 4
+  expect_uint32(f, "llama.attention.value_length", 6);
+  expect_float32(f, "llama.rope.freq_base", 500000);
+  expect_uint32(f, "llama.rope.dimension_count", 6);
+  expect_string(f, "llama.rope.scaling.type", "linear");
+  expect_float32(f, "llama.rope.scaling.factor", 2.5);
+  expect_uint32(f, "llama.vocab_size", 260);
+  expect_string(f, "tokenizer.ggml.model", "gpt2");
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.tokens").strings.size(), 260u);
+
+  expect_tensors(f, expected_llama(checkpoint_tensors(file), 2, 6, true, false));
+  // The dimensions llama.cpp's llama loader asks for: attn_q {n_embd, head_dim * n_head}, attn_k
+  // and attn_v {n_embd, head_dim * n_head_kv}, attn_output {head_dim * n_head, n_embd}.
+  EXPECT_EQ(f.tensors[2].name, "blk.0.attn_q.weight");
+  EXPECT_EQ(f.tensors[2].dims, (std::vector<uint64_t>{16, 24}));
+  EXPECT_EQ(f.tensors[3].dims, (std::vector<uint64_t>{16, 12}));
+  EXPECT_EQ(f.tensors[5].name, "blk.0.attn_output.weight");
+  EXPECT_EQ(f.tensors[5].dims, (std::vector<uint64_t>{24, 16}));
+  EXPECT_EQ(f.tensors.back().name, "output.weight");
+}
+
+TEST_F(GgufExport, SplitsAFusedQkvAndWritesLlama3ScalingAsRopeFreqs) {
+  const fs::path file = save_gpt(
+      dir_, kLlama + ", vocab_size: 256, context: 16, d_model: 16, n_layers: 1, n_heads: 2, "
+                     "ffn_hidden: 24, rope_scaling: {type: llama3, factor: 8, low_freq_factor: 1, "
+                     "high_freq_factor: 4, original_context: 64}",
+      "tokenizer: bytes");
+  const GgufFile f = exported(file, dir_ / "llama3.gguf");
+  for (const char* absent : {"llama.attention.key_length", "llama.rope.scaling.type",
+                                    "llama.rope.scaling.factor"})
+    EXPECT_FALSE(f.kv.count(absent)) << absent;
+  // Forge's fused rows are q | k | v; llama.cpp loads the three apart.
+  std::map<std::string, Tensor> model = checkpoint_tensors(file);
+  const Tensor qkv = model.at("blocks.0.attn.qkv.weight");
+  model.erase("blocks.0.attn.qkv.weight");
+  model["blocks.0.attn.q.weight"] = slice(qkv, 0, 0, 16);
+  model["blocks.0.attn.k.weight"] = slice(qkv, 0, 16, 32);
+  model["blocks.0.attn.v.weight"] = slice(qkv, 0, 32, 48);
+  Expected expected = expected_llama(model, 1, 8, true, true);
+  // Transformers' llama3 rule, frequency by frequency for head_dim 8 and theta 10^4: wavelengths
+  // 2 pi, 20 pi, 200 pi, 2000 pi against 64 / 4 = 16 (kept below) and 64 / 1 = 64 (divided by 8
+  // above); 20 pi lies between, blended with smooth = (64 / (20 pi) - 1) / (4 - 1). llama.cpp
+  // divides each frequency by the factor stored.
+  const double smooth = (64 / (20 * std::numbers::pi) - 1) / 3;
+  const double blended = 0.1 / ((1 - smooth) * 0.1 / 8 + smooth * 0.1);
+  expected.insert(expected.begin(), {"rope_freqs.weight",
+                                     from_vector(std::vector<double>{1, blended, 8, 8}, {4})});
+  expect_tensors(f, expected);
+}
+
+TEST_F(GgufExport, WritesQkvBiasesAsQwen2WithoutPermutation) {
+  const fs::path file = save_gpt(
+      dir_, kLlama + ", qkv_bias: true, vocab_size: 256, context: 16, d_model: 16, n_layers: 1, "
+                     "n_heads: 4, n_kv_heads: 2, ffn_hidden: 24, rope_theta: 1000000",
+      "tokenizer: bytes");
+  const GgufFile f = exported(file, dir_ / "qwen2.gguf");
+  expect_sizes(f, "qwen2", 16, 16, 24, 1, 4);
+  for (const std::string& key : f.keys)
+    EXPECT_TRUE(key.rfind("general.", 0) == 0 || key.rfind("qwen2.", 0) == 0 ||
+                key.rfind("tokenizer.ggml.", 0) == 0)
+        << key;
+  expect_uint32(f, "qwen2.attention.head_count_kv", 2);
+  expect_float32(f, "qwen2.rope.freq_base", 1000000);
+  expect_uint32(f, "qwen2.rope.dimension_count", 4);
+  // qwen2 rotates (i, i + D/2) as Forge does: q and k as they are, with their biases.
+  const std::map<std::string, Tensor> model = checkpoint_tensors(file);
+  const Tensor qkv = model.at("blocks.0.attn.qkv.weight");
+  const Tensor bias = model.at("blocks.0.attn.qkv.bias");
+  std::map<std::string, Tensor> unfused = model;
+  unfused.erase("blocks.0.attn.qkv.weight");
+  unfused.erase("blocks.0.attn.qkv.bias");
+  const int64_t bounds[] = {0, 16, 24, 32};
+  for (int i = 0; i < 3; ++i) {
+    const std::string x = std::string(1, "qkv"[i]);
+    unfused["blocks.0.attn." + x + ".weight"] = slice(qkv, 0, bounds[i], bounds[i + 1]);
+    unfused["blocks.0.attn." + x + ".bias"] = slice(bias, 0, bounds[i], bounds[i + 1]);
+  }
+  Expected expected = expected_llama(unfused, 1, 4, false, true);
+  ASSERT_EQ(expected[5].first, "blk.0.attn_q.bias");
+  expect_tensors(f, expected);
+}
+
+// The logits of `ids` as tests/golden/read_gguf.py computes them from `gguf`, [T][V].
+std::vector<std::vector<double>> reader_logits(const fs::path& gguf, const std::vector<int>& ids,
+                                               const fs::path& out) {
+  std::string cmd = "/usr/bin/python3 " + std::string(FORGE_SOURCE_DIR) +
+                    "/tests/golden/read_gguf.py " + gguf.string();
+  for (int id : ids) {
+    cmd += ' ';
+    cmd += std::to_string(id);
+  }
+  cmd += " >" + out.string() + " 2>" + out.string() + ".err";
+  if (std::system(cmd.c_str()) != 0)
+    throw std::runtime_error("read_gguf.py failed: " + testing::read_file(out.string() + ".err"));
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(testing::read_file(out));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream values(line);
+    rows.emplace_back(std::istream_iterator<double>(values), std::istream_iterator<double>());
+  }
+  return rows;
+}
+
+// The largest |difference| between Forge's logits for `ids` and the reader's from the export.
+double logits_difference(const fs::path& file, const fs::path& gguf,
+                         const std::vector<int>& ids) {
+  const auto reader = reader_logits(gguf, ids, gguf.string() + ".logits");
+  LoadedGPT loaded = load_gpt(file);
+  Tensor x = empty({1, int64_t(ids.size())}, DType::i64);
+  std::copy(ids.begin(), ids.end(), x.data<int64_t>());
+  NoGradGuard no_grad;
+  const Tensor logits = loaded.model->forward(x);  // [1, T, V]
+  const int64_t V = logits.size(2);
+  const std::vector<float> forge = logits.contiguous().to_vector<float>();
+  if (reader.size() != ids.size()) throw std::runtime_error("read_gguf.py: wrong row count");
+  double worst = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (int64_t(reader[t].size()) != V) throw std::runtime_error("read_gguf.py: wrong row width");
+    for (int64_t v = 0; v < V; ++v)
+      worst = std::max(worst, std::abs(reader[t][size_t(v)] - double(forge[t * V + v])));
+  }
+  return worst;
+}
+
+// A reader of the file that computes as llama.cpp's llama graph does (adjacent rotary pairs on the
+// permuted rows, rope_freqs, grouped-query attention) or its qwen2 graph (rotate-half pairs, q/k/v
+// biases) gets Forge's logits. Needs Debian's python3-torch, which the build does not.
+TEST_F(GgufExport, ReaderComputingAsLlamaCppGetsForgesLogits) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no python3-torch: the logits of the GGUF file are not checked here";
+  const std::string shape = ", vocab_size: 260, context: 32, d_model: 16, n_layers: 2, ";
+  const std::pair<std::string, std::string> models[] = {
+      {"llama, q/k/v apart, 4 heads on 2 kv heads, head_dim 6, linear scaling, untied",
+       kLlama + shape + "n_heads: 4, n_kv_heads: 2, head_dim: 6, ffn_hidden: 40, "
+                        "fused_qkv: false, tie_embeddings: false, "
+                        "rope_scaling: {type: linear, factor: 3}"},
+      {"llama, fused, multi-query, llama3 scaling, tied",
+       kLlama + shape + "n_heads: 2, n_kv_heads: 1, ffn_hidden: 24, rope_scaling: "
+                        "{type: llama3, factor: 8, high_freq_factor: 4, original_context: 64}"},
+      {"qwen2, q/k/v apart, 4 heads on 2 kv heads, untied",
+       kLlama + shape + "qkv_bias: true, n_heads: 4, n_kv_heads: 2, ffn_hidden: 24, "
+                        "fused_qkv: false, tie_embeddings: false, rope_theta: 1000000"},
+      {"qwen2, fused, linear scaling, tied",
+       kLlama + shape + "qkv_bias: true, n_heads: 2, ffn_hidden: 24, "
+                        "rope_scaling: {type: linear, factor: 2}"}};
+  const std::vector<int> ids = {72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 259,
+                                0,  10,  82,  79,  77,  69, 79, 58, 32,  73};
+  for (const auto& [what, model] : models) {
+    // Smaller weights keep the residual stream, and so Forge's float32 rounding, small.
+    const fs::path file = save_gpt(dir_, model, "tokenizer: bytes", 0.5);
+    const fs::path gguf = dir_ / "model.gguf";
+    export_gguf(file, gguf);
+    const double diff = logits_difference(file, gguf, ids);
+    EXPECT_LE(diff, 1e-4) << what;
+    std::printf("%s: max |logit difference| %.3g\n", what.c_str(), diff);
+  }
+}
+
 TEST_F(GgufExport, CommandLine) {
   const fs::path file = save_gpt(
       dir_, "vocab_size: 256, context: 8, d_model: 8, n_layers: 1, n_heads: 2", "tokenizer: bytes");
@@ -559,6 +843,16 @@ TEST_F(GgufExport, CommandLine) {
                                                (dir_ / "m.h5").string());
   EXPECT_EQ(merge_code, 2) << merge_text;
   EXPECT_NE(merge_text.find("holds no adapters"), std::string::npos) << merge_text;
+
+  // The architecture written is named.
+  const fs::path llama = save_gpt(
+      dir_, kLlama + ", vocab_size: 256, context: 8, d_model: 8, n_layers: 1, n_heads: 2",
+      "tokenizer: bytes");
+  auto [llama_code, llama_text] = forge_output("export --checkpoint " + llama.string() +
+                                               " --format gguf --output " + out.string());
+  EXPECT_EQ(llama_code, 0) << llama_text;
+  EXPECT_EQ(llama_text,
+            out.string() + ": " + llama.string() + " as GGUF (llama.cpp llama, f32)\n");
 }
 
 }  // namespace

@@ -218,8 +218,8 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   refused(edited([](json& j) { j["activation_function"] = "relu"; }),
           "activation_function 'relu' is not supported");
   refused(edited([](json& j) { j["n_layer"] = "two"; }), "n_layer: expected a positive integer");
-  refused(edited([](json& j) { j["model_type"] = "llama"; }),
-          "model_type 'llama' is not supported");
+  refused(edited([](json& j) { j["model_type"] = "falcon"; }),
+          "model_type 'falcon' is not supported");
   // More layers than the weights hold, and another width: the tensor is named.
   refused(edited([](json& j) { j["n_layer"] = 3; }), "no tensor 'h.2.ln_1.weight'");
   refused(edited([](json& j) { j["n_embd"] = 64; }),
@@ -422,7 +422,8 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
     gap = std::max(gap, double(std::fabs(lora[i] - merged[i])));
   EXPECT_LE(gap, 1e-5);
 
-  // A LLaMA-style GPT has no GPT-2 layout: refused naming what it has, nothing written.
+  // A rotary GPT with GPT-2's MLP and biases is neither a GPT-2 nor a Llama: refused naming what
+  // it has, nothing written.
   std::ofstream(dir_ / "llama.yaml")
       << "recipe: gpt_pretrain\noutput_dir: " << (dir_ / "llama").string()
       << "\nmodel: {arch: gpt, vocab_size: 256, context: 16, d_model: 16, n_layers: 1, "
@@ -433,9 +434,9 @@ TEST_F(HFInterop, PeftExportHoldsTheAdaptersUnderPeftNames) {
       forge_output("export --checkpoint " + (dir_ / "llama").string() + " --format hf --output " +
                    (dir_ / "llama_hf").string());
   EXPECT_EQ(llama_code, 2);
-  EXPECT_NE(llama_out.find("Hugging Face export writes GPT-2's architecture (layernorm, "
-                           "learned positions, gelu MLP, biases); this model has rmsnorm, rotary "
-                           "positions"),
+  EXPECT_NE(llama_out.find("Hugging Face export writes a rotary GPT as Llama's architecture "
+                           "(rmsnorm, swiglu MLP, no biases or q/k/v biases only); this model has "
+                           "gelu MLP, biases"),
             std::string::npos)
       << llama_out;
   EXPECT_FALSE(fs::exists(dir_ / "llama_hf"));

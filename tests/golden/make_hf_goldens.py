@@ -150,6 +150,24 @@ def random_weights(shapes, seed):
     return w
 
 
+def write_byte_vocab(out):
+    """vocab.json and merges.txt of a byte-level BPE without merges: GPT-2's byte-to-unicode
+    spelling of the 256 bytes, then its end-of-text token."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    vocab["<|endoftext|>"] = 256
+    with open(os.path.join(out, "vocab.json"), "w") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+
+
 def gpt2_directory(out):
     cfg = dict(GPT, model_type="gpt2", architectures=["GPT2LMHeadModel"], n_ctx=16,
                n_inner=None, activation_function="gelu_new", layer_norm_epsilon=1e-5,
@@ -173,20 +191,7 @@ def gpt2_directory(out):
     write_safetensors(os.path.join(out, "model.safetensors"), stored)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    # GPT-2's byte-to-unicode spelling of the 256 bytes, then its end-of-text token.
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    vocab["<|endoftext|>"] = 256
-    with open(os.path.join(out, "vocab.json"), "w") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(out, "merges.txt"), "w") as f:
-        f.write("#version: 0.2\n")
+    write_byte_vocab(out)
     return w, cfg
 
 

@@ -1,10 +1,14 @@
 """Writes tests/golden/llama_kernels.txt: small inputs and PyTorch 1.13 results (float64) for the
-Llama-family kernels of core/ops: grouped-query attention (tests/core/test_attention.cpp).
+Llama-family kernels of core/ops: grouped-query attention (tests/core/test_attention.cpp) and the
+rotary embedding (tests/core/test_rotary.cpp).
 Run from the repository root with Debian's torch:
   /usr/bin/python3 tests/golden/make_llama_kernel_goldens.py
 Lines are "name n v1 ... vn" as in nn_ops.txt. Gradients are of sum(out * r) for the stored r.
 torch 1.13 has no enable_gqa, so keys and values are repeated per group as Hugging Face's repeat_kv
-does (query head h reads key/value head h // (H // Hkv)) and attention is written out.
+does (query head h reads key/value head h // (H // Hkv)) and attention is written out. The rotary
+embedding is Hugging Face's apply_rotary_pos_emb: x * cos + rotate_half(x) * sin with the [P, D/2]
+tables repeated over both halves, rotate_half(x) = cat(-x2, x1); the tables are rounded to f32
+first, as Forge stores them.
 """
 import math
 import os
@@ -60,6 +64,36 @@ def gqa_case(name, B, H, Hkv, T, S, D, causal, mask):
 gqa_case("gqa_causal_masked", 2, 4, 2, 3, 5, 6, True,
          torch.tensor([[0, 0, 1, 1, 1], [1, 1, 0, 1, 1]]))
 gqa_case("mqa", 1, 4, 1, 4, 4, 8, False, None)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary_case(name, B, H, T, D, P, pos0=None, positions=None):
+    """x is the k part of a fused [B, T, 3, H, D] projection seen as [B, H, T, D] (strided)."""
+    inv_freq = 10000.0 ** (-torch.arange(0, D, 2, dtype=dt) / D)
+    angles = torch.arange(P, dtype=dt)[:, None] * inv_freq[None, :]  # [P, D/2]
+    cos, sin = angles.cos().float().double(), angles.sin().float().double()
+    if positions is None:
+        positions = torch.arange(pos0, pos0 + T).expand(B, T)
+    fused = torch.randn(B, T, 3, H, D, dtype=dt).requires_grad_(True)
+    x = fused[:, :, 1].transpose(1, 2)
+    c = torch.cat((cos[positions], cos[positions]), -1)[:, None]  # [B, 1, T, D]
+    s = torch.cat((sin[positions], sin[positions]), -1)[:, None]
+    out = x * c + rotate_half(x) * s
+    r = torch.randn(out.shape, dtype=dt)
+    (out * r).sum().backward()
+    for part, t in [("fused", fused), ("cos", cos), ("sin", sin), ("positions", positions),
+                    ("r", r), ("out", out), ("dfused", fused.grad)]:
+        put(f"{name}.{part}", t)
+
+
+# D / 2 = 5 is no multiple of a vector width; the last rows use the tables' last position.
+rotary_case("rotary_pos0", 2, 3, 5, 10, 16, pos0=11)
+rotary_case("rotary_positions", 2, 3, 5, 10, 16,
+            positions=torch.tensor([[0, 0, 0, 1, 2], [9, 10, 11, 12, 15]]))
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_kernels.txt")
 with open(path, "w") as f:

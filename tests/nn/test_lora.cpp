@@ -30,6 +30,18 @@ using testing::exit_code_of;
 
 GPTConfig tiny_gpt(bool llama = false) { return testing::tiny_gpt_config(llama); }
 
+// A Llama-shaped tiny GPT as the hub's checkpoints have it: q, k and v apart, 2 query heads
+// sharing 1 key/value head.
+GPTConfig llama_gqa() {
+  GPTConfig c = tiny_gpt(true);
+  c.fused_qkv = false;
+  c.n_kv_heads = 1;
+  return c;
+}
+
+const std::vector<std::string> kHubTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"};
+
 LoRAConfig lora_config(std::vector<std::string> targets, int64_t rank = 4) {
   LoRAConfig c;
   c.rank = rank;
@@ -295,6 +307,64 @@ TEST(LoRAInject, StartsAtTheBaseBitwiseAndKeepsBaseNames) {
   }
 }
 
+// PEFT's target_modules as a Llama's hub directory names them: each bare name is its module in
+// every block, the same adapters (same draws) as the Forge globs; all-linear is every Linear but
+// the output layer. q_proj, k_proj and v_proj on a fused attn.qkv are refused, naming the key.
+TEST(LoRAInject, HubNamesAdaptTheirModuleInEveryBlock) {
+  auto adapted = [](const GPTConfig& c, const std::vector<std::string>& targets) {
+    Generator gen(5);
+    GPT m(c, gen);
+    Generator lg(1);
+    std::vector<std::string> paths = inject_lora(m, lora_config(targets), lg);
+    std::vector<std::vector<float>> adapters;
+    for (const NamedTensor& p : m.named_parameters())
+      if (p.name.ends_with(".lora_A")) adapters.push_back(p.tensor.to_vector<float>());
+    return std::make_pair(paths, adapters);
+  };
+  const GPTConfig llama = llama_gqa();
+  const auto hub = adapted(llama, kHubTargets);
+  const auto globs = adapted(llama, {"*.attn.q", "*.attn.k", "*.attn.v", "*.attn.proj",
+                                     "*.mlp.gate", "*.mlp.up", "*.mlp.proj"});
+  std::vector<std::string> want;
+  for (const char* b : {"blocks.0.", "blocks.1."})
+    for (const char* s : {"attn.q", "attn.k", "attn.v", "attn.proj", "mlp.gate", "mlp.up",
+                          "mlp.proj"})
+      want.push_back(std::string(b) + s);
+  EXPECT_EQ(hub.first, want);
+  EXPECT_EQ(hub.second, globs.second);
+  EXPECT_EQ(adapted(llama, {"v_proj", "q_proj"}).first,
+            (std::vector<std::string>{"blocks.0.attn.q", "blocks.0.attn.v", "blocks.1.attn.q",
+                                      "blocks.1.attn.v"}));
+  GPTConfig untied = llama;
+  untied.tie_embeddings = false;
+  EXPECT_EQ(adapted(untied, {"all-linear"}).first, want);  // not lm_head
+  // The default targets: every projection of attention and the MLP, fused or not.
+  const std::vector<std::string> fallback = {"*.attn.*", "*.mlp.*"};
+  EXPECT_EQ(adapted(llama, fallback).first, want);
+  EXPECT_EQ(adapted(tiny_gpt(), fallback).first,
+            adapted(tiny_gpt(), {"*.attn.qkv", "*.attn.proj", "*.mlp.*"}).first);
+
+  // A fused model has no attn.q to adapt apart: exit 2 naming the key and both ways out, from
+  // injection and from the count `forge validate` prints alike.
+  const GPTConfig fused = tiny_gpt(true);
+  for (const std::string name : {"q_proj", "k_proj", "v_proj"}) {
+    Generator gen(0);
+    GPT m(fused, gen);
+    const std::string injected = error_of([&] { inject_lora(m, lora_config({name}), gen); });
+    EXPECT_EQ(error_of([&] { lora_parameter_count(fused, lora_config({name})); }), injected);
+    for (const std::string& part :
+         std::vector<std::string>{"lora.targets: '" + name + "'", "model.fused_qkv: false",
+                                  "target attn.qkv", "'blocks.0.attn.qkv'"})
+      EXPECT_NE(injected.find(part), std::string::npos) << injected;
+  }
+  EXPECT_EQ(adapted(fused, {"o_proj"}).first,
+            (std::vector<std::string>{"blocks.0.attn.proj", "blocks.1.attn.proj"}));
+  const std::string gelu =
+      error_of([&] { lora_parameter_count(tiny_gpt(), lora_config({"up_proj"})); });
+  EXPECT_NE(gelu.find("target 'up_proj' ('*.mlp.up') matches no Linear layer"), std::string::npos)
+      << gelu;
+}
+
 // A LoRA policy's DPO reference: with its adapters off the model is its base, bitwise, whatever
 // the adapters hold; they come back on at the end of the scope.
 TEST(LoRAInject, AdaptersOffIsTheBaseBitwise) {
@@ -407,15 +477,24 @@ int64_t injected_adapter_count(const GPTConfig& c, const LoRAConfig& lc) {
 TEST(LoRAInject, ParameterCountFromConfigMatchesInjection) {
   GPTConfig untied = tiny_gpt();
   untied.tie_embeddings = false;
-  for (const GPTConfig& c : {tiny_gpt(), tiny_gpt(true), untied}) {
+  GPTConfig llama = llama_gqa(), llama_untied = llama_gqa();
+  llama_untied.tie_embeddings = false;
+  for (const GPTConfig& c : {tiny_gpt(), tiny_gpt(true), untied, llama, llama_untied}) {
+    const bool fused = c.fused_qkv;
     for (const std::vector<std::string>& targets :
-         {std::vector<std::string>{"*.attn.qkv", "*.attn.proj"},
-          std::vector<std::string>{"*"}, std::vector<std::string>{"blocks.1.mlp.*", "lm_head"}}) {
+         {std::vector<std::string>{fused ? "*.attn.qkv" : "*.attn.q", "*.attn.proj"},
+          std::vector<std::string>{"*"}, std::vector<std::string>{"blocks.1.mlp.*", "lm_head"},
+          std::vector<std::string>{"*.attn.*", "*.mlp.*"}, std::vector<std::string>{"all-linear"},
+          std::vector<std::string>{"k_proj", "o_proj", "down_proj", "lm_head"}, kHubTargets}) {
       if (targets.back() == "lm_head" && c.tie_embeddings) continue;
+      if (targets[0].ends_with("_proj") && (fused || c.mlp != MLPType::swiglu)) continue;
       const LoRAConfig lc = lora_config(targets, 3);
       EXPECT_EQ(lora_parameter_count(c, lc), injected_adapter_count(c, lc)) << targets[0];
     }
   }
+  // Grouped-query attention: k and v project d_model 16 to one head of 8.
+  EXPECT_EQ(lora_parameter_count(llama, lora_config({"k_proj", "v_proj"}, 3)),
+            2 * 2 * 3 * (16 + 8));
   GPTConfig big;  // GPT-2 124M: counted, not built
   big.vocab_size = 50257;
   big.context = 1024;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <numbers>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -499,6 +500,17 @@ TEST(NnRotary, DotProductDependsOnRelativePosition) {
   // Rotation keeps norms.
   EXPECT_NEAR(sum(apply_rotary(q, tables, 5) * apply_rotary(q, tables, 5)).item(),
               sum(q * q).item(), 1e-5);
+}
+
+// The tables hold context x head_dim floats: for a hub model's 128k context, 32 MiB a layer. One
+// set serves every layer.
+TEST(NnRotary, TheLayersShareOneSetOfTables) {
+  Generator gen(0);
+  GPT m(testing::tiny_llama_gqa_config(), gen);
+  std::set<const void*> storage;
+  for (const NamedTensor& b : m.named_buffers()) storage.insert(b.tensor.data<float>());
+  EXPECT_EQ(m.named_buffers().size(), 4u);  // rope_cos and rope_sin of 2 layers
+  EXPECT_EQ(storage.size(), 2u);
 }
 
 void check_incremental(const GPTConfig& c) {

@@ -1,7 +1,7 @@
-// What recipe tests share: a fresh directory per test holding the first 40 KB of Tiny Shakespeare
-// as corpus.txt, the forge binary run as a user would run it (with or without its output), the
-// step-by-step numbers of a run's train lines and the tensors of its latest checkpoint (for
-// comparing an interrupted run with an uninterrupted one).
+// What recipe tests share: twelve SFT records, a fresh directory per test holding the first 40 KB
+// of Tiny Shakespeare as corpus.txt, the forge binary run as a user would run it (with or without
+// its output), the step-by-step numbers of a run's train lines and the tensors of its latest
+// checkpoint (for comparing an interrupted run with an uninterrupted one).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -25,6 +25,22 @@
 #include "runtime/metrics.h"
 
 namespace forge::testing {
+
+// Twelve short instruction records (prompt + completion + "%\n" fit the context of 32 + 1).
+inline constexpr const char* kSFT =
+    R"({"prompt": "Capital of France?", "completion": " Paris"}
+{"prompt": "Capital of Italy?", "completion": " Rome"}
+{"prompt": "Capital of Spain?", "completion": " Madrid"}
+{"prompt": "Capital of Peru?", "completion": " Lima"}
+{"prompt": "Opposite of up?", "completion": " down"}
+{"prompt": "Opposite of hot?", "completion": " cold"}
+{"prompt": "Opposite of old?", "completion": " new"}
+{"prompt": "Opposite of wet?", "completion": " dry"}
+{"prompt": "Colour of snow?", "completion": " white"}
+{"prompt": "Colour of grass?", "completion": " green"}
+{"prompt": "Colour of sky?", "completion": " blue"}
+{"prompt": "Colour of coal?", "completion": " black"}
+)";
 
 class RecipeTest : public ::testing::Test {
  protected:

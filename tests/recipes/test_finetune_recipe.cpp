@@ -22,6 +22,7 @@
 #include "recipes/finetune.h"
 #include "runtime/lora_config.h"
 #include "runtime/metrics.h"
+#include "tests/nn/tiny_gpt.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/recipes/section_test.h"
 #include "tests/test_util.h"
@@ -30,22 +31,6 @@ namespace forge {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Twelve short instruction records (prompt + completion + "%\n" fit the context of 32 + 1).
-const char* const kSFT =
-    R"({"prompt": "Capital of France?", "completion": " Paris"}
-{"prompt": "Capital of Italy?", "completion": " Rome"}
-{"prompt": "Capital of Spain?", "completion": " Madrid"}
-{"prompt": "Capital of Peru?", "completion": " Lima"}
-{"prompt": "Opposite of up?", "completion": " down"}
-{"prompt": "Opposite of hot?", "completion": " cold"}
-{"prompt": "Opposite of old?", "completion": " new"}
-{"prompt": "Opposite of wet?", "completion": " dry"}
-{"prompt": "Colour of snow?", "completion": " white"}
-{"prompt": "Colour of grass?", "completion": " green"}
-{"prompt": "Colour of sky?", "completion": " blue"}
-{"prompt": "Colour of coal?", "completion": " black"}
-)";
 
 class FinetuneRecipe : public testing::RecipeTest {
  protected:
@@ -99,7 +84,7 @@ class FinetuneRecipe : public testing::RecipeTest {
   }
 
   // The SFT records as dir_/name.jsonl.
-  fs::path write_sft(const std::string& name, const std::string& text = kSFT) {
+  fs::path write_sft(const std::string& name, const std::string& text = testing::kSFT) {
     testing::write_file(dir_ / (name + ".jsonl"), text);
     return dir_ / (name + ".jsonl");
   }
@@ -308,7 +293,7 @@ TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
   const std::string changed = write_sft("changed").string();
   fs::path stopped = write_config("sft_changed", 8, "", changed);
   ASSERT_EQ(forge("train " + stopped.string() + " train.max_steps=4"), 0);
-  write_sft("changed", std::string(kSFT) +
+  write_sft("changed", std::string(testing::kSFT) +
                            R"({"prompt": "Colour of blood?", "completion": " red"})" + "\n");
   auto [code, out] = forge_output("train " + stopped.string());
   EXPECT_EQ(code, 4) << out;
@@ -431,8 +416,9 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
   const int64_t r = 4;
   auto [code, out] = forge_output("validate " + write_config("v", int(r)).string());
   ASSERT_EQ(code, 0) << out;
-  // r (in + out) for each Linear the default targets (*.attn.qkv, *.attn.proj, *.mlp.*) match,
-  // from the shapes of the base's weights.
+  // r (in + out) for each Linear the default targets (*.attn.*, *.mlp.*) match, from the shapes
+  // of the base's weights: attn.qkv, attn.proj, mlp.fc and mlp.proj, as before the default also
+  // covered attention projected apart.
   LoadedGPT base = load_gpt(base_file_);
   int64_t want = 0, layers = 0;
   for (const NamedTensor& p : base.model->named_parameters()) {
@@ -455,6 +441,21 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
   ASSERT_EQ(code, 0) << out;
   const int64_t also = 256 * 32 + 2 * 32;
   EXPECT_NE(out.find("# trainable parameters: " + std::to_string(want + also) + " ("),
+            std::string::npos)
+      << out;
+  // Hugging Face's o_proj, down_proj are this base's attn.proj and mlp.proj; its q, k and v are
+  // one matrix, which q_proj cannot name: a config error at lora.targets saying what to do.
+  std::tie(code, out) = forge_output("validate " + config + " 'lora.targets=[o_proj, down_proj]'");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("# trainable parameters: " + std::to_string(4 * 2 * (32 + 32 + 128 + 32)) +
+                     " ("),
+            std::string::npos)
+      << out;
+  std::tie(code, out) = forge_output("validate " + config + " 'lora.targets=[q_proj, o_proj]'");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("lora.targets: 'q_proj' is Hugging Face's name for attn.q, but this model "
+                     "projects q, k and v with one matrix ('blocks.0.attn.qkv'); set "
+                     "model.fused_qkv: false to adapt them apart, or target attn.qkv"),
             std::string::npos)
       << out;
   std::tie(code, out) = forge_output("validate " + config + " 'lora.train_also=[tok_emb.wieght]'");
@@ -508,6 +509,36 @@ TEST(LoRASection, HoldsEveryKeyOfTheSection) {
         [](const LoRASection& s) {
           EXPECT_EQ(s.train_also, (std::vector<std::string>{"ln_f.*"}));
         }}});
+}
+
+// lora.targets' default adapts attention and the MLP whether q, k and v are one matrix (the
+// layers it adapted before) or three (the Llama family's layout, where attn.qkv matches nothing).
+TEST(LoRASection, DefaultTargetsAdaptAttentionAndTheMLPFusedOrNot) {
+  const RunConfig c = load_config_string(
+      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: x.txt}\n"
+      "lora: {rank: 4}\n",
+      "x.yaml", {}, ConfigFiles::skip);
+  const LoRASection lora = lora_settings(c);
+  auto adapted = [](const nn::GPTConfig& g, const nn::LoRAConfig& l) {
+    Generator gen(0);
+    nn::GPT m(g, gen);
+    return nn::inject_lora(m, l, gen);
+  };
+  nn::GPTConfig fused = testing::tiny_gpt_config(true), apart = fused;
+  apart.fused_qkv = false;
+  apart.n_kv_heads = 1;
+  std::vector<std::string> want_fused, want_apart;
+  for (const std::string b : {"blocks.0.", "blocks.1."}) {
+    for (const char* m : {"attn.qkv", "attn.proj", "mlp.gate", "mlp.up", "mlp.proj"})
+      want_fused.push_back(b + m);
+    for (const char* m : {"attn.q", "attn.k", "attn.v", "attn.proj", "mlp.gate", "mlp.up",
+                          "mlp.proj"})
+      want_apart.push_back(b + m);
+  }
+  EXPECT_EQ(adapted(fused, lora), want_fused);
+  EXPECT_EQ(adapted(apart, lora), want_apart);
+  EXPECT_EQ(nn::lora_parameter_count(apart, lora), 2 * 4 * ((16 + 16) + 2 * (16 + 8) +
+                                                            (16 + 16) + 3 * (16 + 48)));
 }
 
 }  // namespace

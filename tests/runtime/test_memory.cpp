@@ -105,6 +105,28 @@ TEST(MemoryCheck, AnEstimateBeyondTheLimitIsAConfigErrorNamingBoth) {
   EXPECT_GT(machine->bytes, 0);
 }
 
+// A generation's key-value cache holds the key/value heads only: 1 of 8 heads a layer here, so a
+// row of 1000 new tokens needs 2 x 8 floats a token, not 2 x d_model (64). Its lower bound must
+// stay one, or a generation from a grouped-query model that fits would be refused.
+TEST(MemoryCheck, AGenerationsCacheHoldsTheKeyValueHeadsOnly) {
+  ModelConfig m{.vocab_size = 256, .d_model = 64, .n_layers = 1, .n_heads = 8, .n_kv_heads = 1};
+  const nn::SamplingOptions sampling{.max_new_tokens = 1000};
+  const nn::BatchOptions batch{.num_samples = 1, .batch_size = 1};
+  const std::vector<std::vector<int64_t>> prompts = {{1}};
+  // 4 bytes x (2 x 8 x 1000 cached + 256 logits) = 65,024 bytes a row, and one completion.
+  EXPECT_NO_THROW(check_generation_memory(m, prompts, sampling, batch,
+                                          MemoryLimit{100000, "a limit"}, "generate"));
+  expect_error(ExitCode::usage, "generate: --batch-size 1: the completions and a batch of 1 rows",
+               [&] {
+                 check_generation_memory(m, prompts, sampling, batch, MemoryLimit{60000, "x"},
+                                         "generate");
+               });
+  m.n_kv_heads = 8;  // every head keeps its keys and values: 2 x 64 a token
+  EXPECT_THROW(check_generation_memory(m, prompts, sampling, batch,
+                                       MemoryLimit{100000, "a limit"}, "generate"),
+               Error);
+}
+
 class MemoryRun : public RecipeTest {};
 
 TEST_F(MemoryRun, TrainStopsBeforeBuildingAModelThatCannotFit) {
