@@ -11,6 +11,7 @@ batch 1, through a preallocated key/value cache of the key/value heads only; pri
 Run with Debian's /usr/bin/python3 (torch 1.13).
 """
 import math
+import os
 import sys
 import time
 
@@ -21,6 +22,9 @@ import torch.nn.functional as F
 from bench_generate import read_prompts
 from bench_gpt import DEFAULTS, argument_parser, read_sections
 from bench_lora import LoRALinear, glob_match, train_adapters
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+from make_llama_goldens import inv_freq  # noqa: E402
 
 MODEL_DEFAULTS = dict(DEFAULTS["model"], n_kv_heads=0, head_dim=0, ffn_hidden=0, fused_qkv=True,
                       qkv_bias=False, rope_theta=10000.0, rope_scaling={"type": "none"})
@@ -50,21 +54,13 @@ def load_config(path):
 
 
 def rotary_frequencies(D, theta, scaling):
-    """theta^(-2i/D), i < D/2, stretched as transformers' rope_init_fn for rope_scaling does."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
-    kind = scaling["type"]
-    if kind == "linear":
-        return inv_freq / scaling["factor"]
-    if kind == "llama3":
-        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-        old = scaling["original_context"]
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
-        smooth = (old / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= old / high) & (wavelen <= old / low)
-        return torch.where(medium, smoothed, scaled)
-    return inv_freq
+    """theta^(-2i/D), i < D/2, stretched as rope_scaling says: transformers' computation as
+    tests/golden/make_llama_goldens.py writes it, given Forge's keys as config.json's."""
+    hub = {"rope_theta": theta}
+    if scaling["type"] != "none":
+        hub["rope_scaling"] = dict(scaling, original_max_position_embeddings=scaling.get(
+            "original_context"))
+    return inv_freq(hub, D)
 
 
 def rotate_half(x):
