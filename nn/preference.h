@@ -1,8 +1,9 @@
 // The losses of preference training, as TRL writes them (docs/recipes/preference.md): a sequence's
 // summed response log-probability, DPO with its sigmoid, IPO and hinge variants, ORPO and SimPO
-// (which compare no reference), and the Bradley-Terry loss of a reward model. All are composites of differentiable ops, so they need no
-// backward of their own, and all return one loss per pair: the recipe sums or averages them like
-// any other per-example loss, and TRL's batch loss is their mean.
+// (which compare no reference), and the Bradley-Terry loss of a reward model. All are composites
+// of differentiable ops, so they need no backward of their own, and all return one loss per pair:
+// the recipe sums or averages them like any other per-example loss, and TRL's batch loss is their
+// mean.
 #pragma once
 
 #include "core/tensor.h"

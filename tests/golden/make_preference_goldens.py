@@ -26,6 +26,18 @@ def put(name, t):
     lines.append(f"{name} {len(v)} " + " ".join(repr(float(x)) for x in v))
 
 
+def put_result(key, losses, chosen_rewards, rejected_rewards, pc, pr):
+    """Backward of the pairs' mean loss; the losses, that mean, the rewards and pc's, pr's grads."""
+    loss = losses.mean()
+    loss.backward()
+    put(f"{key}.losses", losses)
+    put(f"{key}.loss", loss)
+    put(f"{key}.chosen_rewards", chosen_rewards)
+    put(f"{key}.rejected_rewards", rejected_rewards)
+    put(f"{key}.dpc", pc.grad)
+    put(f"{key}.dpr", pr.grad)
+
+
 def batch_logps(logits, labels, average):
     """TRL's _get_batch_logps without the shift: masked sum (or mean) of the targets' log-probs."""
     loss_mask = labels != -100
@@ -87,16 +99,9 @@ for name, beta, ls in variants:
                                     beta, ls, loss_type)
     else:
         losses, cr, rj = dpo_losses(pc, pr, rc, rr, beta, ls, loss_type)
-    loss = losses.mean()
-    loss.backward()
     put(f"dpo_{name}.beta", [beta])
     put(f"dpo_{name}.label_smoothing", [ls])
-    put(f"dpo_{name}.losses", losses)
-    put(f"dpo_{name}.loss", loss)
-    put(f"dpo_{name}.chosen_rewards", cr)
-    put(f"dpo_{name}.rejected_rewards", rj)
-    put(f"dpo_{name}.dpc", pc.grad)
-    put(f"dpo_{name}.dpr", pr.grad)
+    put_result(f"dpo_{name}", losses, cr, rj, pc, pr)
 
 # ---- DPO from logits: one concatenated [2B, T, V] batch, chosen rows first ----
 B2, T2, V2 = 2, 5, 7
@@ -148,8 +153,8 @@ def log1mexp(x):
 
 
 def orpo_losses(ac, ar, nll, beta):
-    """ORPOTrainer.odds_ratio_loss on averaged log-probs; its batch loss is nll - mean(beta * ratio),
-    here written per pair as nll - beta * ratio so that their mean is that loss."""
+    """ORPOTrainer.odds_ratio_loss on averaged log-probs. Its batch loss is
+    nll - mean(beta * ratio), here per pair nll - beta * ratio, whose mean is that loss."""
     log_odds = (ac - ar) - (log1mexp(ac) - log1mexp(ar))
     ratio = F.logsigmoid(log_odds)
     return nll - beta * ratio, beta * ac.detach(), beta * ar.detach(), log_odds
@@ -182,22 +187,16 @@ for name, beta, gamma, ls in [("orpo", 0.1, 0.0, 0.0), ("simpo", 2.0, 1.2, 0.0),
         put(f"{name}.log_odds", log_odds)
     else:
         losses, cr, rj = simpo_losses(pc / counts_c, pr / counts_r, beta, gamma, ls)
-    loss = losses.mean()
-    loss.backward()
     put(f"{name}.beta", [beta])
     put(f"{name}.gamma", [gamma])
     put(f"{name}.label_smoothing", [ls])
-    put(f"{name}.losses", losses)
-    put(f"{name}.loss", loss)
-    put(f"{name}.chosen_rewards", cr)
-    put(f"{name}.rejected_rewards", rj)
-    put(f"{name}.dpc", pc.grad)
-    put(f"{name}.dpr", pr.grad)
+    put_result(name, losses, cr, rj, pc, pr)
     if name == "orpo":
         put(f"{name}.dnll", n.grad)
 
-# ---- ORPO and SimPO from the logits above. ORPO's NLL scores the chosen rows' whole rows (ORPOTrainer: labels are the input ids wherever the
-# attention mask is 1, prompt included), their mean over the batch's tokens (CrossEntropyLoss).
+# ---- ORPO and SimPO from the logits above. ORPO's NLL scores the chosen rows' whole rows
+# (ORPOTrainer: labels are the input ids wherever the attention mask is 1, prompt included), their
+# mean over the batch's tokens (CrossEntropyLoss).
 row_labels = labels.clone()
 row_labels[:, 0] = torch.randint(0, V2, (2 * B2,))  # the prompt's tokens, scored by the NLL
 row_labels[1, :2] = torch.randint(0, V2, (2,))

@@ -120,6 +120,19 @@ DPOLogProbs golden_logps() {
           golden_tensor("dpo.nr", {8}, DType::i64)};
 }
 
+// Backward of the pairs' mean loss, then the losses, their mean, the rewards and the policy's
+// gradients against goldens `key`.*.
+void expect_loss_goldens(const DPOResult& r, const DPOLogProbs& in, const std::string& key) {
+  const Tensor loss = mean(r.losses);
+  loss.backward();
+  expect_golden(r.losses, key + ".losses", 1e-12);
+  expect_golden(loss, key + ".loss", 1e-12);
+  expect_golden(r.chosen_rewards, key + ".chosen_rewards", 1e-12);
+  expect_golden(r.rejected_rewards, key + ".rejected_rewards", 1e-12);
+  expect_golden(in.policy_chosen.grad(), key + ".dpc", 1e-12);
+  expect_golden(in.policy_rejected.grad(), key + ".dpr", 1e-12);
+}
+
 TEST(PreferenceLoss, DPOLossesMatchTorchForEveryLossType) {
   const std::vector<std::pair<std::string, DPOLossType>> variants = {
       {"sigmoid", DPOLossType::sigmoid},
@@ -134,14 +147,7 @@ TEST(PreferenceLoss, DPOLossesMatchTorchForEveryLossType) {
     const DPOOptions options{golden(key + ".beta").at(0), golden(key + ".label_smoothing").at(0),
                              type};
     const DPOResult r = dpo_loss(in, options);
-    const Tensor loss = mean(r.losses);
-    loss.backward();
-    expect_golden(r.losses, key + ".losses", 1e-12);
-    expect_golden(loss, key + ".loss", 1e-12);
-    expect_golden(r.chosen_rewards, key + ".chosen_rewards", 1e-12);
-    expect_golden(r.rejected_rewards, key + ".rejected_rewards", 1e-12);
-    expect_golden(in.policy_chosen.grad(), key + ".dpc", 1e-12);
-    expect_golden(in.policy_rejected.grad(), key + ".dpr", 1e-12);
+    expect_loss_goldens(r, in, key);
     EXPECT_FALSE(in.reference_chosen.grad().defined()) << key;
     EXPECT_FALSE(r.chosen_rewards.requires_grad()) << key;
   }
@@ -183,14 +189,7 @@ TEST(PreferenceLoss, ORPOAndSimPOMatchTorchWithoutAReference) {
                              .loss_type = type,
                              .simpo_gamma = golden(key + ".gamma").at(0)};
     const DPOResult r = dpo_loss(in, options);
-    const Tensor loss = mean(r.losses);
-    loss.backward();
-    expect_golden(r.losses, key + ".losses", 1e-12);
-    expect_golden(loss, key + ".loss", 1e-12);
-    expect_golden(r.chosen_rewards, key + ".chosen_rewards", 1e-12);
-    expect_golden(r.rejected_rewards, key + ".rejected_rewards", 1e-12);
-    expect_golden(in.policy_chosen.grad(), key + ".dpc", 1e-12);
-    expect_golden(in.policy_rejected.grad(), key + ".dpr", 1e-12);
+    expect_loss_goldens(r, in, key);
     if (type == DPOLossType::orpo) {
       expect_golden(r.log_odds, key + ".log_odds", 1e-12);
       expect_golden(in.chosen_nll.grad(), key + ".dnll", 1e-12);

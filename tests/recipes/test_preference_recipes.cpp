@@ -204,7 +204,8 @@ TEST_F(PreferenceRecipes, ORPOAndSimPOTrainWithoutAReference) {
   EXPECT_NEAR(losses(orpo, "val", "log_odds_chosen").at(12), -0.0903441, 2e-5);
   // No reference: none in the checkpoint, by tensor or by reference to the base.
   const CheckpointInfo info = read_checkpoint_info(resolve_checkpoint(orpo));
-  for (const TensorSpec& t : info.model) EXPECT_EQ(t.name.rfind("reference.", 0), std::string::npos);
+  for (const TensorSpec& t : info.model)
+    EXPECT_EQ(t.name.rfind("reference.", 0), std::string::npos) << t.name;
   EXPECT_TRUE(info.references.empty());
   auto [code, out] = forge_output("eval " + orpo.string());
   ASSERT_EQ(code, 0) << out;
