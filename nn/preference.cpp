@@ -1,6 +1,6 @@
 // Preference losses from existing ops: sequence log-probabilities through the fused cross-entropy
-// (its backward rebuilds the softmax from a saved log-sum-exp per position), DPO's variants and
-// the Bradley-Terry loss from elementwise ops on [B] vectors.
+// (its backward rebuilds the softmax from a saved log-sum-exp per position), DPO's variants, ORPO,
+// SimPO and the Bradley-Terry loss from elementwise ops on [B] vectors.
 #include "nn/preference.h"
 
 #include <algorithm>
@@ -55,10 +55,21 @@ void check_option(bool ok, const char* what, double value) {
   if (!ok) throw Error(ExitCode::usage, detail::concat("dpo: ", what, ", got ", value));
 }
 
+const char* loss_name(DPOLossType type) {
+  switch (type) {
+    case DPOLossType::sigmoid: return "sigmoid";
+    case DPOLossType::ipo: return "ipo";
+    case DPOLossType::hinge: return "hinge";
+    case DPOLossType::orpo: return "orpo";
+    case DPOLossType::simpo: return "simpo";
+  }
+  return "?";
+}
+
 // x / counts, counts converted to x's dtype; every count must be positive.
-Tensor per_token(const Tensor& x, const Tensor& counts, const char* name) {
+Tensor per_token(const Tensor& x, const Tensor& counts, const char* name, DPOLossType type) {
   if (!counts.defined())
-    throw Error(ExitCode::usage, detail::concat("dpo: the ipo loss needs ", name,
+    throw Error(ExitCode::usage, detail::concat("dpo: the ", loss_name(type), " loss needs ", name,
                                                 " (token counts to average over)"));
   FORGE_CHECK(counts.shape() == x.shape(), "dpo: ", name, " must be ", shape_str(x.shape()),
               ", got ", shape_str(counts.shape()));
@@ -72,40 +83,84 @@ Tensor per_token(const Tensor& x, const Tensor& counts, const char* name) {
   return x / c;
 }
 
+// -(1 - eps) log sigmoid(z) - eps log sigmoid(-z): the sigmoid loss, conservative for eps > 0.
+Tensor smoothed_sigmoid_loss(const Tensor& z, double eps) {
+  Tensor losses = -(1 - eps) * log_sigmoid(z);
+  if (eps > 0) losses = losses - eps * log_sigmoid(-z);
+  return losses;
+}
+
+// ORPO (TRL's ORPOTrainer.odds_ratio_loss plus its NLL) and SimPO (CPOTrainer.cpo_loss with
+// loss_type simpo) on per-token averages ac, ar.
+DPOResult reference_free_loss(const Tensor& ac, const Tensor& ar, const Tensor& chosen_nll,
+                              const DPOOptions& options) {
+  const double beta = options.beta;
+  DPOResult r{Tensor(), (beta * ac).detach(), (beta * ar).detach(), Tensor()};
+  if (options.loss_type == DPOLossType::simpo) {
+    r.losses = smoothed_sigmoid_loss(beta * (ac - ar) - options.simpo_gamma,
+                                     options.label_smoothing);
+    return r;
+  }
+  if (!chosen_nll.defined())
+    throw Error(ExitCode::usage, "dpo: the orpo loss needs chosen_nll (its NLL term)");
+  FORGE_CHECK(chosen_nll.numel() == 1 && chosen_nll.dtype() == ac.dtype(),
+              "dpo: chosen_nll must be a scalar of ", dtype_name(ac.dtype()), ", got ",
+              shape_str(chosen_nll.shape()), " ", dtype_name(chosen_nll.dtype()));
+  // log(1 - exp(a)) as TRL 0.8-0.11 writes it (log1p(-exp(a))): in float32 it keeps about
+  // 1e-7 / |a| of relative precision, so an average within 1e-3 of 0 loses digits.
+  const Tensor log_odds = (ac - ar) - (log(1 - exp(ac)) - log(1 - exp(ar)));
+  r.losses = reshape(chosen_nll, {}) - beta * log_sigmoid(log_odds);
+  r.log_odds = log_odds.detach();
+  return r;
+}
+
 }  // namespace
+
+bool needs_reference(DPOLossType type) {
+  return type != DPOLossType::orpo && type != DPOLossType::simpo;
+}
 
 DPOResult dpo_loss(const DPOLogProbs& logps, const DPOOptions& options) {
   const double beta = options.beta, eps = options.label_smoothing;
+  const DPOLossType type = options.loss_type;
   check_option(std::isfinite(beta) && beta > 0, "beta must be finite and > 0", beta);
   check_option(eps >= 0 && eps < 0.5, "label_smoothing must be in [0, 0.5)", eps);
-  check_option(eps == 0 || options.loss_type == DPOLossType::sigmoid,
-               "label_smoothing applies to the sigmoid loss only", eps);
+  check_option(eps == 0 || type == DPOLossType::sigmoid || type == DPOLossType::simpo,
+               "label_smoothing applies to the sigmoid and simpo losses only", eps);
+  check_option(std::isfinite(options.simpo_gamma), "simpo_gamma must be finite",
+               options.simpo_gamma);
   const Tensor& first = logps.policy_chosen;
   FORGE_CHECK(first.defined(), "dpo: policy_chosen is undefined");
   check_pair(first, first, "dpo", "policy_chosen");
   check_pair(logps.policy_rejected, first, "dpo", "policy_rejected");
+  Tensor pc = logps.policy_chosen, pr = logps.policy_rejected;
+  if (type != DPOLossType::sigmoid && type != DPOLossType::hinge) {
+    // TRL averages every log-probability over its response's tokens for these.
+    pc = per_token(pc, logps.chosen_tokens, "chosen_tokens", type);
+    pr = per_token(pr, logps.rejected_tokens, "rejected_tokens", type);
+  }
+  if (!needs_reference(type)) return reference_free_loss(pc, pr, logps.chosen_nll, options);
   check_pair(logps.reference_chosen, first, "dpo", "reference_chosen");
   check_pair(logps.reference_rejected, first, "dpo", "reference_rejected");
-  Tensor pc = logps.policy_chosen, pr = logps.policy_rejected;
   Tensor rc = logps.reference_chosen.detach(), rr = logps.reference_rejected.detach();
-  if (options.loss_type == DPOLossType::ipo) {
-    pc = per_token(pc, logps.chosen_tokens, "chosen_tokens");
-    rc = per_token(rc, logps.chosen_tokens, "chosen_tokens");
-    pr = per_token(pr, logps.rejected_tokens, "rejected_tokens");
-    rr = per_token(rr, logps.rejected_tokens, "rejected_tokens");
+  if (type == DPOLossType::ipo) {
+    rc = per_token(rc, logps.chosen_tokens, "chosen_tokens", type);
+    rr = per_token(rr, logps.rejected_tokens, "rejected_tokens", type);
   }
   const Tensor h = (pc - pr) - (rc - rr);
   Tensor losses;
-  switch (options.loss_type) {
+  switch (type) {
     case DPOLossType::sigmoid:
-      losses = -(1 - eps) * log_sigmoid(beta * h);
-      if (eps > 0) losses = losses - eps * log_sigmoid(-beta * h);
+      losses = smoothed_sigmoid_loss(beta * h, eps);
       break;
     case DPOLossType::ipo:
       losses = pow(h - 1 / (2 * beta), 2.0);
       break;
     case DPOLossType::hinge:
       losses = relu(1 - beta * h);
+      break;
+    case DPOLossType::orpo:
+    case DPOLossType::simpo:
       break;
   }
   return {losses, (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()};

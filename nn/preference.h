@@ -1,8 +1,9 @@
 // The losses of preference training, as TRL writes them (docs/recipes/preference.md): a sequence's
-// summed response log-probability, DPO with its sigmoid, IPO and hinge variants, and the
-// Bradley-Terry loss of a reward model. All are composites of differentiable ops, so they need no
-// backward of their own, and all return one loss per pair: the recipe sums or averages them like
-// any other per-example loss, and TRL's batch loss is their mean.
+// summed response log-probability, DPO with its sigmoid, IPO and hinge variants, ORPO and SimPO
+// (which compare no reference), and the Bradley-Terry loss of a reward model. All are composites
+// of differentiable ops, so they need no backward of their own, and all return one loss per pair:
+// the recipe sums or averages them like any other per-example loss, and TRL's batch loss is their
+// mean.
 #pragma once
 
 #include "core/tensor.h"
@@ -23,30 +24,43 @@ enum class DPOLossType {
   sigmoid,  ///< DPO (Rafailov et al. 2023), with conservative label smoothing
   ipo,      ///< IPO (Azar et al. 2023) on per-token averaged log-probabilities, as TRL does it
   hinge,    ///< SLiC's hinge (Zhao et al. 2023)
+  orpo,     ///< ORPO (Hong et al. 2024), TRL's ORPOTrainer: no reference
+  simpo,    ///< SimPO (Meng et al. 2024), TRL's CPOTrainer with loss_type simpo: no reference
 };
 
+/// Whether a loss compares the policy with a reference (sigmoid, ipo, hinge) or not (orpo, simpo).
+bool needs_reference(DPOLossType type);
+
 struct DPOOptions {
-  double beta = 0.1;  ///< TRL's default; > 0 (IPO's tau)
-  /// eps in [0, 0.5): the chance a label is flipped (cDPO); sigmoid only
+  double beta = 0.1;  ///< TRL's default; > 0 (IPO's tau, ORPO's lambda)
+  /// eps in [0, 0.5): the chance a label is flipped (cDPO); sigmoid and simpo only
   double label_smoothing = 0.0;
   DPOLossType loss_type = DPOLossType::sigmoid;
+  double simpo_gamma = 0.5;  ///< SimPO's target margin gamma (TRL's simpo_gamma), finite
 };
 
 /// The four log-probabilities of B pairs ([B] each, one float dtype), summed over each response's
-/// tokens (sequence_logprobs). The reference's are constants: dpo_loss never differentiates them.
-/// The token counts ([B], any dtype, each > 0; PreferenceBatch::target_counts) are read by ipo
-/// only.
+/// tokens (sequence_logprobs). The reference's are constants: dpo_loss never differentiates them;
+/// orpo and simpo do not read them (they may be undefined). The token counts ([B], any dtype, each
+/// > 0; PreferenceBatch::target_counts) are read by ipo, orpo and simpo. chosen_nll, read by orpo
+/// only, is a scalar of the policy's dtype: TRL's ORPO NLL term, the mean negative log-likelihood
+/// over every token of the batch's chosen rows after the first, prompt included.
 struct DPOLogProbs {
   Tensor policy_chosen, policy_rejected;
-  Tensor reference_chosen, reference_rejected;
-  Tensor chosen_tokens, rejected_tokens;
+  Tensor reference_chosen{}, reference_rejected{};
+  Tensor chosen_tokens{}, rejected_tokens{};
+  Tensor chosen_nll{};
 };
 
 /// Per-pair losses [B] and TRL's implicit rewards [B] (no graph): rewards/chosen is
-/// beta (pi_c - ref_c), rewards/rejected beta (pi_r - ref_r); their difference is rewards/margins
-/// and (chosen > rejected) rewards/accuracies.
+/// beta (pi_c - ref_c), rewards/rejected beta (pi_r - ref_r) (orpo and simpo: beta times the
+/// policy's per-token average, as TRL logs them); their difference is rewards/margins and
+/// (chosen > rejected) rewards/accuracies. log_odds [B] (orpo only, no graph) is ORPO's log odds
+/// ratio, whose mean TRL logs as log_odds_chosen and the mean of its log sigmoid as
+/// log_odds_ratio.
 struct DPOResult {
   Tensor losses, chosen_rewards, rejected_rewards;
+  Tensor log_odds{};
 };
 
 /// With h = (pi_c - pi_r) - (ref_c - ref_r) (TRL's logits) and z = beta h:
@@ -55,9 +69,14 @@ struct DPOResult {
 ///            divided by its response's token count, as TRL averages them for IPO; the rewards
 ///            are then computed from those averages too, as TRL logs them
 ///   hinge:   relu(1 - z)
+/// and, on the policy's per-token averages a_c = pi_c / |y_c|, a_r = pi_r / |y_r| alone:
+///   orpo:    nll + beta * -log sigmoid(o), o = (a_c - a_r) - (log(1 - e^a_c) - log(1 - e^a_r)),
+///            nll = chosen_nll (every pair carries the batch's, so the pairs' mean is TRL's loss)
+///   simpo:   -(1 - eps) log sigmoid(s) - eps log sigmoid(-s), s = beta (a_c - a_r) - gamma
 /// Throws Error(usage) for beta not finite and > 0, label_smoothing outside [0, 0.5) or nonzero
-/// with another loss than sigmoid, missing or non-positive token counts with ipo; Error(internal)
-/// for inputs of other shapes or dtypes.
+/// with another loss than sigmoid or simpo, simpo_gamma not finite, missing or non-positive token
+/// counts with ipo, orpo or simpo, a missing chosen_nll with orpo; Error(internal) for inputs of
+/// other shapes or dtypes.
 DPOResult dpo_loss(const DPOLogProbs& logps, const DPOOptions& options = {});
 
 /// The reward model's Bradley-Terry loss per pair (TRL's RewardTrainer): chosen and rejected

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <vector>
 
+#include "data/lm_data.h"
 #include "data/sft.h"
 
 namespace forge {
@@ -86,6 +88,21 @@ double mean_pair_tokens(const PreferenceDataset& dataset) {
   for (int64_t i = 0; i < dataset.size(); ++i)
     total += double(dataset.chosen[size_t(i)].size() + dataset.rejected[size_t(i)].size());
   return total / double(std::max<int64_t>(1, dataset.size()));
+}
+
+Tensor chosen_row_targets(const PreferenceBatch& batch) {
+  // [2B, L] rows and mask -> [B, L-1]
+  const int64_t B = batch.pairs(), L = batch.rows.size(1);
+  const std::vector<int64_t> rows = batch.rows.to_vector<int64_t>();
+  const std::vector<int64_t> mask = batch.row_mask.to_vector<int64_t>();
+  std::vector<double> targets;
+  targets.reserve(size_t(B * (L - 1)));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 1; j < L; ++j) {
+      const auto k = size_t(b * L + j);
+      targets.push_back(mask[k] ? double(rows[k]) : double(LMWindows::kIgnoreTarget));
+    }
+  return from_vector(targets, {B, L - 1}, DType::i64);
 }
 
 PreferenceBatch preference_batch_at(const PreferenceDataset& dataset, int64_t first,

@@ -44,6 +44,11 @@ PreferenceData load_preference_data(const RunConfig& config);
 /// Tokens in a pair (both rows), on average: what a step of B pairs counts for tokens/s.
 double mean_pair_tokens(const PreferenceDataset& dataset);
 
+/// The next-token targets of a batch's B chosen rows over the whole row, prompt included (TRL's ORPO
+/// NLL scores them): i64 [B, L-1], targets[b][j] = rows[b][j+1] where that is a real token of the
+/// row, else -100; the same width as batch.ids.
+Tensor chosen_row_targets(const PreferenceBatch& batch);
+
 /// Pairs [first, first + count) of `dataset` in order (count clipped at the end), for evaluation.
 PreferenceBatch preference_batch_at(const PreferenceDataset& dataset, int64_t first, int64_t count);
 

@@ -2,7 +2,9 @@
 losses of nn/preference.h, read by tests/nn/test_preference.cpp. Run from the repository root with
 Debian's torch:  /usr/bin/python3 tests/golden/make_preference_goldens.py
 Lines are "name n v1 ... vn". The formulas are written as TRL writes them (DPOTrainer.dpo_loss,
-_get_batch_logps and concatenated_forward, RewardTrainer.compute_loss, TRL 0.8-0.11): per-pair
+_get_batch_logps and concatenated_forward, RewardTrainer.compute_loss, TRL 0.8-0.11; ORPO as
+ORPOTrainer.odds_ratio_loss and concatenated_forward, SimPO as CPOTrainer.cpo_loss with loss_type
+"simpo" and cpo_alpha 0, trl/experimental of 2026): per-pair
 losses, and gradients of TRL's batch loss, their mean, with respect to the policy's log-probabilities
 (or logits) and the rewards. Targets are already shifted (targets[t] is the token after position t),
 as Forge's batches hold them, so the logits are not shifted here.
@@ -22,6 +24,18 @@ def put(name, t):
         t = torch.tensor(t, dtype=dt)
     v = t.detach().reshape(-1).tolist()
     lines.append(f"{name} {len(v)} " + " ".join(repr(float(x)) for x in v))
+
+
+def put_result(key, losses, chosen_rewards, rejected_rewards, pc, pr):
+    """Backward of the pairs' mean loss; the losses, that mean, the rewards and pc's, pr's grads."""
+    loss = losses.mean()
+    loss.backward()
+    put(f"{key}.losses", losses)
+    put(f"{key}.loss", loss)
+    put(f"{key}.chosen_rewards", chosen_rewards)
+    put(f"{key}.rejected_rewards", rejected_rewards)
+    put(f"{key}.dpc", pc.grad)
+    put(f"{key}.dpr", pr.grad)
 
 
 def batch_logps(logits, labels, average):
@@ -85,16 +99,9 @@ for name, beta, ls in variants:
                                     beta, ls, loss_type)
     else:
         losses, cr, rj = dpo_losses(pc, pr, rc, rr, beta, ls, loss_type)
-    loss = losses.mean()
-    loss.backward()
     put(f"dpo_{name}.beta", [beta])
     put(f"dpo_{name}.label_smoothing", [ls])
-    put(f"dpo_{name}.losses", losses)
-    put(f"dpo_{name}.loss", loss)
-    put(f"dpo_{name}.chosen_rewards", cr)
-    put(f"dpo_{name}.rejected_rewards", rj)
-    put(f"dpo_{name}.dpc", pc.grad)
-    put(f"dpo_{name}.dpr", pr.grad)
+    put_result(f"dpo_{name}", losses, cr, rj, pc, pr)
 
 # ---- DPO from logits: one concatenated [2B, T, V] batch, chosen rows first ----
 B2, T2, V2 = 2, 5, 7
@@ -138,6 +145,73 @@ for name, use_margin, coef in [("plain", False, None), ("margin_center", True, 0
     put(f"bt_{name}.loss", loss)
     put(f"bt_{name}.dchosen", chosen.grad)
     put(f"bt_{name}.drejected", rejected.grad)
+
+def log1mexp(x):
+    """TRL's ORPO log(1 - exp(x)), branching at -log 2."""
+    return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)),
+                       torch.log(-torch.expm1(x)))
+
+
+def orpo_losses(ac, ar, nll, beta):
+    """ORPOTrainer.odds_ratio_loss on averaged log-probs. Its batch loss is
+    nll - mean(beta * ratio), here per pair nll - beta * ratio, whose mean is that loss."""
+    log_odds = (ac - ar) - (log1mexp(ac) - log1mexp(ar))
+    ratio = F.logsigmoid(log_odds)
+    return nll - beta * ratio, beta * ac.detach(), beta * ar.detach(), log_odds
+
+
+def simpo_losses(ac, ar, beta, gamma, ls):
+    """CPOTrainer.cpo_loss, loss_type "simpo", on averaged log-probs."""
+    logits = (ac - ar) - gamma / beta
+    losses = -F.logsigmoid(beta * logits) * (1 - ls) - F.logsigmoid(-beta * logits) * ls
+    return losses, beta * ac.detach(), beta * ar.detach()
+
+
+# ---- ORPO and SimPO on given summed log-probabilities: every average below 0, one near 0 and one
+# far below (both branches of TRL's log1mexp) ----
+opc0 = -counts_c * (torch.rand(B, dtype=dt) * 2.5 + 0.05)
+opr0 = -counts_r * (torch.rand(B, dtype=dt) * 2.5 + 0.05)
+opc0[2] = -counts_c[2] * 2e-4
+opr0[5] = -counts_r[5] * 6.0
+nll = torch.tensor(1.7, dtype=dt)
+put("ref_free.pc", opc0)
+put("ref_free.pr", opr0)
+put("ref_free.nll", nll)
+for name, beta, gamma, ls in [("orpo", 0.1, 0.0, 0.0), ("simpo", 2.0, 1.2, 0.0),
+                              ("simpo_ls", 2.5, 0.5, 0.1)]:
+    pc = opc0.clone().requires_grad_(True)
+    pr = opr0.clone().requires_grad_(True)
+    n = nll.clone().requires_grad_(True)
+    if name == "orpo":
+        losses, cr, rj, log_odds = orpo_losses(pc / counts_c, pr / counts_r, n, beta)
+        put(f"{name}.log_odds", log_odds)
+    else:
+        losses, cr, rj = simpo_losses(pc / counts_c, pr / counts_r, beta, gamma, ls)
+    put(f"{name}.beta", [beta])
+    put(f"{name}.gamma", [gamma])
+    put(f"{name}.label_smoothing", [ls])
+    put_result(name, losses, cr, rj, pc, pr)
+    if name == "orpo":
+        put(f"{name}.dnll", n.grad)
+
+# ---- ORPO and SimPO from the logits above. ORPO's NLL scores the chosen rows' whole rows
+# (ORPOTrainer: labels are the input ids wherever the attention mask is 1, prompt included), their
+# mean over the batch's tokens (CrossEntropyLoss).
+row_labels = labels.clone()
+row_labels[:, 0] = torch.randint(0, V2, (2 * B2,))  # the prompt's tokens, scored by the NLL
+row_labels[1, :2] = torch.randint(0, V2, (2,))
+put("e2e.row_targets", row_labels[:B2])
+for name in ["orpo", "simpo"]:
+    policy.grad = None
+    p = batch_logps(policy, labels, True)
+    if name == "orpo":
+        nll = F.cross_entropy(policy[:B2].reshape(-1, V2), row_labels[:B2].reshape(-1))
+        losses = orpo_losses(p[:B2], p[B2:], nll, 0.1)[0]
+    else:
+        losses = simpo_losses(p[:B2], p[B2:], 2.0, 1.2, 0.0)[0]
+    losses.mean().backward()
+    put(f"e2e_{name}.loss", losses.mean())
+    put(f"e2e_{name}.dpolicy", policy.grad)
 
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "preference.txt")
 with open(path, "w") as f:

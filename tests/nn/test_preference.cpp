@@ -1,8 +1,9 @@
 // Preference losses (nn/preference.h): values and gradients against PyTorch 1.13 written with TRL's
 // formulas (tests/golden/preference.txt, written by make_preference_goldens.py) for
-// sequence_logprobs, every DPO loss type (sigmoid with label smoothing), DPO from logits end to
-// end and the Bradley-Terry loss with margin and centring; finite-difference checks of each; that
-// ignored positions and the reference take no part in gradients; and the errors.
+// sequence_logprobs, every DPO loss type (sigmoid with label smoothing), ORPO and SimPO without a
+// reference, DPO, ORPO and SimPO from logits end to end and the Bradley-Terry loss with margin and
+// centring; finite-difference checks of each; that ignored positions and the reference take no part
+// in gradients; and the errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,19 @@ DPOLogProbs golden_logps() {
           golden_tensor("dpo.nr", {8}, DType::i64)};
 }
 
+// Backward of the pairs' mean loss, then the losses, their mean, the rewards and the policy's
+// gradients against goldens `key`.*.
+void expect_loss_goldens(const DPOResult& r, const DPOLogProbs& in, const std::string& key) {
+  const Tensor loss = mean(r.losses);
+  loss.backward();
+  expect_golden(r.losses, key + ".losses", 1e-12);
+  expect_golden(loss, key + ".loss", 1e-12);
+  expect_golden(r.chosen_rewards, key + ".chosen_rewards", 1e-12);
+  expect_golden(r.rejected_rewards, key + ".rejected_rewards", 1e-12);
+  expect_golden(in.policy_chosen.grad(), key + ".dpc", 1e-12);
+  expect_golden(in.policy_rejected.grad(), key + ".dpr", 1e-12);
+}
+
 TEST(PreferenceLoss, DPOLossesMatchTorchForEveryLossType) {
   const std::vector<std::pair<std::string, DPOLossType>> variants = {
       {"sigmoid", DPOLossType::sigmoid},
@@ -133,14 +147,7 @@ TEST(PreferenceLoss, DPOLossesMatchTorchForEveryLossType) {
     const DPOOptions options{golden(key + ".beta").at(0), golden(key + ".label_smoothing").at(0),
                              type};
     const DPOResult r = dpo_loss(in, options);
-    const Tensor loss = mean(r.losses);
-    loss.backward();
-    expect_golden(r.losses, key + ".losses", 1e-12);
-    expect_golden(loss, key + ".loss", 1e-12);
-    expect_golden(r.chosen_rewards, key + ".chosen_rewards", 1e-12);
-    expect_golden(r.rejected_rewards, key + ".rejected_rewards", 1e-12);
-    expect_golden(in.policy_chosen.grad(), key + ".dpc", 1e-12);
-    expect_golden(in.policy_rejected.grad(), key + ".dpr", 1e-12);
+    expect_loss_goldens(r, in, key);
     EXPECT_FALSE(in.reference_chosen.grad().defined()) << key;
     EXPECT_FALSE(r.chosen_rewards.requires_grad()) << key;
   }
@@ -161,6 +168,61 @@ TEST(PreferenceLoss, DPOFromLogitsMatchesTorch) {
                          slice(ref, 0, 0, 2),    slice(ref, 0, 2, 4),
                          slice(counts, 0, 0, 2), slice(counts, 0, 2, 4)};
     const Tensor loss = mean(dpo_loss(in, {0.1, 0.0, type}).losses);
+    loss.backward();
+    expect_golden(loss, key + ".loss", 1e-12);
+    expect_golden(policy.grad(), key + ".dpolicy", 1e-12);
+  }
+}
+
+TEST(PreferenceLoss, ORPOAndSimPOMatchTorchWithoutAReference) {
+  for (const auto& [name, type] : {std::pair{"orpo", DPOLossType::orpo},
+                                   std::pair{"simpo", DPOLossType::simpo},
+                                   std::pair{"simpo_ls", DPOLossType::simpo}}) {
+    const std::string key = name;
+    DPOLogProbs in{.policy_chosen = golden_tensor("ref_free.pc", {8}).set_requires_grad(true),
+                   .policy_rejected = golden_tensor("ref_free.pr", {8}).set_requires_grad(true),
+                   .chosen_tokens = golden_tensor("dpo.nc", {8}, DType::i64),
+                   .rejected_tokens = golden_tensor("dpo.nr", {8}, DType::i64),
+                   .chosen_nll = golden_tensor("ref_free.nll", {}).set_requires_grad(true)};
+    const DPOOptions options{.beta = golden(key + ".beta").at(0),
+                             .label_smoothing = golden(key + ".label_smoothing").at(0),
+                             .loss_type = type,
+                             .simpo_gamma = golden(key + ".gamma").at(0)};
+    const DPOResult r = dpo_loss(in, options);
+    expect_loss_goldens(r, in, key);
+    if (type == DPOLossType::orpo) {
+      expect_golden(r.log_odds, key + ".log_odds", 1e-12);
+      expect_golden(in.chosen_nll.grad(), key + ".dnll", 1e-12);
+      EXPECT_FALSE(r.log_odds.requires_grad());
+    } else {
+      EXPECT_FALSE(r.log_odds.defined()) << key;
+      EXPECT_FALSE(in.chosen_nll.grad().defined()) << key;  // SimPO has no NLL term
+    }
+  }
+  EXPECT_TRUE(needs_reference(DPOLossType::hinge));
+  EXPECT_FALSE(needs_reference(DPOLossType::orpo) || needs_reference(DPOLossType::simpo));
+}
+
+TEST(PreferenceLoss, ORPOAndSimPOFromLogitsMatchTorch) {
+  // Averages over each row's scored tokens; ORPO's NLL over the chosen rows' whole rows.
+  const Tensor targets = golden_tensor("e2e.targets", {4, 5}, DType::i64);
+  const Tensor row_targets = golden_tensor("e2e.row_targets", {2, 5}, DType::i64);
+  const Tensor counts = target_counts(targets);
+  for (const auto& [name, options] :
+       {std::pair{"orpo", DPOOptions{.beta = 0.1, .loss_type = DPOLossType::orpo}},
+        std::pair{"simpo",
+                  DPOOptions{.beta = 2.0, .loss_type = DPOLossType::simpo, .simpo_gamma = 1.2}}}) {
+    const std::string key = std::string("e2e_") + name;
+    Tensor policy = golden_tensor("e2e.policy", {4, 5, 7}).set_requires_grad(true);
+    const Tensor pi = sequence_logprobs(policy, targets);
+    const DPOLogProbs in{
+        .policy_chosen = slice(pi, 0, 0, 2),
+        .policy_rejected = slice(pi, 0, 2, 4),
+        .chosen_tokens = slice(counts, 0, 0, 2),
+        .rejected_tokens = slice(counts, 0, 2, 4),
+        .chosen_nll = cross_entropy(reshape(slice(policy, 0, 0, 2), {10, 7}),
+                                    reshape(row_targets, {10}))};
+    const Tensor loss = mean(dpo_loss(in, options).losses);
     loss.backward();
     expect_golden(loss, key + ".loss", 1e-12);
     expect_golden(policy.grad(), key + ".dpolicy", 1e-12);
@@ -197,6 +259,23 @@ TEST(PreferenceLoss, LossesGradcheck) {
     };
     EXPECT_GRADCHECK(losses, {testing::randn({6}, 1), testing::randn({6}, 2)});
   }
+  // ORPO's averages must be below 0: the inputs are their logs of minus.
+  for (const DPOOptions options :
+       {DPOOptions{.beta = 0.3, .loss_type = DPOLossType::orpo},
+        DPOOptions{.beta = 2.0, .loss_type = DPOLossType::simpo, .simpo_gamma = 0.7},
+        DPOOptions{.beta = 2.0, .label_smoothing = 0.2, .loss_type = DPOLossType::simpo}}) {
+    auto losses = [&](const In& v) {
+      return dpo_loss({.policy_chosen = -exp(v[0]),
+                       .policy_rejected = -exp(v[1]),
+                       .chosen_tokens = nc,
+                       .rejected_tokens = nr,
+                       .chosen_nll = v[2]},
+                      options)
+          .losses;
+    };
+    EXPECT_GRADCHECK(losses, {testing::randn({6}, 10), testing::randn({6}, 11),
+                              testing::randn({}, 12)});
+  }
   const Tensor margin = testing::rand_uniform({6}, 0.0, 1.0, 5).detach();
   EXPECT_GRADCHECK([&](const In& v) { return bradley_terry_loss(v[0], v[1], margin, 0.05); },
                    {testing::randn({6}, 6), testing::randn({6}, 7)});
@@ -214,12 +293,25 @@ TEST(PreferenceLoss, BadOptionsAndInputsAreOneLineErrors) {
   testing::expect_error(ExitCode::usage, "label_smoothing must be in [0, 0.5), got 0.5",
                         dpo({0.1, 0.5, DPOLossType::sigmoid}, in));
   testing::expect_error(ExitCode::usage,
-                        "label_smoothing applies to the sigmoid loss only, got 0.1",
+                        "label_smoothing applies to the sigmoid and simpo losses only, got 0.1",
                         dpo({0.1, 0.1, DPOLossType::hinge}, in));
+  testing::expect_error(ExitCode::usage,
+                        "label_smoothing applies to the sigmoid and simpo losses only, got 0.1",
+                        dpo({0.1, 0.1, DPOLossType::orpo}, in));
+  testing::expect_error(ExitCode::usage, "dpo: simpo_gamma must be finite, got inf",
+                        dpo({.loss_type = DPOLossType::simpo, .simpo_gamma = HUGE_VAL}, in));
+  testing::expect_error(ExitCode::usage, "dpo: the orpo loss needs chosen_nll (its NLL term)",
+                        dpo({.loss_type = DPOLossType::orpo}, in));
+  DPOLogProbs vector_nll = in;
+  vector_nll.chosen_nll = in.policy_chosen.detach();
+  testing::expect_error(ExitCode::internal, "dpo: chosen_nll must be a scalar of f64, got [8]",
+                        dpo({.loss_type = DPOLossType::orpo}, vector_nll));
   DPOLogProbs no_counts = in;
   no_counts.rejected_tokens = Tensor();
   testing::expect_error(ExitCode::usage, "the ipo loss needs rejected_tokens",
                         dpo({0.1, 0.0, DPOLossType::ipo}, no_counts));
+  testing::expect_error(ExitCode::usage, "the simpo loss needs rejected_tokens",
+                        dpo({0.1, 0.0, DPOLossType::simpo}, no_counts));
   DPOLogProbs zero_count = in;
   zero_count.chosen_tokens = testing::ids({1, 2, 3, 0, 5, 6, 7, 8}, {8});
   testing::expect_error(ExitCode::usage, "dpo: chosen_tokens[3] is 0",

@@ -120,6 +120,14 @@ TEST_F(PolicyMemory, DPOHoldsAReferenceCopyUnlessPrecomputedOrLoRAAndBothRowsOfA
     EXPECT_EQ(lora.trainable_parameters, kAdapters) << precompute;
     EXPECT_EQ(lora.logits_bytes, logits(8, 24)) << precompute;
   }
+
+  // ORPO and SimPO compare no reference: the policy alone.
+  for (const char* loss : {"orpo", "simpo"}) {
+    const MemoryEstimate free = estimate("dpo", dpo, {std::string("dpo.loss_type=") + loss});
+    EXPECT_EQ(free.parameters, kPolicy) << loss;
+    EXPECT_EQ(free.trainable_parameters, kPolicy) << loss;
+    EXPECT_EQ(free.logits_bytes, logits(8, 24)) << loss;
+  }
 }
 
 TEST_F(PolicyMemory, PPOHoldsTheRewardModelAndTrainsAValueModelOrHead) {
@@ -157,6 +165,11 @@ TEST(DPOSection, HoldsEveryKeyOfTheSection) {
         [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::ipo); }},
        {{"dpo.loss_type=hinge"},
         [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::hinge); }},
+       {{"dpo.loss_type=orpo"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::orpo); }},
+       {{"dpo.loss_type=simpo"},
+        [](const DPOSection& s) { EXPECT_EQ(s.loss_type, nn::DPOLossType::simpo); }},
+       {{"dpo.simpo_gamma=1.5"}, [](const DPOSection& s) { EXPECT_EQ(s.simpo_gamma, 1.5); }},
        {{"dpo.label_smoothing=0.2"},
         [](const DPOSection& s) { EXPECT_EQ(s.label_smoothing, 0.2); }},
        {{"dpo.precompute_reference=true"},
@@ -169,6 +182,7 @@ TEST(DPOSection, HoldsEveryKeyOfTheSection) {
       dpo_settings(load_config_string(yaml, "x.yaml", {}, ConfigFiles::skip));
   EXPECT_EQ(defaults.loss_type, nn::DPOLossType::sigmoid);
   EXPECT_FALSE(defaults.precompute_reference);
+  EXPECT_EQ(defaults.simpo_gamma, 0.5);  // TRL's
 }
 
 class PolicyEval : public testing::RecipeTest {};

@@ -2,9 +2,10 @@
 // holds a "good" word and whose rejected one a "bad" word, and a tiny base GPT trained in SetUp:
 // fixed-seed runs with asserted losses; DPO's first loss is log 2 because the policy is its
 // reference; the reference never changes (a precomputed reference trains identically) and is not
-// saved; a LoRA policy's reference is its base; eval, score and eval --prompts agree with training
-// and with forge generate; kill-and-resume is exact with the loader cursor; bad input exits with
-// its code and one line; the preference: and reward_model: sections read into their structs.
+// saved; a LoRA policy's reference is its base; ORPO and SimPO hold no reference at all; eval,
+// score and eval --prompts agree with training and with forge generate; kill-and-resume is exact
+// with the loader cursor; bad input exits with its code and one line; the preference: and
+// reward_model: sections read into their structs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -183,6 +184,56 @@ TEST_F(PreferenceRecipes, DPOKilledAndRestartedIsExact) {
   expect_exact_resume("dpo", "", {"loss", "rewards_acc", "grad_norm"});
 }
 
+TEST_F(PreferenceRecipes, ORPOAndSimPOTrainWithoutAReference) {
+  ASSERT_EQ(forge("train " + write_config("orpo", "dpo", "dpo: {loss_type: orpo}\n").string()),
+            0);
+  const fs::path orpo = dir_ / "orpo";
+  // The logged terms make up the loss: NLL - beta * mean log sigmoid(log odds), beta = 0.1.
+  for (int64_t step : {0, 6, 12})
+    EXPECT_NEAR(losses(orpo, "val").at(step),
+                losses(orpo, "val", "nll_loss").at(step) -
+                    0.1 * losses(orpo, "val", "log_odds_ratio").at(step),
+                1e-5)
+        << step;
+  // From this fixed seed: the base gives the rejected responses the higher odds; the NLL falls and
+  // the chosen responses' odds catch up, slowly with TRL's beta 0.1.
+  EXPECT_NEAR(losses(orpo, "val").at(0), 3.50898, 2e-4);
+  EXPECT_NEAR(losses(orpo, "val").at(12), 3.17191, 2e-4);
+  EXPECT_NEAR(losses(orpo, "val", "nll_loss").at(12), 3.09780, 2e-4);
+  EXPECT_NEAR(losses(orpo, "val", "log_odds_chosen").at(0), -0.0997237, 2e-5);
+  EXPECT_NEAR(losses(orpo, "val", "log_odds_chosen").at(12), -0.0903441, 2e-5);
+  // No reference: none in the checkpoint, by tensor or by reference to the base.
+  const CheckpointInfo info = read_checkpoint_info(resolve_checkpoint(orpo));
+  for (const TensorSpec& t : info.model)
+    EXPECT_EQ(t.name.rfind("reference.", 0), std::string::npos) << t.name;
+  EXPECT_TRUE(info.references.empty());
+  auto [code, out] = forge_output("eval " + orpo.string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("val_loss " + g6(losses(orpo, "val").at(12)) + "\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("val_nll_loss "), std::string::npos) << out;
+
+  // SimPO on a LoRA policy: its rewards, like ORPO's, are beta times the per-token averages, which
+  // at step 0 are the base's for both.
+  const std::string simpo =
+      "dpo: {loss_type: simpo, beta: 2.0, simpo_gamma: 1.0}\n"
+      "lora: {rank: 4, alpha: 8, targets: [\"*.attn.qkv\", \"*.mlp.*\"]}\n";
+  ASSERT_EQ(forge("train " + write_config("simpo", "dpo", simpo).string()), 0);
+  const fs::path simpo_run = dir_ / "simpo";
+  EXPECT_NEAR(losses(simpo_run, "val", "rewards_chosen").at(0) / 2.0,
+              losses(orpo, "val", "rewards_chosen").at(0) / 0.1, 1e-5);
+  EXPECT_NEAR(losses(simpo_run, "val").at(0), 1.46186, 2e-4);
+  EXPECT_NEAR(losses(simpo_run, "val").at(12), 1.37594, 2e-4);
+  EXPECT_NEAR(losses(simpo_run, "val", "rewards_margin").at(0), -0.192811, 2e-5);
+  EXPECT_NEAR(losses(simpo_run, "val", "rewards_margin").at(12), -0.0804025, 2e-5);
+  EXPECT_EQ(testing::read_file(simpo_run / "metrics.jsonl").find("nll_loss"), std::string::npos);
+  
+}
+
+TEST_F(PreferenceRecipes, ORPOKilledAndRestartedIsExact) {
+  expect_exact_resume("dpo", "dpo: {loss_type: orpo}\n", {"loss", "nll_loss", "grad_norm"});
+}
+
 TEST_F(PreferenceRecipes, LoRADPOsReferenceIsItsBaseAndEvalSamplesBothModels) {
   const std::string lora = "lora: {rank: 4, alpha: 8, targets: [\"*.attn.qkv\", \"*.mlp.*\"]}\n";
   ASSERT_EQ(forge("train " + write_config("lora", "dpo", lora).string()), 0);
@@ -239,8 +290,12 @@ TEST_F(PreferenceRecipes, BadInputsExitWithTheirCodesAndOneLine) {
   expect("validate " + write_config("long", "dpo").string() + " preference.max_length=41", 2,
          "preference.max_length: a row of 41 tokens does not fit model.context 40");
   expect("validate " + write_config("smooth", "dpo").string() +
-             " dpo.loss_type=ipo dpo.label_smoothing=0.1",
-         2, "dpo.label_smoothing: conservative DPO smooths the sigmoid loss only");
+             " dpo.loss_type=orpo dpo.label_smoothing=0.1",
+         2, "dpo.label_smoothing: conservative DPO smooths the sigmoid and simpo losses only");
+  expect("validate " + write_config("pre", "dpo").string() +
+             " dpo.loss_type=simpo dpo.precompute_reference=true",
+         2,
+         "dpo.precompute_reference: dpo.loss_type simpo compares no reference; set false");
   // forge eval's --prompts belongs to dpo runs; score to reward models.
   expect("eval " + (dir_ / "base").string() + " --prompts x.txt", 2,
          "eval: --prompts is not an option of a gpt_pretrain run");
