@@ -179,12 +179,14 @@ Operands<T> make_operands(const KernelCase& c, uint64_t seed) {
   const int64_t B = c.B, H = c.H, Hkv = c.kv_heads(), T_ = c.T, S = c.S, D = c.D;
   Operands<T> o;
   if (c.layout == Layout::fused) {
-    const int64_t row = (H + 2 * Hkv) * D;
-    o.qt = normal({B, T_, H + 2 * Hkv, D}, 0, 1, gen, dt);
+    // Rows for the longer of queries and keys: with S > T (decoding after a prefix) the keys and
+    // values read S rows of the buffer, the queries T.
+    const int64_t row = (H + 2 * Hkv) * D, rows = std::max(T_, S);
+    o.qt = normal({B, rows, H + 2 * Hkv, D}, 0, 1, gen, dt);
     o.q = o.qt.template data<T>();
     o.k = o.q + H * D;
     o.v = o.q + (H + Hkv) * D;
-    o.qs = o.ks = o.vs = {T_ * row, D, row};
+    o.qs = o.ks = o.vs = {rows * row, D, row};
   } else if (c.layout == Layout::transposed) {
     o.qt = normal({B, T_, H, D}, 0, 1, gen, dt);
     o.kt = normal({B, S, Hkv, D}, 0, 1, gen, dt);
