@@ -66,8 +66,9 @@ void check_policy(ConfigChecker& checker, const std::string& starts_from) {
 
 void check_policy_dropout(ConfigChecker& checker) {
   const RunConfig& c = checker.config();
-  const std::string why = " runs without dropout, as TRL's: the policy's log-probabilities must "
-                          "equal the reference's before any update; set 0";
+  const std::string why = " runs without dropout, as TRL's: the log-probabilities it compares "
+                          "must not carry dropout's noise (a reference's, where there is one, "
+                          "must equal the policy's before any update); set 0";
   checker.cross({"model.dropout"}, c.model.dropout == 0.0,
                 detail::concat("model.dropout: ", c.model.dropout, ": ", c.recipe, "'s policy",
                                why));
