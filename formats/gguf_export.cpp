@@ -180,27 +180,6 @@ std::string gguf_name(const std::string& name, Arch arch) {
   throw Error(ExitCode::internal, "GGUF export: no llama.cpp name for parameter '" + name + "'");
 }
 
-// The weights with every fused attn.qkv (weight and bias) split into the attn.q, attn.k and attn.v
-// that llama.cpp's llama and qwen2 load apart: its rows are q | k | v, heads contiguous in each.
-NamedTensors split_qkv(const NamedTensors& weights, const nn::GPTConfig& g) {
-  const int64_t D = nn::head_dim(g), q = g.n_heads * D, kv = nn::kv_heads(g) * D;
-  const std::string fused = ".attn.qkv.";
-  NamedTensors out;
-  for (const NamedTensor& t : weights) {
-    const size_t at = t.name.find(fused);
-    if (at == std::string::npos) {
-      out.push_back(t);
-      continue;
-    }
-    const std::string block = t.name.substr(0, at) + ".attn.";
-    const std::string kind = t.name.substr(at + fused.size());
-    out.push_back({block + "q." + kind, slice(t.tensor, 0, 0, q)});
-    out.push_back({block + "k." + kind, slice(t.tensor, 0, q, q + kv)});
-    out.push_back({block + "v." + kind, slice(t.tensor, 0, q + kv, q + 2 * kv)});
-  }
-  return out;
-}
-
 // llama.cpp's llama graph rotates ADJACENT pairs (2i, 2i+1) of each head (its rope type NORM)
 // where Forge, like Hugging Face, rotates (i, i + D/2) with the same frequency i. So row i of each
 // head of q and k moves to row 2i and row i + D/2 to row 2i + 1: llama.cpp's converter permutes
@@ -234,7 +213,7 @@ NamedTensors gguf_tensors(const NamedTensors& weights, const nn::GPTConfig& g, A
   }
   if (g.rope_scaling.type == nn::RopeScalingType::llama3)
     out.push_back({"rope_freqs.weight", llama3_rope_factors(g)});
-  for (const NamedTensor& t : split_qkv(weights, g)) {
+  for (const NamedTensor& t : nn::unfuse_qkv(weights, g)) {
     Tensor w = t.tensor.to(DType::f32);
     if (arch == Arch::llama && glob_match("*.attn.q.*", t.name))
       w = interleave_rotary_rows(w, g.n_heads);

@@ -1,7 +1,6 @@
 #include "formats/hf_model.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -845,40 +844,6 @@ HubClass hub_class(const fs::path& file, const ModelConfig& m, const std::string
   return HubClass::llama;
 }
 
-// Rows of Forge's fused attn.qkv: q's n_heads * head_dim, then k's and v's n_kv_heads * head_dim.
-struct RowRange {
-  const char* name;
-  int64_t begin, end;
-};
-
-std::array<RowRange, 3> qkv_rows(const ModelConfig& m) {
-  const nn::GPTConfig g = gpt_config(m);
-  const int64_t q = m.n_heads * nn::head_dim(g), kv = nn::kv_heads(g) * nn::head_dim(g);
-  return {{{"q", 0, q}, {"k", q, q + kv}, {"v", q + kv, q + 2 * kv}}};
-}
-
-// A fused model's attn.qkv tensors as the attn.q, .k and .v ones llama_layout names: the weight's
-// and bias's rows apart. A LoRA's update B A on the fused layer splits the same way, B's rows
-// apart with A shared: q, k and v each get their rows of B and a copy of A, which adds exactly the
-// fused layer's update to each.
-NamedTensors unfuse_qkv(const NamedTensors& state, const ModelConfig& m) {
-  NamedTensors out;
-  for (const NamedTensor& t : state) {
-    const std::string fused = ".attn.qkv.";
-    const size_t at = t.name.find(fused);
-    if (at == std::string::npos) {
-      out.push_back(t);
-      continue;
-    }
-    const std::string what = t.name.substr(at + fused.size());
-    for (const RowRange& r : qkv_rows(m)) {
-      Tensor part = what == "lora_A" ? t.tensor : slice(t.tensor, 0, r.begin, r.end).contiguous();
-      out.push_back({t.name.substr(0, at) + ".attn." + r.name + "." + what, part});
-    }
-  }
-  return out;
-}
-
 // The token ids transformers' generate starts and stops at, for the first of each list the
 // tokenizer has: Llama 3's, Llama 2's and Mistral's, then GPT-2's and Qwen2's end of text.
 void set_special_ids(json& j, const RunConfig& c) {
@@ -1004,7 +969,7 @@ Export prepare_export(const fs::path& file) {
     if (hub == HubClass::llama) {
       e.config = llama_config(e.run);
       e.layout = llama_layout(m.n_layers, m.tie_embeddings, m.qkv_bias);
-      e.state = m.fused_qkv ? unfuse_qkv(merged.weights, m) : merged.weights;
+      e.state = m.fused_qkv ? nn::unfuse_qkv(merged.weights, gpt_config(m)) : merged.weights;
     } else {
       e.config = gpt2_config(e.run);
       e.layout = gpt2_layout(m.n_layers, m.tie_embeddings, "transformer.");
@@ -1209,7 +1174,7 @@ StoredFloat export_peft(const fs::path& checkpoint_file, const fs::path& out_dir
       llama ? llama_layout(c.model.n_layers, c.model.tie_embeddings, c.model.qkv_bias)
             : gpt2_layout(c.model.n_layers, c.model.tie_embeddings, "transformer.");
   NamedTensors named = loaded.model->named_state();
-  if (llama && c.model.fused_qkv) named = unfuse_qkv(named, c.model);
+  if (llama && c.model.fused_qkv) named = nn::unfuse_qkv(named, gpt_config(c.model));
   std::map<std::string, Tensor> state;
   for (const NamedTensor& t : named) state[t.name] = t.tensor;
   NamedTensors tensors;

@@ -1,7 +1,8 @@
 // Self-attention: project to q, k, v (one matmul or three), view them as heads without copying,
 // rotate q and k (core's fused rotary op), append to the KV cache when decoding, run the fused
-// attention op (causal and/or key-padding masked), merge heads and project back. A left-padded cache supplies each row's
-// positions and padding mask, so rows of different lengths decode together.
+// attention op (causal and/or key-padding masked), merge heads and project back. A left-padded
+// cache supplies each row's positions and padding mask, so rows of different lengths decode
+// together.
 #include "nn/attention.h"
 
 #include <algorithm>

@@ -124,12 +124,13 @@ std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
     scope = {"GPT", "ModuleList<Block>", "Block"};
     norm(b + ".ln1");
     scope.push_back("SelfAttention");
+    const bool qkv_bias = c.bias || c.qkv_bias;
     if (c.fused_qkv) {
-      linear(b + ".attn.qkv", C, q_width + 2 * kv_width, c.bias || c.qkv_bias);
+      linear(b + ".attn.qkv", C, q_width + 2 * kv_width, qkv_bias);
     } else {
-      linear(b + ".attn.q", C, q_width, c.bias || c.qkv_bias);
-      linear(b + ".attn.k", C, kv_width, c.bias || c.qkv_bias);
-      linear(b + ".attn.v", C, kv_width, c.bias || c.qkv_bias);
+      linear(b + ".attn.q", C, q_width, qkv_bias);
+      linear(b + ".attn.k", C, kv_width, qkv_bias);
+      linear(b + ".attn.v", C, kv_width, qkv_bias);
     }
     linear(b + ".attn.proj", q_width, C, c.bias);
     scope.pop_back();
@@ -171,6 +172,27 @@ std::vector<ParameterShape> gpt_parameter_shapes(const GPTConfig& c) {
 
 int64_t gpt_num_parameters(const GPTConfig& c) { return count_parameters(c, false); }
 int64_t gpt_active_parameters(const GPTConfig& c) { return count_parameters(c, true); }
+
+NamedTensors unfuse_qkv(const NamedTensors& tensors, const GPTConfig& c) {
+  const int64_t q = c.n_heads * head_dim(c), kv = kv_heads(c) * head_dim(c);
+  const std::pair<const char*, int64_t> rows[] = {{"q", 0}, {"k", q}, {"v", q + kv}};
+  const std::string fused = ".attn.qkv.";
+  NamedTensors out;
+  for (const NamedTensor& t : tensors) {
+    const size_t at = t.name.find(fused);
+    if (at == std::string::npos) {
+      out.push_back(t);
+      continue;
+    }
+    const std::string what = t.name.substr(at + fused.size());
+    for (const auto& [part, begin] : rows) {
+      const int64_t end = begin + (begin == 0 ? q : kv);
+      Tensor rows_of = what == "lora_A" ? t.tensor : slice(t.tensor, 0, begin, end).contiguous();
+      out.push_back({t.name.substr(0, at) + ".attn." + part + "." + what, rows_of});
+    }
+  }
+  return out;
+}
 
 double gpt_residual_init_std(const GPTConfig& c) {
   return kGPTInitStd / std::sqrt(2.0 * double(c.n_layers));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/named_tensor.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/attention.h"
@@ -76,6 +77,13 @@ int64_t gpt_num_parameters(const GPTConfig& config);
 int64_t gpt_active_parameters(const GPTConfig& config);
 /// The shape of block `layer`'s MoE feed-forward (experts of width moe.ffn_mult * d_model).
 MoELayerShape moe_layer_shape(const GPTConfig& config);
+
+/// The tensors of a GPT of `config` (its state, or a LoRA run's adapters) with each fused
+/// attn.qkv tensor as the attn.q, attn.k and attn.v ones the same model unfused holds: the rows
+/// q | k | v (weight, bias, a LoRA's lora_B) apart, contiguous; a LoRA's lora_A, which the three
+/// share, given to each, so each adds its part of the fused layer's update exactly. Other tensors
+/// pass as they are. For writers of the hub's and llama.cpp's layouts, which keep q, k, v apart.
+NamedTensors unfuse_qkv(const NamedTensors& tensors, const GPTConfig& config);
 
 /// GPT-2 initialisation: Linear and Embedding weights ~ N(0, 0.02), residual projections
 /// (attn.proj, mlp.proj) ~ N(0, 0.02 / sqrt(2 n_layers)) so the residual stream's variance does not

@@ -109,7 +109,12 @@ TEST(MemoryCheck, AnEstimateBeyondTheLimitIsAConfigErrorNamingBoth) {
 // row of 1000 new tokens needs 2 x 8 floats a token, not 2 x d_model (64). Its lower bound must
 // stay one, or a generation from a grouped-query model that fits would be refused.
 TEST(MemoryCheck, AGenerationsCacheHoldsTheKeyValueHeadsOnly) {
-  ModelConfig m{.vocab_size = 256, .d_model = 64, .n_layers = 1, .n_heads = 8, .n_kv_heads = 1};
+  ModelConfig m;
+  m.vocab_size = 256;
+  m.d_model = 64;
+  m.n_layers = 1;
+  m.n_heads = 8;
+  m.n_kv_heads = 1;
   const nn::SamplingOptions sampling{.max_new_tokens = 1000};
   const nn::BatchOptions batch{.num_samples = 1, .batch_size = 1};
   const std::vector<std::vector<int64_t>> prompts = {{1}};
