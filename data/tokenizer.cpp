@@ -3,6 +3,7 @@
 // data/wordpiece.cpp).
 #include "data/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -26,6 +27,21 @@ void Tokenizer::add_special(std::string token, int32_t id) {
       throw Error(ExitCode::usage, detail::concat("tokenizer: special token '", token, "' (id ", id,
                                                   ") given twice"));
   specials_.emplace_back(std::move(token), id);
+}
+
+Encoding Tokenizer::encode_with_offsets(std::string_view text) const {
+  Encoding out;
+  out.ids = encode(text);
+  out.offsets.reserve(out.ids.size());
+  std::vector<int32_t> one(1);
+  size_t at = 0;
+  for (int32_t id : out.ids) {
+    one[0] = id;
+    const size_t end = std::min(text.size(), at + decode(one).size());
+    out.offsets.emplace_back(at, end);
+    at = end;
+  }
+  return out;
 }
 
 ByteTokenizer::ByteTokenizer(const std::vector<std::string>& specials) {

@@ -15,6 +15,14 @@
 
 namespace forge {
 
+/// Token ids and, for each, the bytes [begin, end) of the encoded text it stands for (a token of a
+/// normalised or byte-fallback text may share its span with its neighbours; spans never go
+/// backwards).
+struct Encoding {
+  std::vector<int32_t> ids;
+  std::vector<std::pair<size_t, size_t>> offsets;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -26,6 +34,15 @@ class Tokenizer {
   /// its decode gives the tokens joined by spaces. Throws Error(data) for an id outside
   /// [0, vocab_size()).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// encode() with each id's span of `text`: how a chat conversation's assistant turns, found as
+  /// character ranges of the rendered text, become a loss mask over tokens. The default serves
+  /// tokenizers whose decode() of each id concatenates back to the text (bytes, byte-level BPE);
+  /// others override it.
+  virtual Encoding encode_with_offsets(std::string_view text) const;
+  /// `ids` (a whole text's encode()) with the special tokens the tokenizer's post-processor adds
+  /// around a text, e.g. Llama's BOS (tokenizer.json's post_processor, tokenizer_config.json's
+  /// add_bos_token). The default adds none.
+  virtual std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const { return ids; }
   /// Number of ids, special tokens included.
   virtual int32_t vocab_size() const = 0;
   /// What the tokenizer is, e.g. "bytes" or "gpt2" (recorded in prepared datasets).

@@ -28,8 +28,12 @@ case "$FORGE_ISA" in
   *) echo "forge: FORGE_ISA must be avx512 or avx2, got '$FORGE_ISA'" >&2; exit 2 ;;
 esac
 
-forge_packages=(g++ cmake make libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
-                nlohmann-json3-dev libopenmpi-dev openmpi-bin)
+# Oniguruma is the regex engine Hugging Face's tokenizers runs tokenizer.json's Split patterns on,
+# so Forge's pre-tokenisation matches it by construction; utf8proc does NFC/NFKC; libsentencepiece
+# reads and runs SentencePiece models (data/tokenizer_json.cpp, data/sentencepiece.cpp).
+forge_packages=(g++ cmake make pkg-config libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
+                nlohmann-json3-dev libopenmpi-dev openmpi-bin libonig-dev libutf8proc-dev
+                libsentencepiece-dev)
 
 forge_install_missing() {
   local missing=()
