@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "data/bpe.h"
+#include "data/tokenizer_unicode_tables.h"
 #include "data/unicode.h"
 
 namespace forge::tokenizer_json {
@@ -36,6 +37,9 @@ void JsonPlace::fail(std::string_view what) const {
 namespace {
 
 using Origin = std::pair<uint32_t, uint32_t>;
+
+// A value from the file, quoted and made printable for a one-line message.
+std::string shown(std::string_view s) { return "\"" + printable(s) + "\""; }
 
 // A byte that does not start valid UTF-8 stands for itself as a one-byte character whose code point
 // lies past Unicode, so no property holds for it and it is written back unchanged.
@@ -76,62 +80,42 @@ inline Origin origin_at(const NormalizedText& t, size_t i) {
   return t.is_identity() ? identity_origin(t.text, i, t.base) : t.origin[i];
 }
 
-// ---- Unicode properties, as Rust's char methods and the crates Hugging Face uses define them ----
+// ---- Unicode properties, as the Unicode tables inside Hugging Face's library answer ----
 
-// char::is_whitespace: the White_Space property.
+// char::is_whitespace: the White_Space property (stable since Unicode 6).
 inline bool is_whitespace(uint32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
   return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
          c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-inline utf8proc_category_t category(uint32_t c) {
-  return utf8proc_category(static_cast<utf8proc_int32_t>(c));
-}
-
-// char::is_numeric: general categories Nd, Nl and No.
 inline bool is_numeric(uint32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  return unicode::in_ranges(c, hf_unicode::kNumeric);
 }
 
-// BertPreTokenizer's and Punctuation's test: ASCII punctuation (which counts $ + < = > ^ ` | ~)
-// or a P* general category.
-inline bool is_punctuation(uint32_t c) {
-  if (c < 0x80)
-    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-           (c >= 123 && c <= 126);
-  const auto k = category(c);
-  return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
-}
+inline bool is_punctuation(uint32_t c) { return unicode::in_ranges(c, hf_unicode::kPunctuation); }
 
-// unicode_categories' is_other: Cc, Cf and Co (not Cn or Cs).
-inline bool is_other(uint32_t c) {
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO;
-}
-
-inline bool is_mark(uint32_t c) {
-  if (c < 0x80) return false;
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
-}
+inline bool is_mark(uint32_t c) { return c >= 0x300 && unicode::in_ranges(c, hf_unicode::kMark); }
 
 inline bool is_nonspacing_mark(uint32_t c) {
-  return c >= 0x80 && category(c) == UTF8PROC_CATEGORY_MN;
+  return c >= 0x300 && unicode::in_ranges(c, hf_unicode::kNonspacingMark);
 }
 
-// char::to_lowercase: the simple mapping, except U+0130, whose full mapping has two characters.
+// char::to_lowercase: one character, except U+0130's two.
 template <class Emit>
 void lowercase(uint32_t c, Emit&& emit) {
   if (c < 0x80) return emit(c >= 'A' && c <= 'Z' ? c + 32 : c);
-  if (c >= kRawByte) return emit(c);
   if (c == 0x130) {
     emit(0x69);
     return emit(0x307);
   }
-  emit(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+  const auto* end = std::end(hf_unicode::kLowercase);
+  const auto* it = std::lower_bound(std::begin(hf_unicode::kLowercase), end, c,
+                                    [](const hf_unicode::LowerPair& p, uint32_t x) {
+                                      return p.from < x;
+                                    });
+  emit(it != end && it->from == c ? it->to : c);
 }
 
 // BertNormalizer's Chinese characters: the CJK ideograph blocks as Hugging Face lists them.
@@ -273,7 +257,7 @@ class Regex {
     if (r != ONIG_NORMAL) {
       OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
       onig_error_code_to_str(message, r, &info);
-      place.fail("invalid regex " + printable(pattern) + ": " +
+      place.fail("invalid regex " + shown(pattern) + ": " +
                  reinterpret_cast<const char*>(message));
     }
   }
@@ -421,7 +405,7 @@ void split(const NormalizedText& t, const Segments& segments, Behavior behavior,
 // ---- Unicode normalisation with alignments (the unicode-normalization-alignments crate) ----
 
 inline uint8_t combining_class(uint32_t c) {
-  return c < 0x300 || c >= kRawByte
+  return c < 0x300 || !unicode::in_ranges(c, hf_unicode::kCombining)
              ? 0
              : static_cast<uint8_t>(
                    utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class);
@@ -429,8 +413,7 @@ inline uint8_t combining_class(uint32_t c) {
 
 template <class Emit>
 void decompose(uint32_t c, bool compatible, Emit&& emit) {
-  if (c < 0xC0 && !(compatible && c >= 0xA0)) return emit(c);
-  if (c >= kRawByte) return emit(c);
+  if (c < 0xA0 || !unicode::in_ranges(c, hf_unicode::kDecomposable)) return emit(c);
   utf8proc_int32_t out[32];
   int boundclass = 0;
   const auto options = static_cast<utf8proc_option_t>(
@@ -459,7 +442,8 @@ uint32_t compose(uint32_t a, uint32_t b) {
   utf8proc_int32_t pair[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
   const auto n = utf8proc_normalize_utf32(
       pair, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
-  return n == 1 ? static_cast<uint32_t>(pair[0]) : 0;
+  const auto r = static_cast<uint32_t>(pair[0]);
+  return n == 1 && unicode::in_ranges(r, hf_unicode::kDecomposable) ? r : 0;
 }
 
 // Decompositions: each character's decomposition (its first character with change 0, the rest
@@ -512,7 +496,7 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
   out.reserve(decomposed.size());
   std::vector<Change> buffer;
   std::optional<Change> composee;
-  std::optional<uint8_t> last_ccc;
+  int last_ccc = -1;  // class of the last character held back, -1 for none
   for (const Change& ch : decomposed) {
     const uint8_t ch_class = combining_class(ch.cp);
     if (!composee) {
@@ -524,7 +508,7 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
       continue;
     }
     const Change k = *composee;
-    if (!last_ccc) {
+    if (last_ccc < 0) {
       if (const uint32_t r = compose(k.cp, ch.cp)) {
         composee = Change{r, k.change + ch.change - 1};
         continue;
@@ -538,10 +522,10 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
       last_ccc = ch_class;
       continue;
     }
-    if (*last_ccc >= ch_class) {
+    if (last_ccc >= ch_class) {
       if (ch_class == 0) {
         composee = ch;
-        last_ccc.reset();
+        last_ccc = -1;
         out.push_back(k);
         out.insert(out.end(), buffer.begin(), buffer.end());
         buffer.clear();
@@ -654,7 +638,7 @@ std::string get_char(const nlohmann::json& node, const JsonPlace& place, std::st
   std::string s = get_string(node, place, key);
   uint32_t cp = 0;
   if (s.empty() || unicode::utf8_decode(s, 0, cp) != static_cast<int>(s.size()))
-    place.at(key).fail("expected a single character, got " + printable(s));
+    place.at(key).fail("expected a single character, got " + shown(s));
   return s;
 }
 
@@ -701,7 +685,7 @@ Behavior get_behavior(const nlohmann::json& v, const JsonPlace& place) {
   if (s == "MergedWithPrevious") return Behavior::merged_with_previous;
   if (s == "MergedWithNext") return Behavior::merged_with_next;
   if (s == "Contiguous") return Behavior::contiguous;
-  place.fail("unknown behavior " + printable(s) +
+  place.fail("unknown behavior " + shown(s) +
              " (expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
 }
 
@@ -812,8 +796,7 @@ class BertNormalizer final : public Normalizer {
   void normalize(NormalizedText& t) const override {
     if (clean_text_)
       map_chars(t, [](uint32_t c, auto&& emit) {
-        if (c == 0 || c == 0xFFFD || (c != '\t' && c != '\n' && c != '\r' && is_other(c)))
-          return;
+        if (unicode::in_ranges(c, hf_unicode::kCleanDropped)) return;
         emit(is_whitespace(c) ? ' ' : c);
       });
     if (chinese_ && !is_ascii(t.text))
@@ -1460,7 +1443,7 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
     get_uint(body, inner, "type_id", UINT32_MAX);
     const std::string id = get_string(body, inner, "id");
     if (is_sequence) {
-      if (id != "A" && id != "B") inner.at("id").fail("expected \"A\" or \"B\", got " + printable(id));
+      if (id != "A" && id != "B") inner.at("id").fail("expected \"A\" or \"B\", got " + shown(id));
       if (key == "single" && id == "B")
         inner.at("id").fail("the single template cannot use sequence B");
       out.push_back({true, {}});
@@ -1468,7 +1451,7 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
     }
     const auto it = specials.find(id);
     if (it == specials.end())
-      inner.at("id").fail(printable(id) + " is not in special_tokens");
+      inner.at("id").fail(shown(id) + " is not in special_tokens");
     const JsonPlace sp = place.at("special_tokens").at(id);
     if (!it->is_object()) sp.fail("expected an object, got " + type_name(*it));
     const nlohmann::json& ids = get_array(*it, sp, "ids");
@@ -1492,7 +1475,7 @@ PrependScheme get_prepend_scheme(const nlohmann::json& node, const JsonPlace& pl
       scheme = PrependScheme::never;
     else if (s != "always")
       place.at("prepend_scheme")
-          .fail("unknown prepend_scheme " + printable(s) + " (expected first, always or never)");
+          .fail("unknown prepend_scheme " + shown(s) + " (expected first, always or never)");
   }
   // The legacy add_prefix_space: false means never (and contradicts any other scheme).
   if (node.contains("add_prefix_space") && !node["add_prefix_space"].is_null() &&
@@ -1520,7 +1503,7 @@ std::vector<std::unique_ptr<Part>> sequence_parts(const nlohmann::json& node,
 
 [[noreturn]] void unknown_type(const JsonPlace& place, const std::string& type, const char* kind,
                                const char* known) {
-  place.at("type").fail("unknown " + std::string(kind) + " " + printable(type) +
+  place.at("type").fail("unknown " + std::string(kind) + " " + shown(type) +
                         " (Forge reads " + known + ")");
 }
 
@@ -1537,20 +1520,25 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& node, const Js
   if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(Form::nfkc);
   if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(Form::nfkd);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
-  if (type == "Replace")
-    return std::make_unique<ReplaceNormalizer>(get_pattern(node, place),
+  if (type == "Replace") {
+    auto pattern = get_pattern(node, place);
+    return std::make_unique<ReplaceNormalizer>(std::move(pattern),
                                                get_string(node, place, "content"));
+  }
   if (type == "Prepend") return std::make_unique<Prepend>(get_string(node, place, "prepend"));
-  if (type == "Strip")
-    return std::make_unique<Strip>(get_bool(node, place, "strip_left"),
-                                   get_bool(node, place, "strip_right"));
+  if (type == "Strip") {
+    const bool left = get_bool(node, place, "strip_left");
+    return std::make_unique<Strip>(left, get_bool(node, place, "strip_right"));
+  }
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "BertNormalizer") {
-    const bool lowercase = get_bool(node, place, "lowercase");
+    const bool clean_text = get_bool(node, place, "clean_text");
+    const bool chinese = get_bool(node, place, "handle_chinese_chars");
     const nlohmann::json& strip = field(node, place, "strip_accents");
-    return std::make_unique<BertNormalizer>(
-        get_bool(node, place, "clean_text"), get_bool(node, place, "handle_chinese_chars"),
-        strip.is_null() ? lowercase : get_bool(node, place, "strip_accents"), lowercase);
+    const bool strip_accents = !strip.is_null() && get_bool(node, place, "strip_accents");
+    const bool lowercase = get_bool(node, place, "lowercase");
+    return std::make_unique<BertNormalizer>(clean_text, chinese,
+                                            strip.is_null() ? lowercase : strip_accents, lowercase);
   }
   if (type == "Precompiled")
     place.at("type").fail(
@@ -1568,21 +1556,25 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& node,
   if (type == "Sequence")
     return std::make_unique<SequencePreTokenizer>(
         sequence_parts<PreTokenizer>(node, place, "pretokenizers", make_pre_tokenizer));
-  if (type == "Split")
-    return std::make_unique<SplitPreTokenizer>(
-        get_pattern(node, place), get_behavior(field(node, place, "behavior"), place.at("behavior")),
-        get_bool(node, place, "invert"));
+  if (type == "Split") {
+    auto pattern = get_pattern(node, place);
+    const Behavior behavior = get_behavior(field(node, place, "behavior"), place.at("behavior"));
+    return std::make_unique<SplitPreTokenizer>(std::move(pattern), behavior,
+                                               get_bool(node, place, "invert"));
+  }
   if (type == "ByteLevel") {
+    const bool add_prefix_space = get_bool(node, place, "add_prefix_space");
     get_bool(node, place, "trim_offsets");
-    return std::make_unique<ByteLevelPreTokenizer>(get_bool(node, place, "add_prefix_space"),
+    return std::make_unique<ByteLevelPreTokenizer>(add_prefix_space,
                                                    get_bool_or(node, place, "use_regex", true));
   }
   if (type == "Metaspace") {
+    std::string replacement = get_char(node, place, "replacement");
+    const PrependScheme scheme = get_prepend_scheme(node, place);
     const bool split = node.contains("split") && !node["split"].is_null()
                            ? get_bool(node, place, "split")
                            : true;
-    return std::make_unique<MetaspacePreTokenizer>(get_char(node, place, "replacement"),
-                                                   get_prepend_scheme(node, place), split);
+    return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme, split);
   }
   if (type == "Digits")
     return std::make_unique<Digits>(get_bool(node, place, "individual_digits"));
@@ -1611,22 +1603,27 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPlac
     return std::make_unique<ByteLevelDecoder>();
   }
   if (type == "Metaspace") {
-    get_char(node, place, "replacement");
-    return std::make_unique<MetaspaceDecoder>(get_char(node, place, "replacement"),
+    std::string replacement = get_char(node, place, "replacement");
+    return std::make_unique<MetaspaceDecoder>(std::move(replacement),
                                               get_prepend_scheme(node, place));
   }
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<Fuse>();
-  if (type == "Strip")
-    return std::make_unique<StripDecoder>(get_char(node, place, "content"),
-                                          get_uint(node, place, "start", UINT32_MAX),
+  if (type == "Strip") {
+    std::string content = get_char(node, place, "content");
+    const uint64_t start = get_uint(node, place, "start", UINT32_MAX);
+    return std::make_unique<StripDecoder>(std::move(content), start,
                                           get_uint(node, place, "stop", UINT32_MAX));
-  if (type == "Replace")
-    return std::make_unique<ReplaceDecoder>(get_pattern(node, place),
+  }
+  if (type == "Replace") {
+    auto pattern = get_pattern(node, place);
+    return std::make_unique<ReplaceDecoder>(std::move(pattern),
                                             get_string(node, place, "content"));
-  if (type == "WordPiece")
-    return std::make_unique<WordPieceDecoder>(get_string(node, place, "prefix"),
-                                              get_bool(node, place, "cleanup"));
+  }
+  if (type == "WordPiece") {
+    std::string prefix = get_string(node, place, "prefix");
+    return std::make_unique<WordPieceDecoder>(std::move(prefix), get_bool(node, place, "cleanup"));
+  }
   if (type == "BPEDecoder") return std::make_unique<BpeDecoder>(get_string(node, place, "suffix"));
   if (type == "CTC")
     place.at("type").fail("CTC is not supported: it decodes speech models' outputs");
@@ -1647,17 +1644,19 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& node,
     return std::make_unique<TemplateProcessor>(read_template(node, place, "single"));
   }
   if (type == "ByteLevel") {
+    const bool add_prefix_space = get_bool(node, place, "add_prefix_space");
+    const bool trim = get_bool(node, place, "trim_offsets");
     get_bool_or(node, place, "use_regex", true);
-    return std::make_unique<ByteLevelProcessor>(get_bool(node, place, "add_prefix_space"),
-                                                get_bool(node, place, "trim_offsets"));
+    return std::make_unique<ByteLevelProcessor>(add_prefix_space, trim);
   }
-  if (type == "BertProcessing")
-    return std::make_unique<SurroundProcessor>(get_token_id(node, place, "cls"),
-                                               get_token_id(node, place, "sep"), false, false);
-  if (type == "RobertaProcessing")
-    return std::make_unique<SurroundProcessor>(
-        get_token_id(node, place, "cls"), get_token_id(node, place, "sep"),
-        get_bool(node, place, "trim_offsets"), get_bool(node, place, "add_prefix_space"));
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    const int32_t sep = get_token_id(node, place, "sep");
+    const int32_t cls = get_token_id(node, place, "cls");
+    if (type == "BertProcessing") return std::make_unique<SurroundProcessor>(cls, sep, false, false);
+    const bool trim = get_bool(node, place, "trim_offsets");
+    return std::make_unique<SurroundProcessor>(cls, sep, trim,
+                                               get_bool(node, place, "add_prefix_space"));
+  }
   unknown_type(place, type, "post-processor",
                "Sequence, TemplateProcessing, ByteLevel, BertProcessing and RobertaProcessing");
 }
