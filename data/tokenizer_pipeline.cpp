@@ -397,6 +397,7 @@ void split(const NormalizedText& t, const Segments& segments, Behavior behavior,
       std::reverse(kept.begin(), kept.end());
       break;
   }
+  out.reserve(out.size() + kept.size());
   for (const auto& [begin, end] : kept)
     if (end > begin) out.push_back(t.slice(begin, end));
 }
@@ -874,14 +875,17 @@ void split_on_chars(Pieces& pieces, Pred&& pred, Behavior behavior) {
 
 // GPT-2's bytes_to_unicode spelling of each byte.
 struct ByteAlphabet {
-  std::string spelling[256];
+  char spelling[256][2];
+  uint8_t length[256];
   int byte_of[324];  // code point of the alphabet -> byte, -1 for code points outside it
   ByteAlphabet() {
     std::fill(std::begin(byte_of), std::end(byte_of), -1);
     for (int b = 0; b < 256; ++b) {
-      spelling[b] = gpt2_spelling(std::string(1, static_cast<char>(b)));
+      const std::string s = gpt2_spelling(std::string(1, static_cast<char>(b)));
+      length[b] = static_cast<uint8_t>(s.size());  // every code point of the alphabet is below U+0800
+      std::copy(s.begin(), s.end(), spelling[b]);
       uint32_t cp = 0;
-      unicode::utf8_decode(spelling[b], 0, cp);
+      unicode::utf8_decode(s, 0, cp);
       byte_of[cp] = b;
     }
   }
@@ -904,18 +908,26 @@ const Regex& gpt2_regex() {
 // the byte belongs to.
 void to_byte_alphabet(NormalizedText& t) {
   const ByteAlphabet& alphabet = byte_alphabet();
-  std::string text;
-  std::vector<Origin> origin;
-  text.reserve(t.text.size() * 2);
-  origin.reserve(t.text.size() * 2);
+  std::string text(t.text.size() * 2, '\0');
+  std::vector<Origin> origin(text.size());
+  size_t out = 0;
   for (size_t i = 0; i < t.text.size();) {
     uint32_t cp = 0;
     const auto n = static_cast<size_t>(char_at(t.text, i, cp));
-    const Origin o = origin_at(t, i);
-    for (size_t k = i; k < i + n; ++k) text += alphabet.spelling[static_cast<unsigned char>(t.text[k])];
-    origin.resize(text.size(), o);
+    const Origin o = t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)}
+                                     : t.origin[i];
+    const size_t start = out;
+    for (size_t k = i; k < i + n; ++k) {
+      const auto b = static_cast<unsigned char>(t.text[k]);
+      text[out++] = alphabet.spelling[b][0];
+      if (alphabet.length[b] == 2) text[out++] = alphabet.spelling[b][1];
+    }
+    std::fill(origin.begin() + static_cast<ptrdiff_t>(start),
+              origin.begin() + static_cast<ptrdiff_t>(out), o);
     i += n;
   }
+  text.resize(out);
+  origin.resize(out);
   t.text = std::move(text);
   t.origin = std::move(origin);
 }

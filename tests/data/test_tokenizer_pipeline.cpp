@@ -197,6 +197,7 @@ TEST(TokenizerPipeline, IdentityOriginMatchesMaterialised) {
       EXPECT_EQ(x.span(), y.span());
     }
   EXPECT_EQ(identity.span(1, 3), (std::pair<uint32_t, uint32_t>{8, 10}));  // é
+  EXPECT_EQ(identity.span(2, 3), (std::pair<uint32_t, uint32_t>{8, 10}));  // é's second byte
   EXPECT_EQ(identity.span(3, 4), (std::pair<uint32_t, uint32_t>{10, 11}));  // a stray byte alone
   EXPECT_EQ(NormalizedText::original("", 5).span(), (std::pair<uint32_t, uint32_t>{5, 5}));
 }
