@@ -21,6 +21,8 @@
 
 namespace forge::tokenizer_json {
 
+using nlohmann::json;
+
 JsonPlace JsonPlace::at(std::string_view key) const {
   return {file, path.empty() ? std::string(key) : path + "." + std::string(key)};
 }
@@ -30,8 +32,8 @@ JsonPlace JsonPlace::at(size_t index) const {
 }
 
 void JsonPlace::fail(std::string_view what) const {
-  throw Error(ExitCode::data, file + ": " + (path.empty() ? std::string() : path + ": ") +
-                                  std::string(what));
+  throw Error(ExitCode::data,
+              file + ": " + (path.empty() ? std::string() : path + ": ") + std::string(what));
 }
 
 namespace {
@@ -111,10 +113,9 @@ void lowercase(uint32_t c, Emit&& emit) {
     return emit(0x307);
   }
   const auto* end = std::end(hf_unicode::kLowercase);
-  const auto* it = std::lower_bound(std::begin(hf_unicode::kLowercase), end, c,
-                                    [](const hf_unicode::LowerPair& p, uint32_t x) {
-                                      return p.from < x;
-                                    });
+  const auto* it =
+      std::lower_bound(std::begin(hf_unicode::kLowercase), end, c,
+                       [](const hf_unicode::LowerPair& p, uint32_t x) { return p.from < x; });
   emit(it != end && it->from == c ? it->to : c);
 }
 
@@ -257,8 +258,7 @@ class Regex {
     if (r != ONIG_NORMAL) {
       OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
       onig_error_code_to_str(message, r, &info);
-      place.fail("invalid regex " + shown(pattern) + ": " +
-                 reinterpret_cast<const char*>(message));
+      place.fail("invalid regex " + shown(pattern) + ": " + reinterpret_cast<const char*>(message));
     }
   }
   ~Regex() { onig_free(regex_); }
@@ -280,8 +280,8 @@ class Regex {
       if (r < 0) {
         OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
         onig_error_code_to_str(message, r);
-        throw Error(ExitCode::data, std::string("regex search failed: ") +
-                                        reinterpret_cast<const char*>(message));
+        throw Error(ExitCode::data,
+                    std::string("regex search failed: ") + reinterpret_cast<const char*>(message));
       }
       const auto begin = static_cast<size_t>(region->beg[0]);
       const auto stop = static_cast<size_t>(region->end[0]);
@@ -402,7 +402,6 @@ void split(const NormalizedText& t, const Segments& segments, Behavior behavior,
     if (end > begin) out.push_back(t.slice(begin, end));
 }
 
-
 // ---- Unicode normalisation with alignments (the unicode-normalization-alignments crate) ----
 
 inline uint8_t combining_class(uint32_t c) {
@@ -417,10 +416,10 @@ void decompose(uint32_t c, bool compatible, Emit&& emit) {
   if (c < 0xA0 || !unicode::in_ranges(c, hf_unicode::kDecomposable)) return emit(c);
   utf8proc_int32_t out[32];
   int boundclass = 0;
-  const auto options = static_cast<utf8proc_option_t>(
-      UTF8PROC_DECOMPOSE | (compatible ? UTF8PROC_COMPAT : 0));
-  const utf8proc_ssize_t n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), out, 32,
-                                                     options, &boundclass);
+  const auto options =
+      static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE | (compatible ? UTF8PROC_COMPAT : 0));
+  const utf8proc_ssize_t n =
+      utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), out, 32, options, &boundclass);
   if (n <= 0 || n > 32) return emit(c);
   for (utf8proc_ssize_t k = 0; k < n; ++k) emit(static_cast<uint32_t>(out[k]));
 }
@@ -432,14 +431,12 @@ uint32_t compose(uint32_t a, uint32_t b) {
   constexpr uint32_t s_base = 0xAC00, l_base = 0x1100, v_base = 0x1161, t_base = 0x11A7;
   if (a >= l_base && a < l_base + 19 && b >= v_base && b < v_base + 21)
     return s_base + ((a - l_base) * 21 + (b - v_base)) * 28;
-  if (a >= s_base && a < s_base + 11172 && (a - s_base) % 28 == 0 && b > t_base &&
-      b < t_base + 28)
+  if (a >= s_base && a < s_base + 11172 && (a - s_base) % 28 == 0 && b > t_base && b < t_base + 28)
     return a + (b - t_base);
   if (a >= kRawByte || b >= kRawByte || b < 0x300) return 0;
   const auto* pa = utf8proc_get_property(static_cast<utf8proc_int32_t>(a));
   const auto* pb = utf8proc_get_property(static_cast<utf8proc_int32_t>(b));
-  if (pa->comb_index >= 0x8000 || pb->comb_index == UINT16_MAX || pb->comb_index < 0x8000)
-    return 0;
+  if (pa->comb_index >= 0x8000 || pb->comb_index == UINT16_MAX || pb->comb_index < 0x8000) return 0;
   utf8proc_int32_t pair[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
   const auto n = utf8proc_normalize_utf32(
       pair, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
@@ -600,7 +597,6 @@ void NormalizedText::materialize() {
   }
 }
 
-
 namespace {
 
 // ---- Reading a component's fields ----
@@ -692,16 +688,25 @@ Behavior get_behavior(const nlohmann::json& v, const JsonPlace& place) {
 
 // ---- Normalizers ----
 
-class SequenceNormalizer final : public Normalizer {
+// Sequence, for any stage: its parts run in order, through the stage's own method.
+template <class Stage, class... Args>
+class SequenceOf : public Stage {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
-      : parts_(std::move(parts)) {}
-  void normalize(NormalizedText& text) const override {
-    for (const auto& p : parts_) p->normalize(text);
+  explicit SequenceOf(std::vector<std::unique_ptr<Stage>> parts) : parts_(std::move(parts)) {}
+
+ protected:
+  void run(void (Stage::*method)(Args...) const, Args... args) const {
+    for (const auto& p : parts_) ((*p).*method)(args...);
   }
 
  private:
-  std::vector<std::unique_ptr<Normalizer>> parts_;
+  std::vector<std::unique_ptr<Stage>> parts_;
+};
+
+class SequenceNormalizer final : public SequenceOf<Normalizer, NormalizedText&> {
+ public:
+  using SequenceOf::SequenceOf;
+  void normalize(NormalizedText& t) const override { run(&Normalizer::normalize, t); }
 };
 
 class UnicodeNormalizer final : public Normalizer {
@@ -820,16 +825,10 @@ class BertNormalizer final : public Normalizer {
 
 // ---- Pre-tokenizers ----
 
-class SequencePreTokenizer final : public PreTokenizer {
+class SequencePreTokenizer final : public SequenceOf<PreTokenizer, Pieces&> {
  public:
-  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
-      : parts_(std::move(parts)) {}
-  void pre_tokenize(Pieces& pieces) const override {
-    for (const auto& p : parts_) p->pre_tokenize(pieces);
-  }
-
- private:
-  std::vector<std::unique_ptr<PreTokenizer>> parts_;
+  using SequenceOf::SequenceOf;
+  void pre_tokenize(Pieces& pieces) const override { run(&PreTokenizer::pre_tokenize, pieces); }
 };
 
 // Replaces every piece by what split_one appends for it.
@@ -882,7 +881,8 @@ struct ByteAlphabet {
     std::fill(std::begin(byte_of), std::end(byte_of), -1);
     for (int b = 0; b < 256; ++b) {
       const std::string s = gpt2_spelling(std::string(1, static_cast<char>(b)));
-      length[b] = static_cast<uint8_t>(s.size());  // every code point of the alphabet is below U+0800
+      // Every code point of the alphabet is below U+0800.
+      length[b] = static_cast<uint8_t>(s.size());
       std::copy(s.begin(), s.end(), spelling[b]);
       uint32_t cp = 0;
       unicode::utf8_decode(s, 0, cp);
@@ -914,8 +914,8 @@ void to_byte_alphabet(NormalizedText& t) {
   for (size_t i = 0; i < t.text.size();) {
     uint32_t cp = 0;
     const auto n = static_cast<size_t>(char_at(t.text, i, cp));
-    const Origin o = t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)}
-                                     : t.origin[i];
+    const Origin o =
+        t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)} : t.origin[i];
     const size_t start = out;
     for (size_t k = i; k < i + n; ++k) {
       const auto b = static_cast<unsigned char>(t.text[k]);
@@ -969,7 +969,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
     Segments segments;
     std::vector<std::pair<uint32_t, uint32_t>> scratch;
     split_each(pieces, [&](NormalizedText& piece, Pieces& out) {
-      find_char_matches(piece.text, [](uint32_t c) { return c == ' '; }, segments);
+      find_char_matches(
+          piece.text, [](uint32_t c) { return c == ' '; }, segments);
       replace_matches(piece, segments, replacement_);
       const bool starts = piece.text.compare(0, replacement_.size(), replacement_) == 0;
       if (!starts && (scheme_ == PrependScheme::always ||
@@ -980,7 +981,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         return;
       }
       const uint32_t r = replacement_cp_;
-      find_char_matches(piece.text, [r](uint32_t c) { return c == r; }, segments);
+      find_char_matches(
+          piece.text, [r](uint32_t c) { return c == r; }, segments);
       split(piece, segments, Behavior::merged_with_next, out, scratch);
     });
   }
@@ -1113,16 +1115,10 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
-class SequenceDecoder final : public Decoder {
+class SequenceDecoder final : public SequenceOf<Decoder, Tokens&> {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
-      : parts_(std::move(parts)) {}
-  void decode_chain(Tokens& tokens) const override {
-    for (const auto& p : parts_) p->decode_chain(tokens);
-  }
-
- private:
-  std::vector<std::unique_ptr<Decoder>> parts_;
+  using SequenceOf::SequenceOf;
+  void decode_chain(Tokens& tokens) const override { run(&Decoder::decode_chain, tokens); }
 };
 
 // Each token's characters back to bytes (a token with a character outside the byte alphabet stays
@@ -1302,8 +1298,8 @@ class WordPieceDecoder final : public Decoder {
  private:
   static std::string cleanup(std::string s) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."},   {" ?", "?"},     {" !", "!"},   {" ,", ","},
-        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
         {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (const auto& [from, to] : kRules) s = replace_all(s, from, to);
     return s;
@@ -1359,17 +1355,14 @@ void surround(Encoding& encoding, int32_t before, int32_t after) {
   encoding.offsets.push_back({0, 0});
 }
 
-class SequenceProcessor final : public PostProcessor {
+class SequenceProcessor final
+    : public SequenceOf<PostProcessor, Encoding&, bool, const TokenText&> {
  public:
-  explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> parts)
-      : parts_(std::move(parts)) {}
+  using SequenceOf::SequenceOf;
   void process(Encoding& encoding, bool add_special_tokens,
                const TokenText& token_text) const override {
-    for (const auto& p : parts_) p->process(encoding, add_special_tokens, token_text);
+    run(&PostProcessor::process, encoding, add_special_tokens, token_text);
   }
-
- private:
-  std::vector<std::unique_ptr<PostProcessor>> parts_;
 };
 
 class ByteLevelProcessor final : public PostProcessor {
@@ -1436,8 +1429,7 @@ int32_t get_token_id(const nlohmann::json& node, const JsonPlace& place, std::st
 }
 
 std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
-                                                    const JsonPlace& place,
-                                                    std::string_view key) {
+                                                    const JsonPlace& place, std::string_view key) {
   const nlohmann::json& specials = field(node, place, "special_tokens");
   if (!specials.is_object())
     place.at("special_tokens").fail("expected an object, got " + type_name(specials));
@@ -1462,8 +1454,7 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
       continue;
     }
     const auto it = specials.find(id);
-    if (it == specials.end())
-      inner.at("id").fail(shown(id) + " is not in special_tokens");
+    if (it == specials.end()) inner.at("id").fail(shown(id) + " is not in special_tokens");
     const JsonPlace sp = place.at("special_tokens").at(id);
     if (!it->is_object()) sp.fail("expected an object, got " + type_name(*it));
     const nlohmann::json& ids = get_array(*it, sp, "ids");
@@ -1513,20 +1504,48 @@ std::vector<std::unique_ptr<Part>> sequence_parts(const nlohmann::json& node,
   return parts;
 }
 
+// What each builder reads, for the message that refuses anything else.
+constexpr const char* kNormalizers =
+    "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip, StripAccents and "
+    "BertNormalizer";
+constexpr const char* kPreTokenizers =
+    "Sequence, Split, ByteLevel, Metaspace, Digits, BertPreTokenizer, Whitespace, "
+    "WhitespaceSplit and Punctuation";
+constexpr const char* kDecoders =
+    "Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece and BPEDecoder";
+constexpr const char* kPostProcessors =
+    "Sequence, TemplateProcessing, ByteLevel, BertProcessing and RobertaProcessing";
+
+// The start of every builder: null is no stage (nothing, no type), a Sequence is built from its
+// parts; anything else gives its type to build.
+template <class Sequence, class Stage>
+std::pair<std::unique_ptr<Stage>, std::string> start(
+    const nlohmann::json& node, const JsonPlace& place, std::string_view parts,
+    std::unique_ptr<Stage> (*make)(const nlohmann::json&, const JsonPlace&)) {
+  if (node.is_null()) return {};
+  std::string type = component_type(node, place);
+  if (type != "Sequence") return {nullptr, std::move(type)};
+  return {std::make_unique<Sequence>(sequence_parts<Stage>(node, place, parts, make)), type};
+}
+
+// A type Hugging Face has but Forge refuses, with the reason; else one it does not know.
 [[noreturn]] void unknown_type(const JsonPlace& place, const std::string& type, const char* kind,
                                const char* known) {
-  place.at("type").fail("unknown " + std::string(kind) + " " + shown(type) +
-                        " (Forge reads " + known + ")");
+  if (type == "Precompiled")
+    place.at("type").fail(
+        "Precompiled is not supported: it applies a SentencePiece normalisation charsmap; use the "
+        "model's tokenizer.model instead");
+  if (type == "CTC")
+    place.at("type").fail("CTC is not supported: it decodes speech models' outputs");
+  place.at("type").fail("unknown " + std::string(kind) + " " + shown(type) + " (Forge reads " +
+                        known + ")");
 }
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& node, const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceNormalizer>(
-        sequence_parts<Normalizer>(node, place, "normalizers", make_normalizer));
+std::unique_ptr<Normalizer> make_normalizer(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceNormalizer>(node, place, "normalizers", make_normalizer);
+  if (out || type.empty()) return std::move(out);
   if (type == "NFC") return std::make_unique<UnicodeNormalizer>(Form::nfc);
   if (type == "NFD") return std::make_unique<UnicodeNormalizer>(Form::nfd);
   if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(Form::nfkc);
@@ -1552,22 +1571,12 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& node, const Js
     return std::make_unique<BertNormalizer>(clean_text, chinese,
                                             strip.is_null() ? lowercase : strip_accents, lowercase);
   }
-  if (type == "Precompiled")
-    place.at("type").fail(
-        "Precompiled is not supported: it applies a SentencePiece normalisation charsmap; use the "
-        "model's tokenizer.model instead");
-  unknown_type(place, type, "normalizer",
-               "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip, "
-               "StripAccents and BertNormalizer");
+  unknown_type(place, type, "normalizer", kNormalizers);
 }
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& node,
-                                                 const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequencePreTokenizer>(
-        sequence_parts<PreTokenizer>(node, place, "pretokenizers", make_pre_tokenizer));
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequencePreTokenizer>(node, place, "pretokenizers", make_pre_tokenizer);
+  if (out || type.empty()) return std::move(out);
   if (type == "Split") {
     auto pattern = get_pattern(node, place);
     const Behavior behavior = get_behavior(field(node, place, "behavior"), place.at("behavior"));
@@ -1583,31 +1592,24 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& node,
   if (type == "Metaspace") {
     std::string replacement = get_char(node, place, "replacement");
     const PrependScheme scheme = get_prepend_scheme(node, place);
-    const bool split = node.contains("split") && !node["split"].is_null()
-                           ? get_bool(node, place, "split")
-                           : true;
+    const bool split =
+        node.contains("split") && !node["split"].is_null() ? get_bool(node, place, "split") : true;
     return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme, split);
   }
-  if (type == "Digits")
-    return std::make_unique<Digits>(get_bool(node, place, "individual_digits"));
+  if (type == "Digits") return std::make_unique<Digits>(get_bool(node, place, "individual_digits"));
   if (type == "BertPreTokenizer") return std::make_unique<BertPreTokenizer>();
   if (type == "Whitespace") return std::make_unique<Whitespace>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplit>();
   if (type == "Punctuation")
-    return std::make_unique<Punctuation>(
-        node.contains("behavior") ? get_behavior(node["behavior"], place.at("behavior"))
-                                  : Behavior::isolated);
-  unknown_type(place, type, "pre-tokenizer",
-               "Sequence, Split, ByteLevel, Metaspace, Digits, BertPreTokenizer, Whitespace, "
-               "WhitespaceSplit and Punctuation");
+    return std::make_unique<Punctuation>(node.contains("behavior")
+                                             ? get_behavior(node["behavior"], place.at("behavior"))
+                                             : Behavior::isolated);
+  unknown_type(place, type, "pre-tokenizer", kPreTokenizers);
 }
 
-std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceDecoder>(
-        sequence_parts<Decoder>(node, place, "decoders", make_decoder));
+std::unique_ptr<Decoder> make_decoder(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceDecoder>(node, place, "decoders", make_decoder);
+  if (out || type.empty()) return std::move(out);
   if (type == "ByteLevel") {
     get_bool(node, place, "add_prefix_space");
     get_bool(node, place, "trim_offsets");
@@ -1629,28 +1631,19 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPlac
   }
   if (type == "Replace") {
     auto pattern = get_pattern(node, place);
-    return std::make_unique<ReplaceDecoder>(std::move(pattern),
-                                            get_string(node, place, "content"));
+    return std::make_unique<ReplaceDecoder>(std::move(pattern), get_string(node, place, "content"));
   }
   if (type == "WordPiece") {
     std::string prefix = get_string(node, place, "prefix");
     return std::make_unique<WordPieceDecoder>(std::move(prefix), get_bool(node, place, "cleanup"));
   }
   if (type == "BPEDecoder") return std::make_unique<BpeDecoder>(get_string(node, place, "suffix"));
-  if (type == "CTC")
-    place.at("type").fail("CTC is not supported: it decodes speech models' outputs");
-  unknown_type(place, type, "decoder",
-               "Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece "
-               "and BPEDecoder");
+  unknown_type(place, type, "decoder", kDecoders);
 }
 
-std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& node,
-                                                   const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceProcessor>(
-        sequence_parts<PostProcessor>(node, place, "processors", make_post_processor));
+std::unique_ptr<PostProcessor> make_post_processor(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceProcessor>(node, place, "processors", make_post_processor);
+  if (out || type.empty()) return std::move(out);
   if (type == "TemplateProcessing") {
     read_template(node, place, "pair");
     return std::make_unique<TemplateProcessor>(read_template(node, place, "single"));
@@ -1664,13 +1657,13 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& node,
   if (type == "BertProcessing" || type == "RobertaProcessing") {
     const int32_t sep = get_token_id(node, place, "sep");
     const int32_t cls = get_token_id(node, place, "cls");
-    if (type == "BertProcessing") return std::make_unique<SurroundProcessor>(cls, sep, false, false);
+    if (type == "BertProcessing")
+      return std::make_unique<SurroundProcessor>(cls, sep, false, false);
     const bool trim = get_bool(node, place, "trim_offsets");
     return std::make_unique<SurroundProcessor>(cls, sep, trim,
                                                get_bool(node, place, "add_prefix_space"));
   }
-  unknown_type(place, type, "post-processor",
-               "Sequence, TemplateProcessing, ByteLevel, BertProcessing and RobertaProcessing");
+  unknown_type(place, type, "post-processor", kPostProcessors);
 }
 
 }  // namespace forge::tokenizer_json

@@ -5,7 +5,6 @@
 // text; post-processed ids and offsets. Then the errors, each naming its JSON path, and
 // NormalizedText's implicit identity origin against a materialised one.
 #include <gtest/gtest.h>
-
 #include <utf8proc.h>
 
 #include <fstream>
@@ -95,8 +94,7 @@ TEST(TokenizerPipeline, EncodeMatchesHuggingFace) {
     const auto normalizer = make_normalizer(g["normalizer"], kPlace.at("normalizer"));
     const auto pre_tokenizer = make_pre_tokenizer(g["pre_tokenizer"], kPlace.at("pre_tokenizer"));
     const std::string text = g["text"];
-    const CharTokens got =
-        char_tokens(normalizer.get(), pre_tokenizer.get(), g["specials"], text);
+    const CharTokens got = char_tokens(normalizer.get(), pre_tokenizer.get(), g["specials"], text);
     EXPECT_EQ(got.tokens, g["tokens"].get<std::vector<std::string>>()) << where(g);
     EXPECT_EQ(got.offsets, offsets_of(g["offsets"])) << where(g);
     if (g.contains("normalized")) {
@@ -149,8 +147,8 @@ TEST(TokenizerPipeline, PostProcessMatchesHuggingFace) {
       const auto it = token_of.find(id);
       return it == token_of.end() ? std::string_view() : std::string_view(it->second);
     });
-    const std::string context = g["post_processor"].dump() + " " + g["pre_tokenizer"].dump() +
-                                " " + g["text"].dump() + " " + g["add_special_tokens"].dump();
+    const std::string context = g["post_processor"].dump() + " " + g["pre_tokenizer"].dump() + " " +
+                                g["text"].dump() + " " + g["add_special_tokens"].dump();
     EXPECT_EQ(encoding.ids, g["ids"].get<std::vector<int32_t>>()) << context;
     EXPECT_EQ(encoding.offsets, offsets_of(g["offsets"])) << context;
   }
@@ -196,8 +194,8 @@ TEST(TokenizerPipeline, IdentityOriginMatchesMaterialised) {
       EXPECT_EQ(x.base, y.base);
       EXPECT_EQ(x.span(), y.span());
     }
-  EXPECT_EQ(identity.span(1, 3), (std::pair<uint32_t, uint32_t>{8, 10}));  // é
-  EXPECT_EQ(identity.span(2, 3), (std::pair<uint32_t, uint32_t>{8, 10}));  // é's second byte
+  EXPECT_EQ(identity.span(1, 3), (std::pair<uint32_t, uint32_t>{8, 10}));   // é
+  EXPECT_EQ(identity.span(2, 3), (std::pair<uint32_t, uint32_t>{8, 10}));   // é's second byte
   EXPECT_EQ(identity.span(3, 4), (std::pair<uint32_t, uint32_t>{10, 11}));  // a stray byte alone
   EXPECT_EQ(NormalizedText::original("", 5).span(), (std::pair<uint32_t, uint32_t>{5, 5}));
 }
@@ -255,7 +253,8 @@ TEST(TokenizerPipeline, ErrorsNameTheJsonPath) {
        "tokenizer.json: pre_tokenizer.pretokenizers[0].behavior: unknown behavior \"Dropped\""},
       {"pre_tokenizer",
        R"({"type": "Split", "pattern": {"Regex": "[a"}, "behavior": "Isolated", "invert": false})",
-       "tokenizer.json: pre_tokenizer.pattern.Regex: invalid regex \"[a\": premature end of char-class"},
+       "tokenizer.json: pre_tokenizer.pattern.Regex: invalid regex \"[a\": premature end of "
+       "char-class"},
       {"pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Isolated"})",
        "tokenizer.json: pre_tokenizer.invert: missing"},
       {"pre_tokenizer", R"({"type": "ByteLevel", "add_prefix_space": false})",
@@ -303,7 +302,8 @@ TEST(TokenizerPipeline, ErrorsNameTheJsonPath) {
       {"post_processor",
        R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],
            "pair": [], "special_tokens": {}})",
-       "tokenizer.json: post_processor.single[0].SpecialToken.id: \"<s>\" is not in special_tokens"},
+       "tokenizer.json: post_processor.single[0].SpecialToken.id: \"<s>\" is not in "
+       "special_tokens"},
       {"post_processor",
        R"({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "B", "type_id": 0}}],
            "pair": [], "special_tokens": {}})",
