@@ -1565,11 +1565,12 @@ std::unique_ptr<Normalizer> make_normalizer(const json& node, const JsonPlace& p
   if (type == "BertNormalizer") {
     const bool clean_text = get_bool(node, place, "clean_text");
     const bool chinese = get_bool(node, place, "handle_chinese_chars");
-    const nlohmann::json& strip = field(node, place, "strip_accents");
-    const bool strip_accents = !strip.is_null() && get_bool(node, place, "strip_accents");
+    // An Option in Hugging Face's struct: missing or null means "as lowercase".
+    const bool unset = !node.contains("strip_accents") || node["strip_accents"].is_null();
+    const bool strip_accents = !unset && get_bool(node, place, "strip_accents");
     const bool lowercase = get_bool(node, place, "lowercase");
     return std::make_unique<BertNormalizer>(clean_text, chinese,
-                                            strip.is_null() ? lowercase : strip_accents, lowercase);
+                                            unset ? lowercase : strip_accents, lowercase);
   }
   unknown_type(place, type, "normalizer", kNormalizers);
 }

@@ -66,6 +66,7 @@ const normalizers = [
   bert(true, true, null, true),
   bert(true, false, true, false),
   bert(false, true, false, true),
+  { type: "BertNormalizer", clean_text: true, handle_chinese_chars: false, lowercase: true },
   { type: "Sequence", normalizers: [{ type: "Prepend", prepend: "▁" }, replace({ String: " " }, "▁")] },
   { type: "Sequence", normalizers: [{ type: "NFD" }, { type: "StripAccents" }, { type: "Lowercase" }] },
 ];
