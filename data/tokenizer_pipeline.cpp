@@ -9,8 +9,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
-#include <climits>
-#include <map>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 
@@ -61,10 +60,6 @@ inline void append_cp(uint32_t cp, std::string& out) {
     out.push_back(static_cast<char>(cp - kRawByte));
   else
     unicode::append_utf8(cp, out);
-}
-
-inline int cp_length(uint32_t cp) {
-  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : cp < kRawByte ? 4 : 1;
 }
 
 // The span of the character holding byte i of an unchanged text that starts at `base`.

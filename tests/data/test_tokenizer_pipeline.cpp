@@ -8,6 +8,7 @@
 #include <utf8proc.h>
 
 #include <fstream>
+#include <map>
 
 #include "core/error.h"
 #include "data/tokenizer.h"
