@@ -1479,6 +1479,9 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
       continue;
     }
     const auto it = specials.find(id);
+    // Hugging Face loads a pair template naming a token it lacks (and fails only on a pair);
+    // only the single template is applied here.
+    if (it == specials.end() && key == "pair") continue;
     if (it == specials.end()) inner.at("id").fail(shown(id) + " is not in special_tokens");
     const JsonPlace sp = place.at("special_tokens").at(id);
     if (!it->is_object()) sp.fail("expected an object, got " + type_name(*it));
