@@ -42,22 +42,34 @@ struct CursorRun {
   int64_t stop_after_step = -1;  // raise SIGTERM inside this step
 };
 
-// Trains a bias-only Linear for 6 steps of 2 micro-batches; "batch" k is the number k.
-int train_with_cursor(const std::string& dir, CursorRun& run) {
+// A run into `dir` of `steps` steps of 2 micro-batches, each logged, none saved.
+RunConfig two_micro_batch_config(const std::string& dir, int64_t steps) {
   RunConfig config = default_config();
   config.recipe = "gpt_pretrain";
   config.output_dir = dir;
   config.data.train = "tests/recipes/configs/tiny.txt";
   config.model.norm_placement = "pre";
-  config.train.max_steps = 6;
+  config.train.max_steps = steps;
   config.train.grad_accum = 2;
   config.train.log_every = 1;
   config.train.save_every = 0;
   config.train.keep_last = 0;
-  Generator gen(1);
-  nn::Linear model(1, 1, true, gen);
-  auto optimizer = optim::make_optimizer(optim::OptimizerSpec{},
-                                         {optim::ParamGroup{model.named_parameters()}});
+  return config;
+}
+
+// A bias-only Linear and its optimizer: runs of it take milliseconds.
+struct OneParameterModel {
+  Generator gen{1};
+  nn::Linear model{1, 1, true, gen};
+  std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(
+      optim::OptimizerSpec{}, {optim::ParamGroup{model.named_parameters()}});
+};
+
+// Trains a bias-only Linear for 6 steps of 2 micro-batches; "batch" k is the number k.
+int train_with_cursor(const std::string& dir, CursorRun& run) {
+  const RunConfig config = two_micro_batch_config(dir, 6);
+  OneParameterModel one;
+  nn::Linear& model = one.model;
   Recipe recipe;
   recipe.tokens_per_step = 2;
   recipe.micro_batch = [&](int64_t step, int64_t) {
@@ -73,7 +85,7 @@ int train_with_cursor(const std::string& dir, CursorRun& run) {
   };
   recipe.data_state = [&] { return DataState{{"data.cursor", run.cursor}}; };
   recipe.restore_data_state = [&](const DataState& state) { run.cursor = state.at("data.cursor"); };
-  return run_training(config, model, *optimizer, recipe);
+  return run_training(config, model, *one.optimizer, recipe);
 }
 
 // An auxiliary loss (nn/aux_loss.h) joins its micro-batch's objective weighted by the
@@ -110,19 +122,9 @@ TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
 // Recipe::tokens_per_step.
 TEST(Trainer, TokensPerSecondCountsTheMicroBatchesRealTokens) {
   testing::TempDir dir;
-  RunConfig config = default_config();
-  config.recipe = "gpt_pretrain";
-  config.output_dir = dir.path().string();
-  config.data.train = "tests/recipes/configs/tiny.txt";
-  config.train.max_steps = 5;
-  config.train.grad_accum = 2;
-  config.train.log_every = 1;
-  config.train.save_every = 0;
-  config.train.keep_last = 0;
-  Generator gen(1);
-  nn::Linear model(1, 1, true, gen);
-  auto optimizer = optim::make_optimizer(optim::OptimizerSpec{},
-                                         {optim::ParamGroup{model.named_parameters()}});
+  const RunConfig config = two_micro_batch_config(dir.path().string(), 5);
+  OneParameterModel one;
+  nn::Linear& model = one.model;
   Recipe recipe;
   recipe.tokens_per_step = 1000;
   recipe.micro_batch = [&](int64_t step, int64_t micro) {
@@ -131,7 +133,7 @@ TEST(Trainer, TokensPerSecondCountsTheMicroBatchesRealTokens) {
                           .num_tokens = 3 + step + micro};
   };
   recipe.evaluate = [](bool) { return Metrics{{"loss", 0.0}}; };
-  ASSERT_EQ(run_training(config, model, *optimizer, recipe), 0);
+  ASSERT_EQ(run_training(config, model, *one.optimizer, recipe), 0);
   std::vector<MetricsRecord> train;
   for (const MetricsRecord& r : read_metrics(dir.path() / "metrics.jsonl"))
     if (r.split == "train") train.push_back(r);
