@@ -74,10 +74,12 @@ TEST(PackedSFTLoader, PacksEachRecordOnceAnEpochInThePaddedLoadersOrder) {
       for (int64_t t : targets) scored += t != kIgnore;
       EXPECT_EQ(scored, b.num_targets);
       int64_t expected = 0;
-      for (int64_t r : b.indices) expected += int64_t(data->tokens[size_t(r)].size()) - data->prompt_len[size_t(r)];
+      for (int64_t r : b.indices)
+        expected += int64_t(data->tokens[size_t(r)].size()) - data->prompt_len[size_t(r)];
       EXPECT_EQ(b.num_targets, expected);
       ASSERT_LE(taken + b.indices.size(), order.size());
-      V got = b.indices, want(order.begin() + long(taken), order.begin() + long(taken + got.size()));
+      V got = b.indices;
+      V want(order.begin() + long(taken), order.begin() + long(taken + got.size()));
       std::sort(got.begin(), got.end());
       std::sort(want.begin(), want.end());
       EXPECT_EQ(got, want) << "epoch " << epoch << ", records from " << taken;
@@ -124,7 +126,8 @@ TEST(PackedSFTLoader, ResumesFromItsCursorAndSkipsAsItBatches) {
 
 TEST(PackedSFTLoader, RefusesRecordsLongerThanARow) {
   auto data = records(5);  // record 1 has 9 tokens
-  testing::expect_error(ExitCode::data, "record 1 has 9 tokens, packed rows of context 7 hold 2 to 8",
+  testing::expect_error(ExitCode::data,
+                        "record 1 has 9 tokens, packed rows of context 7 hold 2 to 8",
                         [&] { PackedSFTLoader(data, 2, 7, 1); });
 }
 
