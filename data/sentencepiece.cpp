@@ -1,0 +1,263 @@
+// SentencePieceTokenizer over libsentencepiece's SentencePieceProcessor: the model is read with
+// Forge's input-file checks and handed to the library as bytes; Forge only cuts special tokens out
+// of the text, checks it is UTF-8, widens byte-fallback spans and adds BOS/EOS. Encode and Decode
+// are const in the library and keep no state between calls, so one tokenizer serves many threads.
+#include "data/sentencepiece.h"
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "core/bounded_json.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "data/unicode.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The protobuf wire format, just enough to read each piece's type (sentencepiece_model.proto:
+// ModelProto.pieces = 1, SentencePiece.type = 3, USER_DEFINED = 4).
+bool read_varint(std::string_view s, size_t& at, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && at < s.size(); shift += 7) {
+    const auto b = static_cast<unsigned char>(s[at++]);
+    v |= uint64_t(b & 0x7F) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+// Calls on_field(field, wire_type, varint, bytes) for each field of the message `s`; false if its
+// framing is broken (a length past the end, an unknown wire type).
+template <class OnField>
+bool for_each_field(std::string_view s, OnField&& on_field) {
+  for (size_t at = 0; at < s.size();) {
+    uint64_t key = 0, v = 0;
+    if (!read_varint(s, at, key)) return false;
+    std::string_view bytes;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(s, at, v)) return false;
+        break;
+      case 1:
+        if (s.size() - at < 8) return false;
+        at += 8;
+        break;
+      case 2:
+        if (!read_varint(s, at, v) || v > s.size() - at) return false;
+        bytes = s.substr(at, v);
+        at += v;
+        break;
+      case 5:
+        if (s.size() - at < 4) return false;
+        at += 4;
+        break;
+      default:
+        return false;
+    }
+    if (!on_field(key >> 3, key & 7, v, bytes)) return false;
+  }
+  return true;
+}
+
+// Ids of the model's USER_DEFINED pieces: the library's header (Debian installs no ModelProto
+// header) has IsControl and IsByte but no IsUserDefined. nullopt for broken framing.
+std::optional<std::vector<int32_t>> user_defined_ids(std::string_view proto) {
+  std::vector<int32_t> ids;
+  int32_t id = 0;
+  const bool ok = for_each_field(proto, [&](uint64_t field, uint64_t wire, uint64_t,
+                                            std::string_view piece) {
+    if (field != 1) return true;
+    if (wire != 2) return false;
+    uint64_t type = 1;  // NORMAL, the default a piece omits
+    const bool piece_ok = for_each_field(piece, [&](uint64_t f, uint64_t w, uint64_t v,
+                                                    std::string_view) {
+      if (f == 3 && w == 0) type = v;
+      return true;
+    });
+    if (type == 4) ids.push_back(id);
+    ++id;
+    return piece_ok;
+  });
+  if (!ok) return std::nullopt;
+  return ids;
+}
+
+}  // namespace
+
+SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file, std::string name,
+                                               const std::vector<std::string>& specials)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), name_(std::move(name)) {
+  const std::string where = quoted_path(model_file.string());
+  const std::string proto = read_input_file(model_file.string(), kTokenizerInput);
+  if (proto.empty()) throw Error(ExitCode::data, where + ": empty file (expected a SentencePiece model)");
+  const std::optional<std::vector<int32_t>> user_defined = user_defined_ids(proto);
+  if (!user_defined)
+    throw Error(ExitCode::data,
+                where + ": not a SentencePiece model (its protobuf framing is broken: truncated "
+                        "or not a model file)");
+  if (const auto status = sp_->LoadFromSerializedProto(proto); !status.ok())
+    throw Error(ExitCode::data, detail::concat(where, ": not a SentencePiece model (libsentencepiece: ",
+                                               printable(status.error_message()), ")"));
+  num_pieces_ = sp_->GetPieceSize();
+  written_as_text_.assign(static_cast<size_t>(num_pieces_), false);
+  for (int32_t id = 0; id < num_pieces_; ++id) {
+    const bool user = std::binary_search(user_defined->begin(), user_defined->end(), id);
+    if (!user && !sp_->IsControl(id) && !sp_->IsUnknown(id)) continue;
+    add_special(sp_->IdToPiece(id), id);
+    if (!user) cut_specials_.emplace_back(sp_->IdToPiece(id), id);
+    written_as_text_[static_cast<size_t>(id)] = !user;
+  }
+  for (const std::string& s : specials) {
+    if (special_id(s)) continue;
+    const int32_t piece = sp_->PieceToId(s);
+    const bool in_model = piece >= 0 && sp_->IdToPiece(piece) == s;
+    const int32_t id = in_model ? piece : num_pieces_ + num_extra_specials_++;
+    add_special(s, id);
+    cut_specials_.emplace_back(s, id);
+    if (!in_model) written_as_text_.push_back(true);
+  }
+  const fs::path config = model_file.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config)) read_config(config);
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+void SentencePieceTokenizer::read_config(const fs::path& path) {
+  const std::string where = quoted_path(path.string());
+  nlohmann::json j;
+  try {
+    j = parse_bounded_json(read_input_file(path.string(), kTokenizerInput));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ExitCode::data,
+                detail::concat(where, ": not valid JSON (", printable(e.what()), ")"));
+  }
+  if (!j.is_object())
+    throw Error(ExitCode::data,
+                detail::concat(where, ": expected a JSON object, got ", j.type_name()));
+  auto flag = [&](const char* key, bool fallback) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean())
+      throw Error(ExitCode::data, detail::concat(where, ": \"", key,
+                                                 "\" must be true or false, got ", it->dump()));
+    return it->get<bool>();
+  };
+  add_bos_ = flag("add_bos_token", true);
+  add_eos_ = flag("add_eos_token", false);
+}
+
+template <class OnRun, class OnSpecial>
+void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
+                                   OnSpecial&& on_special) const {
+  // libsentencepiece takes any bytes and encodes a malformed sequence as if it were U+FFFD, which
+  // would silently train on text that is not there.
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const int n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : unicode::utf8_decode(text, i, cp);
+    if (n == 0)
+      throw Error(ExitCode::data, detail::concat("tokenizer ", printable(name_),
+                                                 ": invalid UTF-8 at byte ", i + 1, " of the text"));
+    i += static_cast<size_t>(n);
+  }
+  size_t at = 0;
+  detail::split_specials(
+      text, cut_specials_,
+      [&](std::string_view run) {
+        at = static_cast<size_t>(run.data() - text.data());
+        on_run(run, at);
+        at += run.size();
+      },
+      [&](int32_t id) {
+        size_t length = 0;
+        for (const auto& [token, token_id] : cut_specials_)
+          if (token_id == id) length = token.size();
+        on_special(id, at, at + length);
+        at += length;
+      });
+}
+
+namespace {
+void check(const sentencepiece::util::Status& status, const std::string& name) {
+  if (!status.ok())
+    throw Error(ExitCode::data, detail::concat("tokenizer ", printable(name), ": libsentencepiece: ",
+                                               printable(status.error_message())));
+}
+}  // namespace
+
+std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  std::vector<int> run_ids;
+  split(
+      text,
+      [&](std::string_view run, size_t) {
+        check(sp_->Encode(run, &run_ids), name_);
+        ids.insert(ids.end(), run_ids.begin(), run_ids.end());
+      },
+      [&](int32_t id, size_t, size_t) { ids.push_back(id); });
+  return ids;
+}
+
+Encoding SentencePieceTokenizer::encode_with_offsets(std::string_view text) const {
+  Encoding out;
+  split(
+      text,
+      [&](std::string_view run, size_t begin) {
+        sentencepiece::ImmutableSentencePieceText spt;
+        check(sp_->Encode(run, spt.mutable_proto()), name_);
+        const size_t first = out.ids.size();
+        for (const auto& piece : spt.pieces()) {
+          out.ids.push_back(static_cast<int32_t>(piece.id()));
+          out.offsets.emplace_back(begin + piece.begin(), begin + piece.end());
+        }
+        // From the back, so that each empty span sees the widened span after it.
+        for (size_t k = out.ids.size(); k-- > first + 1;) {
+          auto& prev = out.offsets[k - 1];
+          if (prev.first == prev.second && prev.first == out.offsets[k].first)
+            prev = out.offsets[k];
+        }
+      },
+      [&](int32_t id, size_t begin, size_t end) {
+        out.ids.push_back(id);
+        out.offsets.emplace_back(begin, end);
+      });
+  return out;
+}
+
+std::vector<int32_t> SentencePieceTokenizer::with_special_tokens(std::vector<int32_t> ids) const {
+  if (add_bos_ && sp_->bos_id() >= 0) ids.insert(ids.begin(), sp_->bos_id());
+  if (add_eos_ && sp_->eos_id() >= 0) ids.push_back(sp_->eos_id());
+  return ids;
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out, piece;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    check(sp_->Decode(run, &piece), name_);
+    out += piece;
+    run.clear();
+  };
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size())
+      throw Error(ExitCode::data, detail::concat("tokenizer ", printable(name_), ": token id ", id,
+                                                 " is outside [0, ", vocab_size(), ")"));
+    if (!written_as_text_[static_cast<size_t>(id)]) {
+      run.push_back(id);
+      continue;
+    }
+    flush();
+    for (const auto& [token, token_id] : specials_)
+      if (token_id == id) out += token;
+  }
+  flush();
+  return out;
+}
+
+}  // namespace forge
