@@ -639,12 +639,13 @@ class Loader : public ConfigChecker {
     if (bad_.count("data.tokenizer") || bad_.count("data.special_tokens")) return std::nullopt;
     if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && files_ == ConfigFiles::skip)
       return std::nullopt;
-    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" &&
-        !std::filesystem::is_directory(d.tokenizer)) {
+    const std::filesystem::path named(d.tokenizer);
+    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && !std::filesystem::is_directory(named) &&
+        !(named.extension() == ".model" && std::filesystem::is_regular_file(named))) {
       error(blame({"data.tokenizer"}),
             "data.tokenizer: '" + d.tokenizer +
-                "' is not bytes, gpt2 or a directory with vocab.txt, encoder.json + vocab.bpe "
-                "or vocab.json + merges.txt");
+                "' is not bytes, gpt2, a SentencePiece .model file or a directory with "
+                "tokenizer.model, vocab.txt, encoder.json + vocab.bpe or vocab.json + merges.txt");
       return std::nullopt;
     }
     try {
