@@ -1,0 +1,120 @@
+// The tokenizer a hub directory gets (formats/hf_model.cpp): SentencePiece's tokenizer.model ahead
+// of vocab.json + merges.txt, said by forge inspect and used by forge generate; and the hub's
+// tokenizer files, tokenizer_config.json and generation_config.json carried over by
+// `forge export --format hf`. The directory is the tiny Llama fixture with its vocabulary widened
+// to the 1000 pieces of tests/golden/sentencepiece/bpe.model.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "data/tokenizer.h"
+#include "formats/hf_model.h"
+#include "runtime/components.h"
+#include "tests/recipes/recipe_test.h"
+#include "tests/test_util.h"
+
+namespace forge {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const fs::path kGolden = fs::path(FORGE_SOURCE_DIR) / "tests/golden";
+constexpr int64_t kPieces = 1000;
+
+class HFTokenizers : public testing::RecipeTest {
+ protected:
+  // tests/golden/hf/llama with `vocab` token rows (the new rows zero) and config.json saying so.
+  fs::path llama_with_vocabulary(const std::string& name, int64_t vocab) {
+    const fs::path dir = dir_ / name;
+    fs::copy(kGolden / "hf/llama", dir);
+    const SafetensorsFile weights(dir / "model.safetensors");
+    NamedTensors tensors;
+    for (const SafetensorsEntry& e : weights.entries()) {
+      Tensor t = weights.read_f32(e.name);
+      if (e.name == "model.embed_tokens.weight" || e.name == "lm_head.weight") {
+        std::vector<float> rows = t.to_vector<float>();
+        rows.resize(size_t(vocab * t.size(1)), 0.0f);
+        t = from_vector(rows, {vocab, t.size(1)});
+      }
+      tensors.push_back({e.name, t});
+    }
+    write_safetensors(dir / "model.safetensors", tensors, {}, ExitCode::checkpoint);
+    json config = json::parse(testing::read_file(dir / "config.json"));
+    config["vocab_size"] = vocab;
+    testing::write_file(dir / "config.json", config.dump());
+    return dir;
+  }
+  // The Llama fixture carrying bpe.model as its tokenizer.model, with the settings files a hub
+  // Llama 2 has beside it.
+  fs::path sentencepiece_llama() {
+    const fs::path dir = llama_with_vocabulary("spm_llama", kPieces);
+    fs::copy_file(kGolden / "sentencepiece/bpe.model", dir / "tokenizer.model");
+    testing::write_file(dir / "tokenizer_config.json",
+                        R"({"add_bos_token": true, "add_eos_token": false})");
+    testing::write_file(dir / "special_tokens_map.json", R"({"bos_token": "<s>"})");
+    testing::write_file(dir / "generation_config.json", R"({"bos_token_id": 1})");
+    return dir;
+  }
+};
+
+TEST_F(HFTokenizers, TokenizerModelIsTheHubDirectorysTokenizer) {
+  const fs::path dir = sentencepiece_llama();
+  EXPECT_EQ(stored_config(dir).data.tokenizer, dir.string());
+  EXPECT_NE(hf_load_summary(dir).find("tokenizer the directory's tokenizer.model (SentencePiece)"),
+            std::string::npos)
+      << hf_load_summary(dir);
+  auto [code, out] = forge_output("inspect " + dir.string());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("tokenizer the directory's tokenizer.model (SentencePiece)"),
+            std::string::npos)
+      << out;
+  // "Hello" is "▁H" "ell" "o" in bpe.model; GPT-2's files beside it lose to it.
+  fs::copy_file(kGolden / "hf/gpt2/vocab.json", dir / "vocab.json");
+  fs::copy_file(kGolden / "hf/gpt2/merges.txt", dir / "merges.txt");
+  std::tie(code, out) = forge_output("tokenize --tokenizer " + dir.string() + " --text Hello");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("360 458 892"), std::string::npos) << out;
+  std::tie(code, out) = forge_output("generate --checkpoint " + dir.string() +
+                                     " --prompt Hello --max-new-tokens 4 --temperature 0");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out.rfind("Hello", 0), 0u) << out;
+}
+
+TEST_F(HFTokenizers, ExportCarriesTheHubsTokenizerFiles) {
+  const fs::path dir = sentencepiece_llama();
+  const auto [code, out] = forge_output("export --checkpoint " + dir.string() +
+                                        " --format hf --output " + (dir_ / "out").string());
+  ASSERT_EQ(code, 0) << out;
+  for (const char* file : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"})
+    EXPECT_EQ(testing::read_file(dir_ / "out" / file), testing::read_file(dir / file)) << file;
+  EXPECT_FALSE(fs::exists(dir_ / "out/vocab.json"));
+  EXPECT_EQ(make_tokenizer((dir_ / "out").string())->encode("Hello"),
+            (std::vector<int32_t>{360, 458, 892}));
+}
+
+// A run whose data.tokenizer names a .model file exports that file as tokenizer.model.
+TEST_F(HFTokenizers, ExportWritesAModelFileAsTokenizerModel) {
+  const fs::path model = dir_ / "spm/llama2.model";
+  fs::create_directories(model.parent_path());
+  fs::copy_file(kGolden / "sentencepiece/bpe.model", model);
+  std::ofstream(dir_ / "run.yaml")
+      << "recipe: gpt_pretrain\nseed: 1\noutput_dir: " << (dir_ / "run").string()
+      << "\nmodel: {arch: gpt, vocab_size: " << kPieces
+      << ", context: 16, d_model: 16, n_layers: 1, n_heads: 2, norm: rmsnorm, position: rotary, "
+         "mlp: swiglu, bias: false}\ndata: {tokenizer: "
+      << model.string() << ", train: " << (dir_ / "corpus.txt").string()
+      << "}\ntrain: {batch_size: 2, max_steps: 1, sample_tokens: 1}\n";
+  ASSERT_EQ(forge("train " + (dir_ / "run.yaml").string()), 0);
+  const auto [code, out] = forge_output("export --checkpoint " + (dir_ / "run").string() +
+                                        " --format hf --output " + (dir_ / "out").string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(testing::read_file(dir_ / "out/tokenizer.model"), testing::read_file(model));
+  EXPECT_EQ(json::parse(testing::read_file(dir_ / "out/config.json"))["bos_token_id"], 1);
+}
+
+}  // namespace
+}  // namespace forge
