@@ -4,15 +4,14 @@
 // are const in the library and keep no state between calls, so one tokenizer serves many threads.
 #include "data/sentencepiece.h"
 
-#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
 #include <optional>
 
-#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer_config.h"
 #include "data/unicode.h"
 
 namespace forge {
@@ -129,24 +128,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file, std::
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 void SentencePieceTokenizer::read_config(const fs::path& path) {
-  const std::string where = quoted_path(path.string());
-  nlohmann::json j;
-  try {
-    j = parse_bounded_json(read_input_file(path.string(), kTokenizerInput));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ExitCode::data,
-                detail::concat(where, ": not valid JSON (", printable(e.what()), ")"));
-  }
-  if (!j.is_object())
-    throw Error(ExitCode::data,
-                detail::concat(where, ": expected a JSON object, got ", j.type_name()));
+  const TokenizerConfig config(path);
+  // LlamaTokenizer adds BOS when add_bos_token is truthy: null adds none, as false does.
   auto flag = [&](const char* key, bool fallback) {
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_boolean())
-      throw Error(ExitCode::data, detail::concat(where, ": \"", key,
-                                                 "\" must be true or false, got ", it->dump()));
-    return it->get<bool>();
+    const bool null = config.json().contains(key) && config.json()[key].is_null();
+    return null ? false : config.flag(key, false).value_or(fallback);
   };
   add_bos_ = flag("add_bos_token", true);
   add_eos_ = flag("add_eos_token", false);

@@ -89,6 +89,11 @@ TEST(SentencePiece, BosAndEosFollowTokenizerConfig) {
                                .string())
                 ->with_special_tokens(hello),
             hello);
+  // null is as false for LlamaTokenizer (it tests add_bos_token's truth).
+  testing::TempDir d;
+  EXPECT_EQ(make_tokenizer(model_dir(d, "bpe", R"({"add_bos_token": null})").string())
+                ->with_special_tokens(hello),
+            hello);
   model_dir(c, "bpe", R"({"add_bos_token": "yes"})");
   testing::expect_error(ExitCode::data, "tokenizer_config.json: \"add_bos_token\" must be true",
                         [&] { make_tokenizer(c.path().string()); });
