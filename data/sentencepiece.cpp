@@ -1,7 +1,8 @@
 // SentencePieceTokenizer over libsentencepiece's SentencePieceProcessor: the model is read with
 // Forge's input-file checks and handed to the library as bytes; Forge only cuts special tokens out
 // of the text, checks it is UTF-8, widens byte-fallback spans and adds BOS/EOS. Encode and Decode
-// are const in the library and keep no state between calls, so one tokenizer serves many threads.
+// are const in the library and keep no state between calls (python3-sentencepiece's batch encode
+// runs one processor from many threads), so one tokenizer serves many threads.
 #include "data/sentencepiece.h"
 
 #include <sentencepiece_processor.h>
@@ -69,20 +70,20 @@ bool for_each_field(std::string_view s, OnField&& on_field) {
 std::optional<std::vector<int32_t>> user_defined_ids(std::string_view proto) {
   std::vector<int32_t> ids;
   int32_t id = 0;
-  const bool ok = for_each_field(proto, [&](uint64_t field, uint64_t wire, uint64_t,
-                                            std::string_view piece) {
-    if (field != 1) return true;
-    if (wire != 2) return false;
-    uint64_t type = 1;  // NORMAL, the default a piece omits
-    const bool piece_ok = for_each_field(piece, [&](uint64_t f, uint64_t w, uint64_t v,
-                                                    std::string_view) {
-      if (f == 3 && w == 0) type = v;
-      return true;
-    });
-    if (type == 4) ids.push_back(id);
-    ++id;
-    return piece_ok;
-  });
+  const bool ok =
+      for_each_field(proto, [&](uint64_t field, uint64_t wire, uint64_t, std::string_view piece) {
+        if (field != 1) return true;
+        if (wire != 2) return false;
+        uint64_t type = 1;  // NORMAL, the default a piece omits
+        const bool piece_ok =
+            for_each_field(piece, [&](uint64_t f, uint64_t w, uint64_t v, std::string_view) {
+              if (f == 3 && w == 0) type = v;
+              return true;
+            });
+        if (type == 4) ids.push_back(id);
+        ++id;
+        return piece_ok;
+      });
   if (!ok) return std::nullopt;
   return ids;
 }
@@ -94,15 +95,18 @@ SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file, std::
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), name_(std::move(name)) {
   const std::string where = quoted_path(model_file.string());
   const std::string proto = read_input_file(model_file.string(), kTokenizerInput);
-  if (proto.empty()) throw Error(ExitCode::data, where + ": empty file (expected a SentencePiece model)");
+  if (proto.empty())
+    throw Error(ExitCode::data, where + ": empty file (expected a SentencePiece model)");
   const std::optional<std::vector<int32_t>> user_defined = user_defined_ids(proto);
   if (!user_defined)
     throw Error(ExitCode::data,
-                where + ": not a SentencePiece model (its protobuf framing is broken: truncated "
-                        "or not a model file)");
+                where +
+                    ": not a SentencePiece model (its protobuf framing is broken: truncated "
+                    "or not a model file)");
   if (const auto status = sp_->LoadFromSerializedProto(proto); !status.ok())
-    throw Error(ExitCode::data, detail::concat(where, ": not a SentencePiece model (libsentencepiece: ",
-                                               printable(status.error_message()), ")"));
+    throw Error(ExitCode::data,
+                detail::concat(where, ": not a SentencePiece model (libsentencepiece: ",
+                               printable(status.error_message()), ")"));
   num_pieces_ = sp_->GetPieceSize();
   written_as_text_.assign(static_cast<size_t>(num_pieces_), false);
   for (int32_t id = 0; id < num_pieces_; ++id) {
@@ -145,10 +149,12 @@ void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
   // would silently train on text that is not there.
   for (size_t i = 0; i < text.size();) {
     uint32_t cp;
-    const int n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : unicode::utf8_decode(text, i, cp);
+    const int n =
+        static_cast<unsigned char>(text[i]) < 0x80 ? 1 : unicode::utf8_decode(text, i, cp);
     if (n == 0)
-      throw Error(ExitCode::data, detail::concat("tokenizer ", printable(name_),
-                                                 ": invalid UTF-8 at byte ", i + 1, " of the text"));
+      throw Error(ExitCode::data,
+                  detail::concat("tokenizer ", printable(name_), ": invalid UTF-8 at byte ", i + 1,
+                                 " of the text"));
     i += static_cast<size_t>(n);
   }
   size_t at = 0;
@@ -171,8 +177,9 @@ void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
 namespace {
 void check(const sentencepiece::util::Status& status, const std::string& name) {
   if (!status.ok())
-    throw Error(ExitCode::data, detail::concat("tokenizer ", printable(name), ": libsentencepiece: ",
-                                               printable(status.error_message())));
+    throw Error(ExitCode::data,
+                detail::concat("tokenizer ", printable(name),
+                               ": libsentencepiece: ", printable(status.error_message())));
 }
 }  // namespace
 

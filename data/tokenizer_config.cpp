@@ -24,9 +24,9 @@ std::optional<bool> TokenizerConfig::flag(const char* key, bool null_allowed) co
   const auto it = j_.find(key);
   if (it == j_.end() || (null_allowed && it->is_null())) return std::nullopt;
   if (!it->is_boolean())
-    throw Error(ExitCode::data, detail::concat(where_, ": \"", key, "\" must be true or false",
-                                               null_allowed ? " or null" : "", ", got ",
-                                               it->type_name()));
+    throw Error(ExitCode::data,
+                detail::concat(where_, ": \"", key, "\" must be true or false",
+                               null_allowed ? " or null" : "", ", got ", it->type_name()));
   return it->get<bool>();
 }
 

@@ -68,8 +68,9 @@ INSTANTIATE_TEST_SUITE_P(Models, SentencePieceParity, ::testing::Values("bpe", "
 TEST(SentencePiece, ControlUnknownAndUserDefinedSymbolsAreSpecial) {
   testing::TempDir dir;
   const auto bpe = make_tokenizer(model_dir(dir, "bpe").string());
-  EXPECT_EQ(bpe->specials(), (std::vector<std::pair<std::string, int32_t>>{
-                                 {"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"<sep>", 3}, {"<|user|>", 4}}));
+  EXPECT_EQ(bpe->specials(),
+            (std::vector<std::pair<std::string, int32_t>>{
+                {"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"<sep>", 3}, {"<|user|>", 4}}));
   const auto unigram = make_tokenizer((golden_dir() / "unigram.model").string());
   EXPECT_EQ(unigram->special_id("<mask>"), 3);
   EXPECT_EQ(unigram->special_id("<sep>"), 4);
@@ -85,10 +86,10 @@ TEST(SentencePiece, BosAndEosFollowTokenizerConfig) {
   EXPECT_EQ(make_tokenizer(model_dir(a, "bpe", R"({"add_eos_token": true})").string())
                 ->with_special_tokens(hello),
             (Ids{1, 360, 458, 892, 2}));
-  EXPECT_EQ(make_tokenizer(model_dir(b, "bpe", R"({"add_bos_token": false, "legacy": true})")
-                               .string())
-                ->with_special_tokens(hello),
-            hello);
+  EXPECT_EQ(
+      make_tokenizer(model_dir(b, "bpe", R"({"add_bos_token": false, "legacy": true})").string())
+          ->with_special_tokens(hello),
+      hello);
   // null is as false for LlamaTokenizer (it tests add_bos_token's truth).
   testing::TempDir d;
   EXPECT_EQ(make_tokenizer(model_dir(d, "bpe", R"({"add_bos_token": null})").string())
@@ -112,8 +113,9 @@ TEST(SentencePiece, AppendedSpecialsGetIdsAfterThePieces) {
   const Ids ids = tok->encode("<|im_start|>Hello<s>");
   EXPECT_EQ(ids, (Ids{1000, 360, 458, 892, 1}));
   EXPECT_EQ(tok->decode(ids), "<|im_start|>Hello<s>");
-  EXPECT_EQ(tok->encode_with_offsets("<|im_start|>Hello<s>").offsets,
-            (std::vector<std::pair<size_t, size_t>>{{0, 12}, {12, 13}, {13, 16}, {16, 17}, {17, 20}}));
+  EXPECT_EQ(
+      tok->encode_with_offsets("<|im_start|>Hello<s>").offsets,
+      (std::vector<std::pair<size_t, size_t>>{{0, 12}, {12, 13}, {13, 16}, {16, 17}, {17, 20}}));
   testing::expect_error(ExitCode::data, "token id 1001 is outside [0, 1001)",
                         [&] { tok->decode({1001}); });
 }
