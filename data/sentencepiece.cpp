@@ -88,6 +88,33 @@ std::optional<std::vector<int32_t>> user_defined_ids(std::string_view proto) {
   return ids;
 }
 
+void check(const sentencepiece::util::Status& status, const std::string& name) {
+  if (!status.ok())
+    throw Error(ExitCode::data,
+                detail::concat("tokenizer ", printable(name),
+                               ": libsentencepiece: ", printable(status.error_message())));
+}
+
+// The pieces of `spt` from the `skip`th on, with their spans moved back by `shift` bytes (what was
+// put in front of the run) and on by `begin` (where the run starts); a piece with an empty span
+// takes the span of the piece after it that starts at the same byte, so every byte piece of a
+// byte-fallback character spans the character.
+void append_pieces(const sentencepiece::ImmutableSentencePieceText& spt, size_t skip, size_t shift,
+                   size_t begin, Encoding& out) {
+  const size_t first = out.ids.size();
+  for (size_t k = skip; k < spt.pieces_size(); ++k) {
+    const auto piece = spt.pieces(static_cast<int>(k));
+    out.ids.push_back(static_cast<int32_t>(piece.id()));
+    out.offsets.emplace_back(begin + std::max<size_t>(piece.begin(), shift) - shift,
+                             begin + std::max<size_t>(piece.end(), shift) - shift);
+  }
+  // From the back, so that each empty span sees the widened span after it.
+  for (size_t k = out.ids.size(); k-- > first + 1;) {
+    auto& prev = out.offsets[k - 1];
+    if (prev.first == prev.second && prev.first == out.offsets[k].first) prev = out.offsets[k];
+  }
+}
+
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file, std::string name,
@@ -127,6 +154,17 @@ SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file, std::
   }
   const fs::path config = model_file.parent_path() / "tokenizer_config.json";
   if (fs::exists(config)) read_config(config);
+  if (legacy_) return;
+  // LlamaTokenizer turns the model's add_dummy_prefix off by merging a NormalizerSpec into the
+  // ModelProto; appended to the serialized message, the same field (normalizer_spec = 3, its
+  // add_dummy_prefix = 3, false) merges the same way.
+  plain_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  check(plain_->LoadFromSerializedProto(proto + std::string("\x1a\x02\x18\x00", 4)), name_);
+  std::vector<int> unk_ids;
+  check(plain_->Encode(sp_->IdToPiece(sp_->unk_id()), &unk_ids), name_);
+  unk_pieces_ = unk_ids.size();
+  const int32_t meta = sp_->PieceToId("\xE2\x96\x81");
+  meta_id_ = sp_->IdToPiece(meta) == "\xE2\x96\x81" ? meta : -1;
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -140,11 +178,10 @@ void SentencePieceTokenizer::read_config(const fs::path& path) {
   };
   add_bos_ = flag("add_bos_token", true);
   add_eos_ = flag("add_eos_token", false);
+  legacy_ = config.flag("legacy", true).value_or(true);  // null is LlamaTokenizer's default
 }
 
-template <class OnRun, class OnSpecial>
-void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
-                                   OnSpecial&& on_special) const {
+void SentencePieceTokenizer::check_utf8(std::string_view text) const {
   // libsentencepiece takes any bytes and encodes a malformed sequence as if it were U+FFFD, which
   // would silently train on text that is not there.
   for (size_t i = 0; i < text.size();) {
@@ -157,6 +194,11 @@ void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
                                  " of the text"));
     i += static_cast<size_t>(n);
   }
+}
+
+template <class OnRun, class OnSpecial>
+void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
+                                   OnSpecial&& on_special) const {
   size_t at = 0;
   detail::split_specials(
       text, cut_specials_,
@@ -174,16 +216,9 @@ void SentencePieceTokenizer::split(std::string_view text, OnRun&& on_run,
       });
 }
 
-namespace {
-void check(const sentencepiece::util::Status& status, const std::string& name) {
-  if (!status.ok())
-    throw Error(ExitCode::data,
-                detail::concat("tokenizer ", printable(name),
-                               ": libsentencepiece: ", printable(status.error_message())));
-}
-}  // namespace
-
 std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  if (plain_) return encode_with_offsets(text).ids;
+  check_utf8(text);
   std::vector<int32_t> ids;
   std::vector<int> run_ids;
   split(
@@ -197,28 +232,64 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const
 }
 
 Encoding SentencePieceTokenizer::encode_with_offsets(std::string_view text) const {
+  check_utf8(text);
+  if (plain_) return encode_without_legacy(text);
   Encoding out;
   split(
       text,
       [&](std::string_view run, size_t begin) {
         sentencepiece::ImmutableSentencePieceText spt;
         check(sp_->Encode(run, spt.mutable_proto()), name_);
-        const size_t first = out.ids.size();
-        for (const auto& piece : spt.pieces()) {
-          out.ids.push_back(static_cast<int32_t>(piece.id()));
-          out.offsets.emplace_back(begin + piece.begin(), begin + piece.end());
-        }
-        // From the back, so that each empty span sees the widened span after it.
-        for (size_t k = out.ids.size(); k-- > first + 1;) {
-          auto& prev = out.offsets[k - 1];
-          if (prev.first == prev.second && prev.first == out.offsets[k].first)
-            prev = out.offsets[k];
-        }
+        append_pieces(spt, 0, 0, begin, out);
       },
       [&](int32_t id, size_t begin, size_t end) {
         out.ids.push_back(id);
         out.offsets.emplace_back(begin, end);
       });
+  return out;
+}
+
+// LlamaTokenizer's tokenize and _tokenize when tokenizer_config.json says "legacy": false: "▁" in
+// the text becomes a space and one "▁" goes in front of the whole text, the model runs without its
+// own "▁" prefix (so a run after a special token gets none), a run that starts with a space is
+// encoded behind the unknown token's text, whose pieces are then dropped (so that the model cannot
+// strip the space), and a lone leading "▁" before a special token is dropped.
+Encoding SentencePieceTokenizer::encode_without_legacy(std::string_view text) const {
+  Encoding out;
+  if (text.empty()) return out;
+  constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  std::string shifted(kMeta);
+  std::vector<size_t> origin(kMeta.size(), 0);  // byte of `text` each byte of `shifted` comes from
+  for (size_t i = 0; i < text.size();) {
+    const bool meta = text.substr(i, kMeta.size()) == kMeta;
+    shifted += meta ? ' ' : text[i];
+    origin.push_back(i);
+    i += meta ? kMeta.size() : 1;
+  }
+  origin.push_back(text.size());
+  const std::string& unk = sp_->IdToPiece(sp_->unk_id());
+  split(
+      shifted,
+      [&](std::string_view run, size_t begin) {
+        const bool spaced = run.front() == ' ' || run.substr(0, kMeta.size()) == kMeta;
+        sentencepiece::ImmutableSentencePieceText spt;
+        check(
+            plain_->Encode(spaced ? unk + std::string(run) : std::string(run), spt.mutable_proto()),
+            name_);
+        const bool cut = spaced && spt.pieces_size() >= unk_pieces_;
+        append_pieces(spt, cut ? unk_pieces_ : 0, spaced ? unk.size() : 0, begin, out);
+      },
+      [&](int32_t id, size_t begin, size_t end) {
+        out.ids.push_back(id);
+        out.offsets.emplace_back(begin, end);
+      });
+  if (out.ids.size() > 1 && out.ids[0] == meta_id_ &&
+      std::any_of(cut_specials_.begin(), cut_specials_.end(),
+                  [&](const auto& special) { return special.second == out.ids[1]; })) {
+    out.ids.erase(out.ids.begin());
+    out.offsets.erase(out.offsets.begin());
+  }
+  for (auto& [begin, end] : out.offsets) begin = origin[begin], end = origin[end];
   return out;
 }
 

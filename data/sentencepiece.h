@@ -22,17 +22,18 @@ namespace forge {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   /// Loads `model_file` and, when the directory holding it has one, tokenizer_config.json
-  /// ("add_bos_token", default true; "add_eos_token", default false). Control symbols (<s>, </s>),
-  /// <unk> and user-defined symbols are special tokens; `specials` the model has keep their ids,
-  /// the others get ids after its pieces. Throws Error(data) naming the file for a model that does
-  /// not load or a bad tokenizer_config.json.
+  /// ("add_bos_token", default true; "add_eos_token", default false; "legacy", default true).
+  /// Control symbols (<s>, </s>), <unk> and user-defined symbols are special tokens; `specials`
+  /// the model has keep their ids, the others get ids after its pieces. Throws Error(data) naming
+  /// the file for a model that does not load or a bad tokenizer_config.json.
   SentencePieceTokenizer(const std::filesystem::path& model_file, std::string name,
                          const std::vector<std::string>& specials = {});
   ~SentencePieceTokenizer() override;
 
   /// sp.encode(text) for text between special tokens, each run encoded on its own (a run after a
-  /// control symbol gets its own "▁" prefix, as LlamaTokenizer's legacy mode does). Throws
-  /// Error(data) naming the byte for text that is not UTF-8.
+  /// control symbol gets its own "▁" prefix), as LlamaTokenizer does in its default legacy mode;
+  /// with "legacy": false, as it does then (encode_without_legacy). Throws Error(data) naming the
+  /// byte for text that is not UTF-8.
   std::vector<int32_t> encode(std::string_view text) const override;
   /// The spans libsentencepiece reports; a piece with an empty span (the leading bytes of a
   /// byte-fallback character) takes the span of the piece that completes the character.
@@ -49,16 +50,25 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   void read_config(const std::filesystem::path& path);
+  /// Throws Error(data) naming the first byte of `text` that is not UTF-8.
+  void check_utf8(std::string_view text) const;
+  /// LlamaTokenizer's encoding with "legacy": false, spans included.
+  Encoding encode_without_legacy(std::string_view text) const;
   /// Calls on_run(text, begin) for runs of plain text and on_special(id, begin, end) for special
-  /// tokens, in order, after checking that `text` is UTF-8.
+  /// tokens, in order.
   template <class OnRun, class OnSpecial>
   void split(std::string_view text, OnRun&& on_run, OnSpecial&& on_special) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  // With "legacy": false: the model without its "▁" prefix, how many pieces the unknown token's
+  // text encodes to, and the id of the piece "▁" (-1 if the model has none).
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> plain_;
+  size_t unk_pieces_ = 0;
+  int32_t meta_id_ = -1;
   std::string name_;
   int32_t num_pieces_ = 0;
   int32_t num_extra_specials_ = 0;
-  bool add_bos_ = true, add_eos_ = false;
+  bool add_bos_ = true, add_eos_ = false, legacy_ = true;
   // The specials Forge cuts out of the text itself: all but user-defined symbols, which
   // libsentencepiece matches in the text on its own (and cutting them out would change the "▁"
   // prefixes of the text around them).

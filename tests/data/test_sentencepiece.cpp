@@ -1,7 +1,8 @@
 // SentencePiece tokenizer.model through libsentencepiece: ids, byte spans and decodes identical to
 // python3-sentencepiece on two models trained by spm_train (tests/golden/sentencepiece/, written by
 // tests/golden/make_sentencepiece_goldens.sh) over CJK, emoji, combining marks, whitespace runs,
-// digits, control characters and special-token strings; BOS/EOS from tokenizer_config.json;
+// digits, control characters and special-token strings (and as LlamaTokenizer with "legacy":
+// false, written out by the golden script); BOS/EOS from tokenizer_config.json;
 // special ids; appended specials; corrupt models and invalid UTF-8 refused; encoding from threads.
 #include <gtest/gtest.h>
 
@@ -60,6 +61,23 @@ TEST_P(SentencePieceParity, MatchesPythonSentencePiece) {
     EXPECT_EQ(e.offsets, (line["offsets"].get<std::vector<std::pair<size_t, size_t>>>()));
     EXPECT_EQ(by_dir->decode(ids), line["decoded"].get<std::string>());
     EXPECT_EQ(by_dir->with_special_tokens(ids), line["ids_with_specials"].get<Ids>());
+  }
+}
+
+// tokenizer_config.json's "legacy": false: LlamaTokenizer's other way with the text around special
+// tokens (no "▁" after them), as the golden script writes its tokenize out over the model.
+TEST_P(SentencePieceParity, MatchesLlamaTokenizerWithoutLegacy) {
+  testing::TempDir dir;
+  const std::string model = GetParam();
+  const auto tok = make_tokenizer(model_dir(dir, model, R"({"legacy": false})").string());
+  for (const auto& line : expected_lines(model)) {
+    const std::string text = line["text"];
+    SCOPED_TRACE(::testing::Message() << model << ": " << line["text"].dump());
+    EXPECT_EQ(tok->encode(text), line["ids_nonlegacy"].get<Ids>());
+    const Encoding e = tok->encode_with_offsets(text);
+    EXPECT_EQ(e.ids, line["ids_nonlegacy"].get<Ids>());
+    EXPECT_EQ(e.offsets,
+              (line["offsets_nonlegacy"].get<std::vector<std::pair<size_t, size_t>>>()));
   }
 }
 

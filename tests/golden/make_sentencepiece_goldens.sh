@@ -7,7 +7,10 @@
 #   tests/golden/make_sentencepiece_goldens.sh
 set -euo pipefail
 out=tests/golden/sentencepiece
-tmp=$(mktemp -d)
+# A fixed work directory: spm_train records its input's path in the model, so the same path gives
+# the same bytes on every run.
+tmp=/tmp/forge_sentencepiece_goldens
+rm -rf "$tmp" && mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 cat data/samples/fortunes/*.txt data/samples/tinyshakespeare.txt > "$tmp/corpus.txt"
 mkdir -p "$out"
@@ -27,7 +30,9 @@ cp "$tmp/unigram.model" "$out/unigram.model"
 # the same way), each run sp.encode'd on its own; "offsets" the pieces' byte spans (an empty span
 # widened to the span of the piece after it that starts at the same byte, as the C++ does);
 # "decoded" sp.decode of the runs with control symbols and <unk> written as their text; "ids_with_specials"
-# BOS + ids (LlamaTokenizer's default add_bos_token).
+# BOS + ids (LlamaTokenizer's default add_bos_token); "ids_nonlegacy" what LlamaTokenizer gives with
+# "legacy": false (its tokenize and _tokenize written out below over a copy of the model without
+# add_dummy_prefix, made as it makes it, by merging a NormalizerSpec), with "offsets_nonlegacy".
 import json
 import sys
 
@@ -64,6 +69,52 @@ for name in ("bpe", "unigram"):
             yield cut[k][0], cut[k][1]
             at = pos + len(cut[k][0])
 
+    proto = open(f"{out}/{name}.model", "rb").read()
+    plain = spm.SentencePieceProcessor()
+    plain.LoadFromSerializedProto(proto + b"\x1a\x02\x18\x00")
+    unk = sp.id_to_piece(sp.unk_id())
+    unk_length = len(plain.encode(unk))
+
+    def encode_run(proc, run, base, skip=0, shift=0):
+        spt = proc.encode(run, out_type="immutable_proto")
+        # The Python binding reports character spans; Forge's are bytes.
+        byte_at = [len(run[:k].encode()) for k in range(len(run) + 1)]
+        pieces = list(spt.pieces)[skip:]
+        spans = [[base + max(byte_at[p.begin], shift) - shift,
+                  base + max(byte_at[p.end], shift) - shift] for p in pieces]
+        for k in range(len(spans) - 1, 0, -1):
+            if spans[k - 1][0] == spans[k - 1][1] == spans[k][0]:
+                spans[k - 1] = spans[k]
+        return [p.id for p in pieces], [p.piece for p in pieces], spans
+
+    def nonlegacy(text):
+        if not text:
+            return [], []
+        shifted, origin = "▁", [0, 0, 0]
+        for k, c in enumerate(text):
+            at = len(text[:k].encode())
+            shifted += " " if c == "▁" else c
+            origin += [at] if c == "▁" else [at + j for j in range(len(c.encode()))]
+        origin.append(len(text.encode()))
+        ids, pieces, offsets, base = [], [], [], 0
+        for run, special in runs(shifted):
+            if special is not None:
+                ids.append(special)
+                pieces.append(run)
+                offsets.append([base, base + len(run.encode())])
+            elif not run.startswith(("▁", " ")):
+                i, p, o = encode_run(plain, run, base)
+                ids, pieces, offsets = ids + i, pieces + p, offsets + o
+            else:
+                n = len(plain.encode(unk + run))
+                i, p, o = encode_run(plain, unk + run, base, unk_length if n >= unk_length else 0,
+                                     len(unk.encode()))
+                ids, pieces, offsets = ids + i, pieces + p, offsets + o
+            base += len(run.encode())
+        if len(pieces) > 1 and pieces[0] == "▁" and ids[1] in [i for _, i in cut]:
+            ids, offsets = ids[1:], offsets[1:]
+        return ids, [[origin[b], origin[e]] for b, e in offsets]
+
     with open(f"{out}/{name}_expected.jsonl", "w") as f:
         for text in texts:
             ids, pieces, offsets, decoded, run_ids = [], [], [], "", []
@@ -76,22 +127,16 @@ for name in ("bpe", "unigram"):
                     pieces.append(run)
                     offsets.append([base, base + len(run.encode())])
                 else:
-                    spt = sp.encode(run, out_type="immutable_proto")
-                    # The Python binding reports character spans; Forge's are bytes.
-                    byte_at = [len(run[:k].encode()) for k in range(len(run) + 1)]
-                    spans = [[base + byte_at[p.begin], base + byte_at[p.end]] for p in spt.pieces]
-                    for k in range(len(spans) - 1, 0, -1):
-                        if spans[k - 1][0] == spans[k - 1][1] == spans[k][0]:
-                            spans[k - 1] = spans[k]
-                    ids += [p.id for p in spt.pieces]
-                    run_ids += [p.id for p in spt.pieces]
-                    pieces += [p.piece for p in spt.pieces]
-                    offsets += spans
+                    i, p, o = encode_run(sp, run, base)
+                    ids, run_ids, pieces, offsets = ids + i, run_ids + i, pieces + p, offsets + o
                 base += len(run.encode())
             decoded += sp.decode(run_ids)
             if not any(s is not None for _, s in runs(text)):
                 assert ids == sp.encode(text) and decoded == sp.decode(sp.encode(text))
+            ids_nonlegacy, offsets_nonlegacy = nonlegacy(text)
             f.write(json.dumps({"text": text, "ids": ids, "pieces": pieces, "offsets": offsets,
-                                "decoded": decoded, "ids_with_specials": [sp.bos_id()] + ids},
+                                "decoded": decoded, "ids_with_specials": [sp.bos_id()] + ids,
+                                "ids_nonlegacy": ids_nonlegacy,
+                                "offsets_nonlegacy": offsets_nonlegacy},
                                ensure_ascii=False) + "\n")
 PY
