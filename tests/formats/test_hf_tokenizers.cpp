@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <functional>
+
+#include "core/autograd.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "data/tokenizer.h"
@@ -27,22 +31,33 @@ constexpr int64_t kPieces = 1000;
 
 class HFTokenizers : public testing::RecipeTest {
  protected:
-  // tests/golden/hf/llama with `vocab` token rows (the new rows zero) and config.json saying so.
-  fs::path llama_with_vocabulary(const std::string& name, int64_t vocab) {
-    const fs::path dir = dir_ / name;
-    fs::copy(kGolden / "hf/llama", dir);
+  using Edit = std::function<void(const std::string& name, std::vector<float>& rows, int64_t width)>;
+  // dir/model.safetensors with `edit` applied to every tensor's values (it may add rows).
+  static void rewrite_weights(const fs::path& dir, const Edit& edit) {
     const SafetensorsFile weights(dir / "model.safetensors");
     NamedTensors tensors;
     for (const SafetensorsEntry& e : weights.entries()) {
-      Tensor t = weights.read_f32(e.name);
-      if (e.name == "model.embed_tokens.weight" || e.name == "lm_head.weight") {
-        std::vector<float> rows = t.to_vector<float>();
-        rows.resize(size_t(vocab * t.size(1)), 0.0f);
-        t = from_vector(rows, {vocab, t.size(1)});
-      }
-      tensors.push_back({e.name, t});
+      const Tensor t = weights.read_f32(e.name);
+      std::vector<float> values = t.to_vector<float>();
+      const int64_t width = t.size(t.dim() - 1);
+      edit(e.name, values, width);
+      Shape shape = t.shape();
+      shape[0] = int64_t(values.size()) / (t.dim() == 2 ? width : 1);
+      tensors.push_back({e.name, from_vector(values, shape)});
     }
     write_safetensors(dir / "model.safetensors", tensors, {}, ExitCode::checkpoint);
+  }
+  // tests/golden/hf/llama with `vocab` token rows (row i a copy of row i mod 300 of the 300 it
+  // has) and config.json saying so.
+  fs::path llama_with_vocabulary(const std::string& name, int64_t vocab) {
+    const fs::path dir = dir_ / name;
+    fs::copy(kGolden / "hf/llama", dir);
+    rewrite_weights(dir, [&](const std::string& tensor, std::vector<float>& rows, int64_t width) {
+      if (tensor != "model.embed_tokens.weight" && tensor != "lm_head.weight") return;
+      const size_t had = rows.size();
+      rows.resize(size_t(vocab * width));
+      for (size_t k = had; k < rows.size(); ++k) rows[k] = rows[k % had];
+    });
     json config = json::parse(testing::read_file(dir / "config.json"));
     config["vocab_size"] = vocab;
     testing::write_file(dir / "config.json", config.dump());
@@ -72,19 +87,45 @@ TEST_F(HFTokenizers, TokenizerModelIsTheHubDirectorysTokenizer) {
   EXPECT_NE(out.find("tokenizer the directory's tokenizer.model (SentencePiece)"),
             std::string::npos)
       << out;
-  // generate encodes the prompt and decodes the continuation with it.
+  // generate encodes the prompt and decodes the continuation with it, keeping the space of a
+  // continuation that starts with "▁" (which decoding it alone drops): the head's row of "▁" is
+  // set to give the prompt's next position twice the largest logit magnitude, so "▁" comes next.
   const auto tok = make_tokenizer(dir.string());
   const std::vector<int32_t> prompt = tok->encode("Hello");
+  std::vector<float> logits;
+  {
+    NoGradGuard no_grad;
+    Tensor x = empty({1, int64_t(prompt.size())}, DType::i64);
+    for (size_t i = 0; i < prompt.size(); ++i) x.data<int64_t>()[i] = prompt[i];
+    logits = load_gpt(resolve_checkpoint(dir)).model->forward(x).to_vector<float>();
+  }
+  logits.erase(logits.begin(), logits.end() - kPieces);  // the last position's
+  size_t big = 0;
+  for (size_t v = 0; v < logits.size(); ++v)
+    if (std::fabs(logits[v]) > std::fabs(logits[big])) big = v;
+  ASSERT_GT(std::fabs(logits[big]), 0.0f);
+  const int64_t meta = 889;  // "▁" in bpe.model
+  rewrite_weights(dir, [&](const std::string& tensor, std::vector<float>& rows, int64_t width) {
+    if (tensor != "lm_head.weight") return;
+    const float scale = logits[big] > 0 ? 2.0f : -2.0f;
+    for (int64_t c = 0; c < width; ++c)
+      rows[size_t(meta * width + c)] = scale * rows[big * size_t(width) + size_t(c)];
+  });
   nn::SamplingOptions greedy;
   greedy.temperature = 0;
-  greedy.max_new_tokens = 4;
   greedy.vocab_limit = kPieces;
-  const std::vector<int64_t> continuation = nn::generate(
-      *load_gpt(resolve_checkpoint(dir)).model, {prompt.begin(), prompt.end()}, greedy);
+  greedy.max_new_tokens = 4;
+  std::vector<int32_t> ids = prompt;
+  const std::vector<int64_t> continuation =
+      nn::generate(*load_gpt(resolve_checkpoint(dir)).model, {ids.begin(), ids.end()}, greedy);
+  ASSERT_EQ(continuation[0], meta);
+  ids.insert(ids.end(), continuation.begin(), continuation.end());
+  const std::string expected = "Hello" + tok->decode(ids).substr(tok->decode(prompt).size());
+  EXPECT_EQ(expected.substr(0, 6), "Hello ") << expected;
   std::tie(code, out) = forge_output("generate --checkpoint " + dir.string() +
                                      " --prompt Hello --max-new-tokens 4 --temperature 0");
   EXPECT_EQ(code, 0) << out;
-  EXPECT_EQ(out, "Hello" + tok->decode({continuation.begin(), continuation.end()}) + "\n");
+  EXPECT_EQ(out, expected + "\n");
   // "Hello" is "▁H" "ell" "o" in bpe.model; GPT-2's files beside it lose to it.
   fs::copy_file(kGolden / "hf/gpt2/vocab.json", dir / "vocab.json");
   fs::copy_file(kGolden / "hf/gpt2/merges.txt", dir / "merges.txt");
