@@ -581,6 +581,42 @@ missing_dir = path("tokenizer", "missing-files", "x")[:-2]
 case("tokenizer", "missing-files/tokenize", ["FORGE", "tokenize", "--tokenizer", missing_dir,
                                              "--text", "abc"], (3,))
 
+# tokenizer.json (data/tokenizer_json.h): every refusal names the JSON path.
+good_tokenizer_json = {
+    "version": "1.0", "added_tokens": [
+        {"id": 6, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}],
+    "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
+              "byte_fallback": False, "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, " ": 5},
+              "merges": ["a b", "ab c"]}}
+
+
+def tokenizer_json_case(name, config, allowed=(3,), text_bytes=b"abc <s>ab"):
+    d = path("tokenizer_json", name, "x")[:-2]
+    file = write(os.path.join(d, "tokenizer.json"),
+                 config if isinstance(config, bytes) else json.dumps(config).encode())
+    text = write(os.path.join(d, "text.txt"), text_bytes)
+    case("tokenizer_json", name + "/tokenize", ["FORGE", "tokenize", "--tokenizer", d, "--input",
+                                                text], allowed, [file, text])
+
+
+def with_model_change(**change):
+    return {**good_tokenizer_json, "model": {**good_tokenizer_json["model"], **change}}
+
+
+tokenizer_json_case("valid", good_tokenizer_json, (0,))
+tokenizer_json_case("malformed-json", json.dumps(good_tokenizer_json).encode()[:-5])
+tokenizer_json_case("unknown-model", with_model_change(type="Unigram"))
+tokenizer_json_case("unknown-normalizer", {**good_tokenizer_json,
+                                           "normalizer": {"type": "NoSuchNormalizer"}})
+tokenizer_json_case("merge-absent-token", with_model_change(merges=["a b", "ab zz"]))
+tokenizer_json_case("id-out-of-range", with_model_change(
+    vocab={**good_tokenizer_json["model"]["vocab"], "zz": 100}))
+tokenizer_json_case("added-id-clash", {**good_tokenizer_json, "added_tokens": [
+    {**good_tokenizer_json["added_tokens"][0], "id": 2}]})
+tokenizer_json_case("text-not-utf8", good_tokenizer_json, text_bytes=b"abc \xff\xfe ab")
+
 
 # --- hostile SentencePiece models and text ------------------------------------------------------
 # tokenizer.model files cut, emptied or replaced, in a directory and named as a file; text that is
