@@ -106,7 +106,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
   const fs::path dir =
       name_or_dir == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name_or_dir);
   constexpr const char* kLookedFor =
-      "\"bytes\", \"gpt2\", a tokenizer.json file, a SentencePiece .model file or a directory "
+      "\"bytes\", \"gpt2\", a SentencePiece .model file, a tokenizer.json file or a directory "
       "with tokenizer.json, tokenizer.model (SentencePiece), vocab.txt (WordPiece), encoder.json + "
       "vocab.bpe or vocab.json + merges.txt (byte-level BPE)";
   if (dir.extension() == ".json" && fs::is_regular_file(dir))  // named after its directory

@@ -270,21 +270,23 @@ class JsonConfig {
 enum class Family { gpt2, bert, llama };
 
 // The tokenizer a directory carries, by Forge's name for it: the directory itself when it holds
-// SentencePiece's tokenizer.model (Llama 2's, Mistral's), else BERT's vocab.txt or GPT-2's
-// vocab.json + merges.txt (Forge writes the latter for its byte tokenizer, for either family; Qwen2
-// ships them beside tokenizer.json), make_tokenizer's order; the shipped gpt2 vocabulary for a
-// GPT-2 without its files but with its vocabulary size. A Llama with only tokenizer.json, which
-// Forge does not read yet, gets ids 0-255 taken as bytes, so that the model loads, scores token
-// files and fine-tunes on byte-level text (docs/interop.md). `note` says which, for inspect and
-// validate.
+// Hugging Face's tokenizer.json, else SentencePiece's tokenizer.model (Llama 2's, Mistral's), else
+// BERT's vocab.txt or GPT-2's vocab.json + merges.txt (Forge writes the latter for its byte
+// tokenizer, for either family), make_tokenizer's order; the shipped gpt2 vocabulary for a GPT-2
+// without its files but with its vocabulary size. A Llama with none of them gets ids 0-255 taken
+// as bytes, so that the model loads, scores token files and fine-tunes on byte-level text
+// (docs/interop.md). `note` says which, for inspect and validate.
 std::string directory_tokenizer(const fs::path& dir, const JsonConfig& config, Family family,
                                 int64_t vocab_size, std::string& note) {
   auto has = [&](const char* name) { return fs::is_regular_file(dir / name); };
-  if (has("tokenizer.model") || has("vocab.txt") || (has("vocab.json") && has("merges.txt"))) {
-    note = has("tokenizer.model") ? "the directory's tokenizer.model (SentencePiece)"
-           : has("vocab.txt")     ? "the directory's vocab.txt"
-                                  : "the directory's vocab.json and merges.txt";
-    if (has("tokenizer.json")) note += " (its tokenizer.json is not read)";
+  for (const char* file : {"tokenizer.json", "tokenizer.model", "vocab.txt"})
+    if (has(file)) {
+      note = std::string("the directory's ") + file;
+      if (std::string_view(file) == "tokenizer.model") note += " (SentencePiece)";
+      return dir.string();
+    }
+  if (has("vocab.json") && has("merges.txt")) {
+    note = "the directory's vocab.json and merges.txt";
     return dir.string();
   }
   if (family == Family::gpt2 && vocab_size == 50257) {
@@ -292,16 +294,14 @@ std::string directory_tokenizer(const fs::path& dir, const JsonConfig& config, F
     return "gpt2";
   }
   if (family == Family::llama && vocab_size >= 256) {
-    note = "bytes: ids 0-255 stand for bytes, as Forge does not read tokenizer.json yet";
+    note = "bytes: ids 0-255 stand for bytes, as the directory has no tokenizer files";
     return "bytes";
   }
-  fail(config.file(), std::string("no tokenizer beside it (expected ") +
-                          (family == Family::bert ? "vocab.txt, or " : "") +
-                          (family == Family::llama ? "tokenizer.model, or " : "") +
-                          "vocab.json and merges.txt in " + quoted_path(dir.string()) +
-                          (family == Family::llama ? "; tokenizer.json is not read yet, and "
-                                                     "vocab_size is too small for bytes)"
-                                                   : ")"));
+  fail(config.file(), std::string("no tokenizer beside it (expected tokenizer.json, ") +
+                          (family == Family::bert ? "vocab.txt, " : "") +
+                          (family == Family::llama ? "tokenizer.model, " : "") +
+                          "or vocab.json and merges.txt in " + quoted_path(dir.string()) +
+                          (family == Family::llama ? "; vocab_size is too small for bytes)" : ")"));
 }
 
 std::string yaml_string(const std::string& s) { return json(s).dump(); }  // JSON strings are YAML

@@ -640,12 +640,15 @@ class Loader : public ConfigChecker {
     if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && files_ == ConfigFiles::skip)
       return std::nullopt;
     const std::filesystem::path named(d.tokenizer);
+    const bool file = (named.extension() == ".model" || named.extension() == ".json") &&
+                      std::filesystem::is_regular_file(named);
     if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && !std::filesystem::is_directory(named) &&
-        !(named.extension() == ".model" && std::filesystem::is_regular_file(named))) {
+        !file) {
       error(blame({"data.tokenizer"}),
             "data.tokenizer: '" + d.tokenizer +
-                "' is not bytes, gpt2, a SentencePiece .model file or a directory with "
-                "tokenizer.model, vocab.txt, encoder.json + vocab.bpe or vocab.json + merges.txt");
+                "' is not bytes, gpt2, a tokenizer.json or SentencePiece .model file or a "
+                "directory with tokenizer.json, tokenizer.model, vocab.txt, encoder.json + "
+                "vocab.bpe or vocab.json + merges.txt");
       return std::nullopt;
     }
     try {

@@ -1,8 +1,8 @@
-// The tokenizer a hub directory gets (formats/hf_model.cpp): SentencePiece's tokenizer.model ahead
-// of vocab.json + merges.txt, said by forge inspect and used by forge generate; and the hub's
-// tokenizer files, tokenizer_config.json and generation_config.json carried over by
-// `forge export --format hf`. The directory is the tiny Llama fixture with its vocabulary widened
-// to the 1000 pieces of tests/golden/sentencepiece/bpe.model.
+// The tokenizer a hub directory gets (formats/hf_model.cpp): tokenizer.json, else SentencePiece's
+// tokenizer.model, else vocab.json + merges.txt, said by forge inspect and used by forge generate
+// and tokenize; and the hub's tokenizer files, tokenizer_config.json and generation_config.json
+// carried over by `forge export --format hf`. The directories are the tiny Llama fixture with its
+// vocabulary widened to the tokenizer's (bpe.model's 1000 pieces, sp_bpe's 1565 tokens).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -132,6 +132,36 @@ TEST_F(HFTokenizers, TokenizerModelIsTheHubDirectorysTokenizer) {
   std::tie(code, out) = forge_output("tokenize --tokenizer " + dir.string() + " --text Hello");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("360 458 892"), std::string::npos) << out;
+}
+
+// A hub Llama with tokenizer.json beside tokenizer.model (as Llama 2's repositories have both):
+// tokenizer.json is the tokenizer, with the ids Hugging Face's library gives (h-tokref's sp_bpe
+// fixture and its expected ids), and both files go along with an export.
+TEST_F(HFTokenizers, TokenizerJsonComesFirst) {
+  const fs::path fixture = kGolden / "tokenizers/sp_bpe";
+  const json first = json::parse(testing::read_file(fixture / "expected.jsonl").substr(
+      0, testing::read_file(fixture / "expected.jsonl").find('\n')));
+  const fs::path dir = llama_with_vocabulary("json_llama", 1565);
+  fs::copy_file(fixture / "tokenizer.json", dir / "tokenizer.json");
+  fs::copy_file(kGolden / "sentencepiece/bpe.model", dir / "tokenizer.model");
+  EXPECT_EQ(stored_config(dir).data.tokenizer, dir.string());
+  auto [code, out] = forge_output("inspect " + dir.string());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("; tokenizer the directory's tokenizer.json\n"), std::string::npos) << out;
+  std::tie(code, out) = forge_output("tokenize --tokenizer " + dir.string() + " --text \"" +
+                                     first["text"].get<std::string>() + "\"");
+  EXPECT_EQ(code, 0) << out;
+  std::string want;
+  for (int64_t id : first["ids"]) want += (want.empty() ? "" : " ") + std::to_string(id);
+  EXPECT_EQ(out, want + "\n");
+  std::tie(code, out) = forge_output("generate --checkpoint " + dir.string() +
+                                     " --prompt Hello --max-new-tokens 4 --temperature 0");
+  EXPECT_EQ(code, 0) << out;
+  std::tie(code, out) = forge_output("export --checkpoint " + dir.string() +
+                                     " --format hf --output " + (dir_ / "out").string());
+  ASSERT_EQ(code, 0) << out;
+  for (const char* file : {"tokenizer.json", "tokenizer.model"})
+    EXPECT_EQ(testing::read_file(dir_ / "out" / file), testing::read_file(dir / file)) << file;
 }
 
 TEST_F(HFTokenizers, ExportCarriesTheHubsTokenizerFiles) {
