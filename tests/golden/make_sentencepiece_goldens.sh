@@ -3,7 +3,8 @@
 # spm_train on the sample corpora (a Llama-style BPE: identity normalisation, whitespace kept,
 # digits split, byte fallback, two user-defined symbols; and a unigram with the default NFKC
 # normalisation, byte fallback, a control and a user-defined symbol), and, for each, expected.jsonl
-# made by python3-sentencepiece (read by tests/data/test_sentencepiece.cpp). Run from the repo root:
+# made by python3-sentencepiece over its own texts and tests/golden/tokenizers/texts.jsonl (read by
+# tests/data/test_sentencepiece.cpp). Run from the repo root:
 #   tests/golden/make_sentencepiece_goldens.sh
 set -euo pipefail
 out=tests/golden/sentencepiece
@@ -50,6 +51,9 @@ texts = [
     "First Citizen:\nBefore we proceed any further, hear me speak.\n",
     "O Romeo, Romeo! wherefore art thou Romeo?", "A" * 300,
 ]
+# And the texts of the tokenizer.json parity fixtures (tests/golden/tokenizers/README.md).
+with open("tests/golden/tokenizers/texts.jsonl") as f:
+    texts += [json.loads(line)["text"] for line in f]
 
 for name in ("bpe", "unigram"):
     sp = spm.SentencePieceProcessor(model_file=f"{out}/{name}.model")
