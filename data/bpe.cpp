@@ -8,7 +8,6 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
-#include <queue>
 #include <sstream>
 
 #include "core/error.h"
@@ -252,30 +251,6 @@ std::string_view BpeTokenizer::bytes_of(int32_t id) const {
       token_offsets_[static_cast<size_t>(id) + 1] - token_offsets_[static_cast<size_t>(id)]);
 }
 
-void BpeTokenizer::PairTable::build(const std::vector<std::pair<uint64_t, int32_t>>& entries) {
-  uint64_t cap = 16;
-  while (cap < entries.size() * 2) cap *= 2;
-  keys.assign(cap, ~uint64_t{0});
-  values.assign(cap, -1);
-  mask = cap - 1;
-  for (const auto& [key, value] : entries) {
-    uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;
-    while (keys[h & mask] != ~uint64_t{0} && keys[h & mask] != key) ++h;
-    keys[h & mask] = key;
-    values[h & mask] = value;
-  }
-}
-
-inline int32_t BpeTokenizer::PairTable::find(int32_t a, int32_t b) const {
-  const uint64_t key =
-      (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  for (uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20;; ++h) {
-    const uint64_t k = keys[h & mask];
-    if (k == key) return values[h & mask];
-    if (k == ~uint64_t{0}) return -1;
-  }
-}
-
 BpeTokenizer::BpeTokenizer(const std::filesystem::path& encoder_file,
                            const std::filesystem::path& merges_file, std::string name,
                            const std::vector<std::string>& specials)
@@ -359,7 +334,7 @@ void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int
 
   // tiktoken merges two adjacent parts whenever their concatenation is a token, with rank = its id,
   // so the pair table holds every split of every token into two tokens.
-  std::vector<std::pair<uint64_t, int32_t>> pairs;
+  std::vector<bpe::Merge> pairs;
   pairs.reserve(entries.size() * 8);
   for (const auto& [bytes, id] : token_ids_) {
     for (size_t k = 1; k < bytes.size(); ++k) {
@@ -367,9 +342,7 @@ void BpeTokenizer::build_vocabulary(const std::vector<std::pair<std::string, int
       if (a == token_ids_.end()) continue;
       auto b = token_ids_.find(bytes.substr(k));
       if (b == token_ids_.end()) continue;
-      pairs.emplace_back((static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32) |
-                             static_cast<uint32_t>(b->second),
-                         id);
+      pairs.push_back({a->second, b->second, id, id});
     }
   }
   pairs_.build(pairs);
@@ -426,72 +399,9 @@ void BpeTokenizer::check_merges(const std::vector<Merge>& merges, const std::fil
                                                " non-byte tokens before its special tokens"));
 }
 
-// tiktoken's byte_pair_merge: merge the lowest-ranked adjacent pair (leftmost on ties) until none
-// is left. ranks[i] is the merge of parts[i] and parts[i + 1], or INT32_MAX. Quadratic in the
-// piece length but fastest for the short pieces of natural text.
-void BpeTokenizer::merge_short(std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const {
-  auto rank_of = [&](size_t i) {
-    const int32_t r = pairs_.find(parts[i], parts[i + 1]);
-    return r < 0 ? INT32_MAX : r;
-  };
-  ranks.resize(parts.size() - 1);
-  for (size_t i = 0; i + 1 < parts.size(); ++i) ranks[i] = rank_of(i);
-  while (!ranks.empty()) {
-    size_t best = 0;
-    for (size_t i = 1; i < ranks.size(); ++i)
-      if (ranks[i] < ranks[best]) best = i;
-    if (ranks[best] == INT32_MAX) break;
-    parts[best] = ranks[best];
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(best));
-    if (best < ranks.size()) ranks[best] = rank_of(best);
-    if (best > 0) ranks[best - 1] = rank_of(best - 1);
-  }
-}
-
-// The same merge order in O(n log n) for long pieces (runs of punctuation or whitespace): parts
-// form a linked list, candidate pairs sit in a min-heap keyed by (rank, position of the left part),
-// and a popped pair is used only if both parts are still adjacent with that rank.
-void BpeTokenizer::merge_long(std::vector<int32_t>& parts) const {
-  const uint32_t n = static_cast<uint32_t>(parts.size());
-  std::vector<uint32_t> next(n), prev(n);
-  std::vector<uint8_t> alive(n, 1);
-  for (uint32_t i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1;  // n and ~0u mean none
-  struct Candidate {
-    int32_t rank;
-    uint32_t left, right;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto push = [&](uint32_t left) {
-    if (left >= n || next[left] >= n) return;
-    const int32_t r = pairs_.find(parts[left], parts[next[left]]);
-    if (r >= 0) heap.push({r, left, next[left]});
-  };
-  for (uint32_t i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right ||
-        pairs_.find(parts[c.left], parts[c.right]) != c.rank)
-      continue;
-    parts[c.left] = c.rank;
-    alive[c.right] = 0;
-    next[c.left] = next[c.right];
-    if (next[c.right] < n) prev[next[c.right]] = c.left;
-    push(c.left);
-    if (prev[c.left] < n) push(prev[c.left]);
-  }
-  uint32_t out = 0;
-  for (uint32_t i = 0; i < n; ++i)
-    if (alive[i]) parts[out++] = parts[i];
-  parts.resize(out);
-}
-
-void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
-                                std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const {
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out,
+                                bpe::PieceCache& cache, std::vector<int32_t>& parts,
+                                std::vector<int32_t>& ranks) const {
   if (piece.size() == 1) {
     out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
     return;
@@ -500,35 +410,20 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
     out.push_back(it->second);
     return;
   }
-  if (auto it = cache.spans.find(piece); it != cache.spans.end()) {
-    out.insert(out.end(), cache.ids.begin() + it->second.first,
-               cache.ids.begin() + it->second.first + it->second.second);
-    return;
-  }
+  if (cache.append(piece, out, nullptr)) return;
   parts.clear();
   for (unsigned char c : piece) parts.push_back(byte_ids_[c]);
-  if (piece.size() <= kShortPiece)
-    merge_short(parts, ranks);
-  else
-    merge_long(parts);
+  pairs_.merge(parts, nullptr, ranks);
   out.insert(out.end(), parts.begin(), parts.end());
-  // Bounded so that a stream of unique pieces can't grow it without limit.
-  if (cache.spans.size() > 200000 || cache.ids.size() > (1u << 22)) {
-    cache.spans.clear();
-    cache.ids.clear();
-  }
-  cache.spans.emplace(std::string(piece),
-                      std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(cache.ids.size()),
-                                                    static_cast<uint32_t>(parts.size())));
-  cache.ids.insert(cache.ids.end(), parts.begin(), parts.end());
+  cache.insert(piece, parts, nullptr);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 16);
   std::unique_lock<std::mutex> lock(cache_mutex_, std::try_to_lock);
-  Cache local;
-  Cache& cache = lock.owns_lock() ? cache_ : local;
+  bpe::PieceCache local;
+  bpe::PieceCache& cache = lock.owns_lock() ? cache_ : local;
   std::vector<int32_t> parts, ranks;
   detail::split_specials(
       text, specials_,

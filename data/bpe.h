@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/bpe_merge.h"
 #include "data/tokenizer.h"
 
 namespace forge {
@@ -47,25 +48,6 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> spelled_merges() const;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  /// Open-addressing map (id_a << 32 | id_b) -> id of the concatenation; the merge loop's only
-  /// lookup.
-  struct PairTable {
-    std::vector<uint64_t> keys;
-    std::vector<int32_t> values;
-    uint64_t mask = 0;
-    void build(const std::vector<std::pair<uint64_t, int32_t>>& entries);
-    int32_t find(int32_t a, int32_t b) const;
-  };
-  struct Cache {
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
-        spans;
-    std::vector<int32_t> ids;
-  };
-
   struct Merge {
     std::string joined;  // the bytes of the token the merge makes
     size_t left_bytes;   // how many of them the left part holds
@@ -79,11 +61,8 @@ class BpeTokenizer final : public Tokenizer {
                         const std::filesystem::path& merges_file);
   void check_merges(const std::vector<Merge>& merges, const std::filesystem::path& path,
                     const std::filesystem::path& encoder_file) const;
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out, Cache& cache,
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out, bpe::PieceCache& cache,
                     std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
-  static constexpr size_t kShortPiece = 64;  // longer pieces take the O(n log n) merge
-  void merge_short(std::vector<int32_t>& parts, std::vector<int32_t>& ranks) const;
-  void merge_long(std::vector<int32_t>& parts) const;
 
   std::string name_;
   int32_t num_tokens_ = 0;          // ids in encoder.json
@@ -92,10 +71,11 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<uint32_t> token_offsets_;
   std::unordered_map<std::string_view, int32_t> token_ids_;  // mergeable tokens only
   int32_t byte_ids_[256] = {};
-  PairTable pairs_;
+  bpe::MergeTable pairs_;  // rank == the id made, as in tiktoken
   std::vector<std::pair<int32_t, uint32_t>> merges_;  // (token made, left_bytes) in rank order
   mutable std::mutex cache_mutex_;
-  mutable Cache cache_;  // piece -> ids, shared across calls; a call that can't lock uses its own
+  // piece -> ids, shared across calls; a call that can't lock uses its own
+  mutable bpe::PieceCache cache_;
 };
 
 }  // namespace forge

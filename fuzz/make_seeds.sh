@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$corpus"/{config,tokenizer,checkpoint,token_dataset,safetensors}
+mkdir -p "$corpus"/{config,tokenizer,tokenizer_json,checkpoint,token_dataset,safetensors}
 
 cp "$root/configs/gpt_shakespeare.yaml" "$root/configs/bert_shakespeare.yaml" \
    "$root/configs/gpt_fortunes_lora.yaml" "$root/configs/gpt_fortunes_sft.yaml" \
@@ -94,3 +94,28 @@ PY
 printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##lo\nhe\n,\n\xe4\xb8\xad\n##\xc3\xa9\0%s' \
   '{"do_lower_case": true, "strip_accents": null, "tokenize_chinese_chars": true}' \
   > "$corpus/tokenizer/wordpiece.bin"
+
+# tokenizer.json files (fuzz/fuzz_tokenizer_json.cpp): the file, a NUL, then more text to encode.
+/usr/bin/python3 - "$corpus/tokenizer_json" <<'PY'
+import json, sys
+def added(i, content, **flags):
+    return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True, **flags}
+def tokenizer(model, added_tokens, **parts):
+    return {"version": "1.0", "added_tokens": added_tokens, "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model, **parts}
+vocab = {"<unk>": 0, "<0xC3>": 1, "<0xA9>": 2, "\u2581": 3, "a": 4, "b": 5, "ab": 6, " ": 7}
+bpe = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True,
+       "byte_fallback": True, "ignore_merges": False, "vocab": vocab, "merges": ["a b"]}
+wordpiece = {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+             "max_input_chars_per_word": 100,
+             "vocab": {"[UNK]": 0, "[CLS]": 1, "he": 2, "##llo": 3, "hello": 4, ",": 5}}
+seeds = {
+    "bpe.bin": tokenizer(bpe, [added(8, "<s>"), added(9, "<L>", lstrip=True, special=False),
+                               added(10, "x", single_word=True, rstrip=True, normalized=True)]),
+    "wordpiece.bin": tokenizer(wordpiece, [added(1, "[CLS]")]),
+}
+for name, config in seeds.items():
+    open(sys.argv[1] + "/" + name, "wb").write(
+        json.dumps(config).encode() + b"\0ab <s> x  <L>\xc3\xa9")
+PY

@@ -581,6 +581,76 @@ missing_dir = path("tokenizer", "missing-files", "x")[:-2]
 case("tokenizer", "missing-files/tokenize", ["FORGE", "tokenize", "--tokenizer", missing_dir,
                                              "--text", "abc"], (3,))
 
+# tokenizer.json (data/tokenizer_json.h): every refusal names the JSON path.
+good_tokenizer_json = {
+    "version": "1.0", "added_tokens": [
+        {"id": 6, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}],
+    "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
+              "byte_fallback": False, "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, " ": 5},
+              "merges": ["a b", "ab c"]}}
+
+
+def tokenizer_json_case(name, config, allowed=(3,), text_bytes=b"abc <s>ab"):
+    d = path("tokenizer_json", name, "x")[:-2]
+    file = write(os.path.join(d, "tokenizer.json"),
+                 config if isinstance(config, bytes) else json.dumps(config).encode())
+    text = write(os.path.join(d, "text.txt"), text_bytes)
+    case("tokenizer_json", name + "/tokenize", ["FORGE", "tokenize", "--tokenizer", d, "--input",
+                                                text], allowed, [file, text])
+
+
+def with_model_change(**change):
+    return {**good_tokenizer_json, "model": {**good_tokenizer_json["model"], **change}}
+
+
+tokenizer_json_case("valid", good_tokenizer_json, (0,))
+tokenizer_json_case("malformed-json", json.dumps(good_tokenizer_json).encode()[:-5])
+tokenizer_json_case("unknown-model", with_model_change(type="Unigram"))
+tokenizer_json_case("unknown-normalizer", {**good_tokenizer_json,
+                                           "normalizer": {"type": "NoSuchNormalizer"}})
+tokenizer_json_case("merge-absent-token", with_model_change(merges=["a b", "ab zz"]))
+tokenizer_json_case("id-out-of-range", with_model_change(
+    vocab={**good_tokenizer_json["model"]["vocab"], "zz": 100}))
+tokenizer_json_case("added-id-clash", {**good_tokenizer_json, "added_tokens": [
+    {**good_tokenizer_json["added_tokens"][0], "id": 2}]})
+tokenizer_json_case("text-not-utf8", good_tokenizer_json, text_bytes=b"abc \xff\xfe ab")
+
+
+# --- hostile SentencePiece models and text ------------------------------------------------------
+# tokenizer.model files cut, emptied or replaced, in a directory and named as a file; text that is
+# not UTF-8 (libsentencepiece would encode it as U+FFFD).
+SPM_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                         "golden", "sentencepiece", "bpe.model")
+spm_good = open(SPM_MODEL, "rb").read()
+not_utf8 = write(path("sentencepiece", "not-utf8.txt"), b"to be or \xff\xfe not\n")
+
+
+def sentencepiece_case(name, model, allowed=(3,), text_file=tiny_txt, config=None):
+    d = os.path.dirname(path("sentencepiece", name, "tokenizer.model"))
+    write(os.path.join(d, "tokenizer.model"), model)
+    if config is not None:
+        write(os.path.join(d, "tokenizer_config.json"), config)
+    files = [os.path.join(d, f) for f in os.listdir(d)] + [text_file]
+    for how, named in (("dir", d), ("file", os.path.join(d, "tokenizer.model"))):
+        case("sentencepiece", f"{name}/{how}/tokenize", ["FORGE", "tokenize", "--tokenizer", named,
+                                                         "--input", text_file], allowed, files)
+    case("sentencepiece", name + "/prepare", ["FORGE", "prepare", "--tokenizer", d, "--input",
+                                              text_file, "--output", os.path.join(d, "out.h5")],
+         allowed, files)
+
+
+sentencepiece_case("valid", spm_good, (0,))
+sentencepiece_case("empty", b"")
+for cut in (1, 2, 16, len(spm_good) // 3, len(spm_good) // 2, len(spm_good) - 1):
+    sentencepiece_case(f"truncated-{cut}", spm_good[:cut])
+sentencepiece_case("garbage", bytes(range(256)) * 16)
+sentencepiece_case("gpt2-vocab", json.dumps(good_encoder).encode())
+sentencepiece_case("no-pieces", b"\x12\x00")  # well-formed protobuf, an empty trainer_spec
+sentencepiece_case("bad-config", spm_good, config=b'{"add_bos_token": "yes"}')
+sentencepiece_case("config-not-json", spm_good, config=b'{"add_bos_token": tru')
+sentencepiece_case("not-utf8-text", spm_good, text_file=not_utf8)
 
 # --- Hugging Face model directories (config.json + model.safetensors) ---------------------------
 # BASE/hf is BASE/run exported with `forge export --format hf`. Nothing in a safetensors file is
