@@ -11,8 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -46,8 +46,8 @@ uint32_t first_code_point(std::string_view c) {
 // Python's str.isspace().
 bool is_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202f || c == 0x205f || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
 }
 
 std::string map_case(std::string_view s, utf8proc_int32_t (*f)(utf8proc_int32_t)) {
@@ -144,21 +144,26 @@ std::string float_repr(double d) {
 
 // Python's repr of a str: single quotes unless the text has ' and no ".
 std::string string_repr(std::string_view s) {
-  const char q = s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos
-                     ? '"'
-                     : '\'';
+  const char q =
+      s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos ? '"' : '\'';
   std::string out(1, q);
   for (std::string_view c : code_points(s)) {
     const uint32_t cp = first_code_point(c);
     static const char hex[] = "0123456789abcdef";
-    if (c.size() == 1 && c[0] == q) out += std::string("\\") + q;
-    else if (c == "\\") out += "\\\\";
-    else if (c == "\n") out += "\\n";
-    else if (c == "\r") out += "\\r";
-    else if (c == "\t") out += "\\t";
+    if (c.size() == 1 && c[0] == q)
+      out += std::string("\\") + q;
+    else if (c == "\\")
+      out += "\\\\";
+    else if (c == "\n")
+      out += "\\n";
+    else if (c == "\r")
+      out += "\\r";
+    else if (c == "\t")
+      out += "\\t";
     else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))
       out += std::string("\\x") + hex[cp >> 4] + hex[cp & 15];
-    else out += c;
+    else
+      out += c;
   }
   return out + q;
 }
@@ -175,12 +180,18 @@ std::string str_at(const Value& v, int depth) {
   return std::visit(
       [&](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined>) return "";
-        else if constexpr (std::is_same_v<T, None>) return "None";
-        else if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return float_repr(x);
-        else if constexpr (std::is_same_v<T, std::string>) return x;
+        if constexpr (std::is_same_v<T, Undefined>)
+          return "";
+        else if constexpr (std::is_same_v<T, None>)
+          return "None";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "True" : "False";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return float_repr(x);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return x;
         else if constexpr (std::is_same_v<T, std::shared_ptr<Array>>) {
           std::string out = x->tuple ? "(" : "[";
           for (size_t i = 0; i < x->items.size(); ++i)
@@ -220,18 +231,29 @@ void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   out += '"';
   for (std::string_view c : code_points(s)) {
     const uint32_t cp = first_code_point(c);
-    if (c == "\"") out += "\\\"";
-    else if (c == "\\") out += "\\\\";
-    else if (c == "\n") out += "\\n";
-    else if (c == "\r") out += "\\r";
-    else if (c == "\t") out += "\\t";
-    else if (c == "\b") out += "\\b";
-    else if (c == "\f") out += "\\f";
-    else if (cp < 0x20) u(cp);
+    if (c == "\"")
+      out += "\\\"";
+    else if (c == "\\")
+      out += "\\\\";
+    else if (c == "\n")
+      out += "\\n";
+    else if (c == "\r")
+      out += "\\r";
+    else if (c == "\t")
+      out += "\\t";
+    else if (c == "\b")
+      out += "\\b";
+    else if (c == "\f")
+      out += "\\f";
+    else if (cp < 0x20)
+      u(cp);
     else if (ensure_ascii && cp >= 0x80) {
-      if (cp >= 0x10000) u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
-      else u(cp);
-    } else out += c;
+      if (cp >= 0x10000)
+        u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
+      else
+        u(cp);
+    } else
+      out += c;
   }
   out += '"';
 }
@@ -245,13 +267,19 @@ void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out
     for (int i = 0; i < level; ++i) out += *style.indent;
   };
   if (v.is_undefined()) fail("Object of type Undefined is not JSON serializable");
-  if (v.is_none()) out += "null";
-  else if (v.is_bool()) out += v.as_bool() ? "true" : "false";
-  else if (v.is_int()) out += std::to_string(v.as_int());
+  if (v.is_none())
+    out += "null";
+  else if (v.is_bool())
+    out += v.as_bool() ? "true" : "false";
+  else if (v.is_int())
+    out += std::to_string(v.as_int());
   else if (v.is_float()) {
     const double d = v.as_float();
-    out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
-  } else if (v.is_string()) json_string(v.as_string(), style.ensure_ascii, out);
+    out += std::isnan(d)   ? "NaN"
+           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                           : float_repr(d);
+  } else if (v.is_string())
+    json_string(v.as_string(), style.ensure_ascii, out);
   else if (v.is_list()) {
     const auto& items = v.as_list().items;
     if (items.empty()) return void(out += "[]");
@@ -414,14 +442,19 @@ Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value(None{});
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       if (j.get<uint64_t>() > uint64_t(INT64_MAX)) return Value(j.get<double>());
       return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       for (const auto& x : j) items.push_back(from_json(x));
@@ -432,7 +465,8 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       for (const auto& [k, x] : j.items()) items.emplace_back(k, from_json(x));
       return dict(std::move(items));
     }
-    default: return Value(None{});
+    default:
+      return Value(None{});
   }
 }
 
@@ -451,7 +485,7 @@ std::string Value::str() const { return str_at(*this, 0); }
 std::string Value::repr() const { return repr_at(*this, 0); }
 
 std::string Value::type_name() const {
-  static const char* names[] = {"Undefined", "NoneType", "bool", "int", "float",
+  static const char* names[] = {"Undefined", "NoneType", "bool", "int",     "float",
                                 "str",       "list",     "dict", "function"};
   if (is_list() && as_list().tuple) return "tuple";
   if (is_dict() && as_dict().is_namespace) return "Namespace";
@@ -485,7 +519,9 @@ struct Token {
   Value number;
 };
 
-bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // Python's "unicode-escape" decoding of a string literal's body, as jinja2 applies it.
 std::string unescape(std::string_view s) {
@@ -499,30 +535,60 @@ std::string unescape(std::string_view s) {
     auto hex = [&](int n) {
       uint32_t cp = 0;
       for (int k = 1; k <= n; ++k) {
-        if (i + size_t(k) >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i + size_t(k)])))
+        if (i + size_t(k) >= s.size() ||
+            !std::isxdigit(static_cast<unsigned char>(s[i + size_t(k)])))
           fail("truncated \\" + std::string(1, c) + " escape in a string literal");
         const char h = s[i + size_t(k)];
-        cp = cp * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+        cp =
+            cp * 16 +
+            uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
       }
       i += size_t(n);
       if (cp > 0x10FFFF) fail("illegal Unicode character in a string literal");
       unicode::append_utf8(cp, out);
     };
     switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case 'a': out += '\a'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case '\n': break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\n':
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (c >= '0' && c <= '7') {
           uint32_t cp = uint32_t(c - '0');
@@ -568,20 +634,24 @@ class Lexer {
         break;
       }
       const char kind = src_[t + 1];
-      const char sign = t + 2 < src_.size() && (src_[t + 2] == '-' || src_[t + 2] == '+') ? src_[t + 2] : 0;
+      const char sign =
+          t + 2 < src_.size() && (src_[t + 2] == '-' || src_[t + 2] == '+') ? src_[t + 2] : 0;
       if (sign == '-') {
         while (!text.empty() && ascii_space(text.back())) text.pop_back();
       } else if (sign != '+' && kind != '{') {
         // lstrip_blocks: a block or comment tag alone on its line takes its indentation.
         const size_t l = text.rfind('\n') + 1;
-        if ((l > 0 || line_starting) &&
-            std::all_of(text.begin() + long(l), text.end(), [](char c) { return c == ' ' || c == '\t' || c == '\f' || c == '\v'; }))
+        if ((l > 0 || line_starting) && std::all_of(text.begin() + long(l), text.end(), [](char c) {
+              return c == ' ' || c == '\t' || c == '\f' || c == '\v';
+            }))
           text.resize(l);
       }
       emit(Tok::text, std::move(text), text_line);
       pos_ = t + 2 + (sign ? 1 : 0);
-      if (kind == '#') comment();
-      else tag(kind == '%');
+      if (kind == '#')
+        comment();
+      else
+        tag(kind == '%');
       line_starting = pos_ > 0 && src_[pos_ - 1] == '\n';
     }
     tokens_.push_back({Tok::eof, "", line_, {}});
@@ -589,7 +659,9 @@ class Lexer {
   }
 
  private:
-  [[noreturn]] void error(const std::string& what) { throw Failure{"line " + std::to_string(line_) + ": " + what}; }
+  [[noreturn]] void error(const std::string& what) {
+    throw Failure{"line " + std::to_string(line_) + ": " + what};
+  }
 
   void emit(Tok kind, std::string text, int line, Value number = {}) {
     if (kind == Tok::text && text.empty()) return;
@@ -612,8 +684,10 @@ class Lexer {
     if (e == std::string::npos) error("missing end of comment tag");
     const char sign = e > pos_ ? src_[e - 1] : 0;
     advance_to(e + 2);
-    if (sign == '-') skip_space_after();
-    else if (sign != '+' && pos_ < src_.size() && src_[pos_] == '\n') advance_to(pos_ + 1);
+    if (sign == '-')
+      skip_space_after();
+    else if (sign != '+' && pos_ < src_.size() && src_[pos_] == '\n')
+      advance_to(pos_ + 1);
   }
 
   void tag(bool block) {
@@ -623,7 +697,9 @@ class Lexer {
       size_t p = pos_;
       while (p < src_.size() && ascii_space(src_[p])) ++p;
       advance_to(p);
-      if (pos_ >= src_.size()) error(block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
+      if (pos_ >= src_.size())
+        error(block ? "unexpected end of template, expected '%}'"
+                    : "unexpected end of template, expected '}}'");
       const std::string_view rest = std::string_view(src_).substr(pos_);
       const std::string_view close = block ? "%}" : "}}";
       if (brackets == 0) {
@@ -648,11 +724,16 @@ class Lexer {
       const char c = rest[0];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t n = 1;
-        while (n < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_')) ++n;
+        while (n < rest.size() &&
+               (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_'))
+          ++n;
         emit(Tok::name, std::string(rest.substr(0, n)), line_);
         advance_to(pos_ + n);
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
-        number(rest);
+        // After a dot a number is an index (`t.1.0`), never a float, as jinja2's lexer has it.
+        const bool after_dot =
+            !tokens_.empty() && tokens_.back().kind == Tok::op && tokens_.back().text == ".";
+        number(rest, !after_dot);
       } else if (c == '\'' || c == '"') {
         size_t n = 1;
         while (n < rest.size() && rest[n] != c) n += rest[n] == '\\' ? 2 : 1;
@@ -665,9 +746,9 @@ class Lexer {
         }
         advance_to(pos_ + n + 1);
       } else {
-        static const char* ops[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                    "~",  "[",  "]",  "(",  ")",  "{",  "}", ">", "<", "=", ".",
-                                    ":",  "|",  ",",  ";"};
+        static const char* ops[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/",
+                                    "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                    ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
         const char* op = nullptr;
         for (const char* o : ops)
           if (rest.substr(0, std::strlen(o)) == o) {
@@ -684,19 +765,23 @@ class Lexer {
     }
   }
 
-  void number(std::string_view rest) {
+  void number(std::string_view rest, bool may_be_float) {
     size_t n = 0;
     auto digits = [&] {
-      while (n < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[n])) || (rest[n] == '_' && n + 1 < rest.size() && std::isdigit(static_cast<unsigned char>(rest[n + 1]))))) ++n;
+      while (n < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[n])) ||
+                                 (rest[n] == '_' && n + 1 < rest.size() &&
+                                  std::isdigit(static_cast<unsigned char>(rest[n + 1])))))
+        ++n;
     };
     digits();
     bool is_float = false;
-    if (n + 1 < rest.size() && rest[n] == '.' && std::isdigit(static_cast<unsigned char>(rest[n + 1]))) {
+    if (may_be_float && n + 1 < rest.size() && rest[n] == '.' &&
+        std::isdigit(static_cast<unsigned char>(rest[n + 1]))) {
       ++n;
       digits();
       is_float = true;
     }
-    if (n < rest.size() && (rest[n] == 'e' || rest[n] == 'E')) {
+    if (may_be_float && n < rest.size() && (rest[n] == 'e' || rest[n] == 'E')) {
       size_t m = n + 1;
       if (m < rest.size() && (rest[m] == '+' || rest[m] == '-')) ++m;
       if (m < rest.size() && std::isdigit(static_cast<unsigned char>(rest[m]))) {
@@ -734,8 +819,27 @@ struct Expr;
 using ExprP = std::unique_ptr<Expr>;
 
 struct Expr {
-  enum class K { literal, name, list, tuple, dict, attr, item, slice, call, filter, test, neg, pos,
-                 not_, and_, or_, binary, compare, cond };
+  enum class K {
+    literal,
+    name,
+    list,
+    tuple,
+    dict,
+    attr,
+    item,
+    slice,
+    call,
+    filter,
+    test,
+    neg,
+    pos,
+    not_,
+    and_,
+    or_,
+    binary,
+    compare,
+    cond
+  };
   K k;
   int line;
   Value value;                                       // literal
@@ -750,28 +854,43 @@ struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
-  enum class K { text, print, if_, for_, set, set_block, macro, call_block, break_, continue_, generation };
+  enum class K {
+    text,
+    print,
+    if_,
+    for_,
+    set,
+    set_block,
+    macro,
+    call_block,
+    break_,
+    continue_,
+    generation
+  };
   K k;
   int line;
-  std::string text;                                   // text; macro name; assigned attribute
-  ExprP expr;                                         // printed, iterated, assigned or called
-  ExprP filter;                                       // for ... if filter
-  std::vector<std::string> targets;                   // names assigned
-  std::vector<std::pair<ExprP, Body>> branches;       // if/elif (cond) and else (nullptr)
+  std::string text;                              // text; macro name; assigned attribute
+  ExprP expr;                                    // printed, iterated, assigned or called
+  ExprP filter;                                  // for ... if filter
+  std::vector<std::string> targets;              // names assigned
+  std::vector<std::pair<ExprP, Body>> branches;  // if/elif (cond) and else (nullptr)
   Body body, else_body;
   std::vector<std::pair<std::string, ExprP>> params;  // macro parameters and defaults
 };
 
 const char* const kFilters[] = {
-    "abs", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
-    "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort",
-    "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount"};
+    "abs",     "capitalize", "count",  "d",      "default",    "dictsort", "e",          "escape",
+    "first",   "float",      "indent", "int",    "items",      "join",     "last",       "length",
+    "list",    "lower",      "map",    "max",    "min",        "reject",   "rejectattr", "replace",
+    "reverse", "round",      "safe",   "select", "selectattr", "sort",     "string",     "sum",
+    "title",   "tojson",     "trim",   "unique", "upper",      "wordcount"};
 const char* const kTests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false",
-    "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le", "lessthan",
-    "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "test",
-    "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">="};
+    "boolean", "callable", "defined",  "divisibleby", "eq",       "equalto", "escaped",
+    "even",    "false",    "filter",   "float",       "ge",       "gt",      "greaterthan",
+    "in",      "integer",  "iterable", "le",          "lessthan", "lower",   "lt",
+    "mapping", "ne",       "none",     "number",      "odd",      "sameas",  "sequence",
+    "string",  "test",     "true",     "undefined",   "upper",    "==",      "!=",
+    "<",       "<=",       ">",        ">="};
 
 template <size_t N>
 bool known(const char* const (&names)[N], const std::string& name) {
@@ -797,11 +916,16 @@ class Parser {
   bool is_name(const char* n) const { return cur().kind == Tok::name && cur().text == n; }
   std::string describe(const Token& t) const {
     switch (t.kind) {
-      case Tok::eof: return "end of template";
-      case Tok::block_end: return "end of statement block";
-      case Tok::var_end: return "end of print statement";
-      case Tok::text: return "template text";
-      default: return "'" + t.text + "'";
+      case Tok::eof:
+        return "end of template";
+      case Tok::block_end:
+        return "end of statement block";
+      case Tok::var_end:
+        return "end of print statement";
+      case Tok::text:
+        return "template text";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {
@@ -840,7 +964,8 @@ class Parser {
     for (;;) {
       const Token& t = cur();
       if (t.kind == Tok::eof) {
-        if (ends.size()) error(std::string("unexpected end of template, expected '") + *ends.begin() + "'");
+        if (ends.size())
+          error(std::string("unexpected end of template, expected '") + *(ends.end() - 1) + "'");
         return body;
       }
       if (t.kind == Tok::text) {
@@ -1066,8 +1191,9 @@ class Parser {
     ExprP c;
     for (;;) {
       std::string op;
-      if (cur().kind == Tok::op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
-                                    cur().text == ">" || cur().text == "<=" || cur().text == ">=")) {
+      if (cur().kind == Tok::op &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
+           cur().text == "<=" || cur().text == ">=")) {
         op = cur().text;
         ++i_;
       } else if (is_name("in")) {
@@ -1159,10 +1285,14 @@ class Parser {
     if (t.kind == Tok::name) {
       ++i_;
       auto e = make(Expr::K::literal, t.line);
-      if (t.text == "true" || t.text == "True") e->value = Value(true);
-      else if (t.text == "false" || t.text == "False") e->value = Value(false);
-      else if (t.text == "none" || t.text == "None") e->value = Value(None{});
-      else e->k = Expr::K::name, e->name = t.text;
+      if (t.text == "true" || t.text == "True")
+        e->value = Value(true);
+      else if (t.text == "false" || t.text == "False")
+        e->value = Value(false);
+      else if (t.text == "none" || t.text == "None")
+        e->value = Value(None{});
+      else
+        e->k = Expr::K::name, e->name = t.text;
       return e;
     }
     if (t.kind == Tok::string) {
@@ -1308,9 +1438,12 @@ class Parser {
         if (is_name("not")) negated = true, ++i_;
         const Token& t = cur();
         std::string name;
-        if (t.kind == Tok::name) name = expect_name();
-        else if (t.kind == Tok::op && known(kTests, t.text)) name = t_[i_++].text;
-        else error("expected a test name, got " + describe(t));
+        if (t.kind == Tok::name)
+          name = expect_name();
+        else if (t.kind == Tok::op && known(kTests, t.text))
+          name = t_[i_++].text;
+        else
+          error("expected a test name, got " + describe(t));
         if (!conditional_ && !known(kTests, name)) error("no test named '" + name + "'");
         ExprP test;
         if (is_op("(")) {
@@ -1368,7 +1501,8 @@ std::string need_string(const Value& v, const char* what) {
 
 int64_t need_int(const Value& v, const char* what) {
   require_defined(v);
-  if (!v.is_int() && !v.is_bool()) fail(std::string(what) + " expects an integer, got " + v.type_name());
+  if (!v.is_int() && !v.is_bool())
+    fail(std::string(what) + " expects an integer, got " + v.type_name());
   return to_int(v);
 }
 
@@ -1376,8 +1510,10 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   require_defined(v);
   const bool is_str = v.is_string();
   std::vector<std::string_view> chars;
-  if (is_str) chars = code_points(v.as_string());
-  else if (!v.is_list()) fail("'" + v.type_name() + "' object is not subscriptable");
+  if (is_str)
+    chars = code_points(v.as_string());
+  else if (!v.is_list())
+    fail("'" + v.type_name() + "' object is not subscriptable");
   const int64_t n = is_str ? int64_t(chars.size()) : int64_t(v.as_list().items.size());
   const int64_t st = step.is_none() || step.is_undefined() ? 1 : need_int(step, "a slice");
   if (st == 0) fail("slice step cannot be zero");
@@ -1391,8 +1527,10 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   std::string s;
   std::vector<Value> items;
   for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
-    if (is_str) s += chars[size_t(i)];
-    else items.push_back(v.as_list().items[size_t(i)]);
+    if (is_str)
+      s += chars[size_t(i)];
+    else
+      items.push_back(v.as_list().items[size_t(i)]);
   }
   if (is_str) return Value(std::move(s));
   return make_list(std::move(items), v.as_list().tuple);
@@ -1452,13 +1590,15 @@ std::vector<std::string> split(const std::string& s, const Value& sep, int64_t m
   const std::string d = need_string(sep, "split");
   if (d.empty()) fail("empty separator");
   size_t p = 0;
-  for (size_t q; (max < 0 || int64_t(out.size()) < max) && (q = s.find(d, p)) != std::string::npos; p = q + d.size())
+  for (size_t q; (max < 0 || int64_t(out.size()) < max) && (q = s.find(d, p)) != std::string::npos;
+       p = q + d.size())
     out.push_back(s.substr(p, q - p));
   out.push_back(s.substr(p));
   return out;
 }
 
-std::string replace(const std::string& s, const std::string& old, const std::string& with, int64_t count) {
+std::string replace(const std::string& s, const std::string& old, const std::string& with,
+                    int64_t count) {
   std::string out;
   if (old.empty()) {
     auto cps = code_points(s);
@@ -1506,27 +1646,31 @@ bool affix(const std::string& s, const Value& which, bool prefix) {
 Value bound_method(const Value& self, const std::string& name) {
   if (self.is_string()) {
     const std::string s = self.as_string();
-    static const char* names[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith",
-                                  "upper", "lower", "title", "capitalize", "replace", "find",
-                                  "count", "join", "isdigit", "isspace"};
-    if (std::find_if(std::begin(names), std::end(names), [&](const char* n) { return name == n; }) == std::end(names))
+    static const char* names[] = {
+        "strip", "lstrip",     "rstrip",  "split", "startswith", "endswith", "upper",   "lower",
+        "title", "capitalize", "replace", "find",  "count",      "join",     "isdigit", "isspace"};
+    if (std::find_if(std::begin(names), std::end(names),
+                     [&](const char* n) { return name == n; }) == std::end(names))
       return Value();
     return callable("str." + name, [s, name](Args& a) -> Value {
       if (name == "strip" || name == "lstrip" || name == "rstrip")
         return strip(s, arg(a, 0, "chars", None{}), name != "rstrip", name != "lstrip");
       if (name == "split") {
         std::vector<Value> parts;
-        for (auto& p : split(s, arg(a, 0, "sep", None{}), need_int(arg(a, 1, "maxsplit", -1), "split")))
+        for (auto& p :
+             split(s, arg(a, 0, "sep", None{}), need_int(arg(a, 1, "maxsplit", -1), "split")))
           parts.emplace_back(std::move(p));
         return make_list(std::move(parts));
       }
-      if (name == "startswith" || name == "endswith") return affix(s, arg(a, 0, "prefix"), name == "startswith");
+      if (name == "startswith" || name == "endswith")
+        return affix(s, arg(a, 0, "prefix"), name == "startswith");
       if (name == "upper") return upper(s);
       if (name == "lower") return lower(s);
       if (name == "title") return title_case(s);
       if (name == "capitalize") return capitalize(s);
       if (name == "replace")
-        return replace(s, need_string(arg(a, 0, "old"), "replace"), need_string(arg(a, 1, "new"), "replace"),
+        return replace(s, need_string(arg(a, 0, "old"), "replace"),
+                       need_string(arg(a, 1, "new"), "replace"),
                        need_int(arg(a, 2, "count", -1), "replace"));
       if (name == "find" || name == "count") {
         const std::string sub = need_string(arg(a, 0, "sub"), name.c_str());
@@ -1542,7 +1686,9 @@ Value bound_method(const Value& self, const std::string& name) {
       if (name == "isdigit" || name == "isspace") {
         auto cps = code_points(s);
         return !cps.empty() && std::all_of(cps.begin(), cps.end(), [&](std::string_view c) {
-          return name == "isspace" ? is_space(first_code_point(c)) : (c.size() == 1 && std::isdigit(static_cast<unsigned char>(c[0])));
+          return name == "isspace"
+                     ? is_space(first_code_point(c))
+                     : (c.size() == 1 && std::isdigit(static_cast<unsigned char>(c[0])));
         });
       }
       std::string out;
@@ -1567,8 +1713,10 @@ Value bound_method(const Value& self, const std::string& name) {
       }
       std::vector<Value> out;
       for (const auto& [k, v] : d.items) {
-        if (name == "items") out.push_back(make_list({Value(k), v}, true));
-        else out.push_back(name == "keys" ? Value(k) : v);
+        if (name == "items")
+          out.push_back(make_list({Value(k), v}, true));
+        else
+          out.push_back(name == "keys" ? Value(k) : v);
       }
       return make_list(std::move(out));
     });
@@ -1653,7 +1801,8 @@ class Renderer {
   using Frame = std::unordered_map<std::string, Value>;
 
   Error error(int line, const std::string& message) const {
-    return Error(ExitCode::data, printable(origin_ + ": line " + std::to_string(line) + ": " + message));
+    return Error(ExitCode::data,
+                 printable(origin_ + ": line " + std::to_string(line) + ": " + message));
   }
 
   void write(std::string_view s) {
@@ -1710,13 +1859,18 @@ class Renderer {
 
   Flow exec(const Node& n) {
     switch (n.k) {
-      case Node::K::text: write(n.text); break;
-      case Node::K::print: write(eval(*n.expr).str()); break;
+      case Node::K::text:
+        write(n.text);
+        break;
+      case Node::K::print:
+        write(eval(*n.expr).str());
+        break;
       case Node::K::if_:
         for (const auto& [cond, body] : n.branches)
           if (!cond || eval(*cond).truthy()) return exec(body);
         break;
-      case Node::K::for_: return exec_for(n);
+      case Node::K::for_:
+        return exec_for(n);
       case Node::K::set: {
         Value v = eval(*n.expr);
         if (n.text.empty()) {
@@ -1730,8 +1884,12 @@ class Renderer {
         }
         break;
       }
-      case Node::K::set_block: frames_.back()[n.targets[0]] = capture(n.body); break;
-      case Node::K::macro: frames_.back()[n.text] = macro(n, n.text); break;
+      case Node::K::set_block:
+        frames_.back()[n.targets[0]] = capture(n.body);
+        break;
+      case Node::K::macro:
+        frames_.back()[n.text] = macro(n, n.text);
+        break;
       case Node::K::call_block: {
         const Value caller = macro(n, "caller");
         const Expr& c = *n.expr;
@@ -1741,9 +1899,12 @@ class Renderer {
         write(invoke(f, args).str());
         break;
       }
-      case Node::K::break_: return Flow::break_;
-      case Node::K::continue_: return Flow::continue_;
-      case Node::K::generation: return exec(n.body);
+      case Node::K::break_:
+        return Flow::break_;
+      case Node::K::continue_:
+        return Flow::continue_;
+      case Node::K::generation:
+        return exec(n.body);
     }
     return Flow::normal;
   }
@@ -1776,21 +1937,24 @@ class Renderer {
       Flow f;
       try {
         assign(n.targets, items[size_t(i)]);
-        Value loop = Value::dict({{"index", i + 1},
-                                  {"index0", i},
-                                  {"revindex", count - i},
-                                  {"revindex0", count - i - 1},
-                                  {"first", i == 0},
-                                  {"last", i == count - 1},
-                                  {"length", count},
-                                  {"depth", 1},
-                                  {"depth0", 0},
-                                  {"previtem", i > 0 ? items[size_t(i - 1)] : Value(Undefined{"there is no previous item"})},
-                                  {"nextitem", i + 1 < count ? items[size_t(i + 1)] : Value(Undefined{"there is no next item"})},
-                                  {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
-                                     if (a.positional.empty()) fail("no items for cycling given");
-                                     return a.positional[size_t(i) % a.positional.size()];
-                                   })}});
+        Value loop =
+            Value::dict({{"index", i + 1},
+                         {"index0", i},
+                         {"revindex", count - i},
+                         {"revindex0", count - i - 1},
+                         {"first", i == 0},
+                         {"last", i == count - 1},
+                         {"length", count},
+                         {"depth", 1},
+                         {"depth0", 0},
+                         {"previtem", i > 0 ? items[size_t(i - 1)]
+                                            : Value(Undefined{"there is no previous item"})},
+                         {"nextitem", i + 1 < count ? items[size_t(i + 1)]
+                                                    : Value(Undefined{"there is no next item"})},
+                         {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
+                            if (a.positional.empty()) fail("no items for cycling given");
+                            return a.positional[size_t(i) % a.positional.size()];
+                          })}});
         frames_.back()["loop"] = loop;
         f = exec(n.body);
       } catch (...) {
@@ -1822,7 +1986,8 @@ class Renderer {
           for (auto& [k, x] : a.named)
             if (k == param) v = x, given = true;
           if (!given && next < a.positional.size()) v = a.positional[next++], given = true;
-          if (!given) v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
+          if (!given)
+            v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
           frames_.back()[param] = v;
         }
         for (auto& [k, x] : a.named)
@@ -1870,8 +2035,10 @@ class Renderer {
  private:
   Value eval_inner(const Expr& e) {
     switch (e.k) {
-      case Expr::K::literal: return e.value;
-      case Expr::K::name: return lookup(e.name);
+      case Expr::K::literal:
+        return e.value;
+      case Expr::K::name:
+        return lookup(e.name);
       case Expr::K::list:
       case Expr::K::tuple: {
         std::vector<Value> items;
@@ -1887,8 +2054,10 @@ class Renderer {
         }
         return Value(o);
       }
-      case Expr::K::attr: return get_attr(eval(*e.a[0]), e.name);
-      case Expr::K::item: return get_item(eval(*e.a[0]), eval(*e.a[1]));
+      case Expr::K::attr:
+        return get_attr(eval(*e.a[0]), e.name);
+      case Expr::K::item:
+        return get_item(eval(*e.a[0]), eval(*e.a[1]));
       case Expr::K::slice: {
         Value v = eval(*e.a[0]);
         auto opt = [&](size_t i) { return e.a[i] ? eval(*e.a[i]) : Value(None{}); };
@@ -1913,13 +2082,16 @@ class Renderer {
       case Expr::K::pos: {
         Value v = eval(*e.a[0]);
         require_defined(v);
-        if (!v.is_number()) fail("bad operand type for unary " + std::string(e.k == Expr::K::neg ? "-" : "+") + ": '" + v.type_name() + "'");
+        if (!v.is_number())
+          fail("bad operand type for unary " + std::string(e.k == Expr::K::neg ? "-" : "+") +
+               ": '" + v.type_name() + "'");
         if (e.k == Expr::K::pos) return v.is_bool() ? Value(to_int(v)) : v;
         if (v.is_float()) return -v.as_float();
         if (to_int(v) == INT64_MIN) fail("integer overflow");
         return -to_int(v);
       }
-      case Expr::K::not_: return !eval(*e.a[0]).truthy();
+      case Expr::K::not_:
+        return !eval(*e.a[0]).truthy();
       case Expr::K::and_: {
         Value l = eval(*e.a[0]);
         return l.truthy() ? eval(*e.a[1]) : l;
@@ -1930,18 +2102,25 @@ class Renderer {
       }
       case Expr::K::cond:
         if (eval(*e.a[1]).truthy()) return eval(*e.a[0]);
-        return e.a[2] ? eval(*e.a[2]) : Value(Undefined{"the inline if expression evaluated to false and no else section was defined"});
-      case Expr::K::binary: return binary(e.name, eval(*e.a[0]), eval(*e.a[1]));
+        return e.a[2] ? eval(*e.a[2])
+                      : Value(Undefined{"the inline if expression evaluated to false and no else "
+                                        "section was defined"});
+      case Expr::K::binary:
+        return binary(e.name, eval(*e.a[0]), eval(*e.a[1]));
       case Expr::K::compare: {
         Value l = eval(*e.a[0]);
         for (size_t i = 0; i < e.ops.size(); ++i) {
           Value r = eval(*e.a[i + 1]);
           const std::string& op = e.ops[i];
           bool ok;
-          if (op == "==") ok = equal(l, r);
-          else if (op == "!=") ok = !equal(l, r);
-          else if (op == "in") ok = contains(r, l);
-          else if (op == "not in") ok = !contains(r, l);
+          if (op == "==")
+            ok = equal(l, r);
+          else if (op == "!=")
+            ok = !equal(l, r);
+          else if (op == "in")
+            ok = contains(r, l);
+          else if (op == "not in")
+            ok = !contains(r, l);
           else {
             const int c = compare(l, r, op.c_str());
             ok = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
@@ -1960,7 +2139,8 @@ class Renderer {
     require_defined(l);
     require_defined(r);
     auto unsupported = [&]() -> Value {
-      fail("unsupported operand type(s) for " + op + ": '" + l.type_name() + "' and '" + r.type_name() + "'");
+      fail("unsupported operand type(s) for " + op + ": '" + l.type_name() + "' and '" +
+           r.type_name() + "'");
     };
     if (l.is_number() && r.is_number()) {
       if (op == "/") {
@@ -1983,9 +2163,12 @@ class Renderer {
       const int64_t x = to_int(l), y = to_int(r);
       int64_t z = 0;
       bool overflow = false;
-      if (op == "+") overflow = __builtin_add_overflow(x, y, &z);
-      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &z);
-      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &z);
+      if (op == "+")
+        overflow = __builtin_add_overflow(x, y, &z);
+      else if (op == "-")
+        overflow = __builtin_sub_overflow(x, y, &z);
+      else if (op == "*")
+        overflow = __builtin_mul_overflow(x, y, &z);
       else if (op == "//" || op == "%") {
         if (y == 0) fail("integer division or modulo by zero");
         if (x == INT64_MIN && y == -1) fail("integer overflow");
@@ -2003,7 +2186,8 @@ class Renderer {
     if (op == "+" && l.is_list() && r.is_list()) {
       if (l.as_list().tuple != r.as_list().tuple) return unsupported();
       std::vector<Value> items = l.as_list().items;
-      if (items.size() + r.as_list().items.size() > kMaxItems) make_list(std::vector<Value>(kMaxItems + 1));
+      if (items.size() + r.as_list().items.size() > kMaxItems)
+        make_list(std::vector<Value>(kMaxItems + 1));
       items.insert(items.end(), r.as_list().items.begin(), r.as_list().items.end());
       return make_list(std::move(items), l.as_list().tuple);
     }
@@ -2013,18 +2197,21 @@ class Renderer {
       if (!times.is_int() && !times.is_bool()) return unsupported();
       const int64_t n = std::max<int64_t>(0, to_int(times));
       if (seq.is_string()) {
-        if (n > 0 && seq.as_string().size() > kMaxOutputBytes / size_t(n)) checked(std::string(kMaxOutputBytes + 1, ' '));
+        if (n > 0 && seq.as_string().size() > kMaxOutputBytes / size_t(n))
+          checked(std::string(kMaxOutputBytes + 1, ' '));
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq.as_string();
         return out;
       }
       const auto& items = seq.as_list().items;
-      if (n > 0 && items.size() > kMaxItems / size_t(n)) make_list(std::vector<Value>(kMaxItems + 1));
+      if (n > 0 && items.size() > kMaxItems / size_t(n))
+        make_list(std::vector<Value>(kMaxItems + 1));
       std::vector<Value> out;
       for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
       return make_list(std::move(out), seq.as_list().tuple);
     }
-    if (l.is_string() && op == "+") fail("can only concatenate str (not \"" + r.type_name() + "\") to str");
+    if (l.is_string() && op == "+")
+      fail("can only concatenate str (not \"" + r.type_name() + "\") to str");
     return unsupported();
   }
 
@@ -2041,12 +2228,23 @@ class Renderer {
       std::string out;
       for (char c : v.str()) {
         switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
+          case '&':
+            out += "&amp;";
+            break;
+          case '<':
+            out += "&lt;";
+            break;
+          case '>':
+            out += "&gt;";
+            break;
+          case '"':
+            out += "&#34;";
+            break;
+          case '\'':
+            out += "&#39;";
+            break;
+          default:
+            out += c;
         }
       }
       return checked(out);
@@ -2055,9 +2253,12 @@ class Renderer {
       JsonStyle style;
       style.ensure_ascii = arg(a, 0, "ensure_ascii", false).truthy();
       const Value indent = arg(a, 1, "indent", None{});
-      if (indent.is_int()) style.indent = std::string(size_t(std::clamp<int64_t>(indent.as_int(), 0, 64)), ' ');
-      else if (indent.is_string()) style.indent = indent.as_string();
-      else if (!indent.is_none()) fail("tojson: indent must be an integer or a string");
+      if (indent.is_int())
+        style.indent = std::string(size_t(std::clamp<int64_t>(indent.as_int(), 0, 64)), ' ');
+      else if (indent.is_string())
+        style.indent = indent.as_string();
+      else if (!indent.is_none())
+        fail("tojson: indent must be an integer or a string");
       if (style.indent) style.item_sep = ",";
       const Value seps = arg(a, 2, "separators", None{});
       if (seps.is_list() && seps.as_list().items.size() == 2) {
@@ -2074,7 +2275,8 @@ class Renderer {
     if (name == "int") {
       if (v.is_int()) return v;
       if (v.is_bool()) return to_int(v);
-      if (v.is_float()) return std::isfinite(v.as_float()) ? Value(int64_t(v.as_float())) : arg(a, 0, "default", 0);
+      if (v.is_float())
+        return std::isfinite(v.as_float()) ? Value(int64_t(v.as_float())) : arg(a, 0, "default", 0);
       if (v.is_string()) {
         const std::string s = strip(v.as_string(), None{}, true, true);
         int64_t i;
@@ -2082,7 +2284,8 @@ class Renderer {
         if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return i;
         char* end = nullptr;
         const double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::abs(d) < 9e18) return int64_t(d);
+        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::abs(d) < 9e18)
+          return int64_t(d);
       }
       return arg(a, 0, "default", 0);
     }
@@ -2112,8 +2315,11 @@ class Renderer {
       }
       const double scale = std::pow(10.0, double(std::clamp<int64_t>(precision, -300, 300)));
       const double x = to_double(v) * scale;
-      double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
-      if (method != "common" && method != "ceil" && method != "floor") fail("method must be common, ceil or floor");
+      double r = method == "ceil"    ? std::ceil(x)
+                 : method == "floor" ? std::floor(x)
+                                     : std::nearbyint(x);
+      if (method != "common" && method != "ceil" && method != "floor")
+        fail("method must be common, ceil or floor");
       return r / scale;
     }
     if (name == "first" || name == "last") {
@@ -2149,7 +2355,9 @@ class Renderer {
         Value k = by_value ? kv.second : Value(kv.first);
         return !cs && k.is_string() ? Value(lower(k.as_string())) : k;
       };
-      std::stable_sort(items.begin(), items.end(), [&](const auto& x, const auto& y) { return compare(key(x), key(y), "<") < 0; });
+      std::stable_sort(items.begin(), items.end(), [&](const auto& x, const auto& y) {
+        return compare(key(x), key(y), "<") < 0;
+      });
       if (arg(a, 2, "reverse", false).truthy()) std::reverse(items.begin(), items.end());
       std::vector<Value> out;
       for (auto& [k, x] : items) out.push_back(make_list({Value(k), x}, true));
@@ -2178,7 +2386,8 @@ class Renderer {
       std::vector<Value> items = iterate(v);
       if (name == "sum") {
         Value total = arg(a, 1, "start", 0);
-        for (const Value& x : items) total = binary("+", total, attribute.is_none() ? x : attribute_of(x, attribute));
+        for (const Value& x : items)
+          total = binary("+", total, attribute.is_none() ? x : attribute_of(x, attribute));
         return total;
       }
       if (name == "unique") {
@@ -2191,7 +2400,9 @@ class Renderer {
         return make_list(std::move(out));
       }
       if (name == "sort") {
-        std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return compare(key(x), key(y), "<") < 0; });
+        std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+          return compare(key(x), key(y), "<") < 0;
+        });
         if (arg(a, 0, "reverse", false).truthy()) std::reverse(items.begin(), items.end());
         return make_list(std::move(items));
       }
@@ -2246,9 +2457,10 @@ class Renderer {
     if (name == "capitalize") return capitalize(v.str());
     if (name == "title") {
       // jinja2's title: words start after a dash, whitespace or an opening bracket.
+      const std::string text = v.str();
       std::string out;
       bool start = true;
-      for (std::string_view c : code_points(v.str())) {
+      for (std::string_view c : code_points(text)) {
         const uint32_t cp = first_code_point(c);
         const bool sep = is_space(cp) || c == "-" || c == "(" || c == "{" || c == "[" || c == "<";
         out += sep ? std::string(c) : start ? upper(c) : lower(c);
@@ -2257,13 +2469,19 @@ class Renderer {
       return out;
     }
     if (name == "replace") {
-      return replace(v.str(), arg(a, 0, "old").str(), arg(a, 1, "new").str(), need_int(arg(a, 2, "count", None{}).is_none() ? Value(-1) : arg(a, 2, "count"), "replace"));
+      return replace(v.str(), arg(a, 0, "old").str(), arg(a, 1, "new").str(),
+                     need_int(arg(a, 2, "count", None{}).is_none() ? Value(-1) : arg(a, 2, "count"),
+                              "replace"));
     }
     if (name == "wordcount") return int64_t(split(v.str(), None{}, -1).size());
     if (name == "indent") {
       const Value width = arg(a, 0, "width", 4);
-      const std::string pad = width.is_string() ? width.as_string() : std::string(size_t(std::clamp<int64_t>(need_int(width, "indent"), 0, 1024)), ' ');
-      const bool first = arg(a, 1, "first", false).truthy(), blank = arg(a, 2, "blank", false).truthy();
+      const std::string pad =
+          width.is_string()
+              ? width.as_string()
+              : std::string(size_t(std::clamp<int64_t>(need_int(width, "indent"), 0, 1024)), ' ');
+      const bool first = arg(a, 1, "first", false).truthy(),
+                 blank = arg(a, 2, "blank", false).truthy();
       std::vector<std::string> lines = split_lines(v.str() + "\n");
       std::string out;
       for (size_t i = 0; i < lines.size(); ++i) {
@@ -2305,7 +2523,8 @@ class Renderer {
     for (const std::string& part : split(need_string(attribute, "attribute"), Value("."), -1)) {
       int64_t index;
       auto r = std::from_chars(part.data(), part.data() + part.size(), index);
-      cur = r.ec == std::errc() && r.ptr == part.data() + part.size() ? get_item(cur, Value(index)) : get_item(cur, Value(part));
+      cur = r.ec == std::errc() && r.ptr == part.data() + part.size() ? get_item(cur, Value(index))
+                                                                      : get_item(cur, Value(part));
       if (cur.is_undefined()) return cur;
     }
     return cur;
@@ -2328,7 +2547,8 @@ class Renderer {
     if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
     if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
     if (name == "escaped") return false;
-    if (name == "odd" || name == "even") return (need_int(v, name.c_str()) % 2 != 0) == (name == "odd");
+    if (name == "odd" || name == "even")
+      return (need_int(v, name.c_str()) % 2 != 0) == (name == "odd");
     if (name == "divisibleby") {
       const int64_t n = need_int(arg(a, 0, "num"), "divisibleby");
       if (n == 0) fail("integer division or modulo by zero");
@@ -2341,8 +2561,12 @@ class Renderer {
     if (name == "gt" || name == "greaterthan" || name == ">") return compare(v, other(), ">") > 0;
     if (name == "ge" || name == ">=") return compare(v, other(), ">=") >= 0;
     if (name == "in") return contains(arg(a, 0, "seq"), v);
-    if (name == "lower") return v.is_string() && lower(v.as_string()) == v.as_string() && upper(v.as_string()) != v.as_string();
-    if (name == "upper") return v.is_string() && upper(v.as_string()) == v.as_string() && lower(v.as_string()) != v.as_string();
+    if (name == "lower")
+      return v.is_string() && lower(v.as_string()) == v.as_string() &&
+             upper(v.as_string()) != v.as_string();
+    if (name == "upper")
+      return v.is_string() && upper(v.as_string()) == v.as_string() &&
+             lower(v.as_string()) != v.as_string();
     if (name == "sameas") {
       const Value o = other();
       if (v.storage().index() != o.storage().index()) return false;

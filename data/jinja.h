@@ -38,9 +38,9 @@ struct None {};
 /// dict (string keys, insertion order) and callables. Lists and dicts are shared, as in Python.
 class Value {
  public:
-  using Storage = std::variant<Undefined, None, bool, int64_t, double, std::string,
-                               std::shared_ptr<Array>, std::shared_ptr<Object>,
-                               std::shared_ptr<Callable>>;
+  using Storage =
+      std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<Array>,
+                   std::shared_ptr<Object>, std::shared_ptr<Callable>>;
   Value() : v_(Undefined{}) {}
   Value(Undefined u) : v_(std::move(u)) {}
   Value(None) : v_(None{}) {}

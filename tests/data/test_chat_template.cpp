@@ -22,7 +22,8 @@ std::vector<ChatMessage> messages_of(const json& conversation) {
 }
 
 TEST(ChatTemplate, MatchesJinja2OnPublishedTemplates) {
-  const json setup = json::parse(testing::read_file("tests/golden/chat_templates/conversations.json"));
+  const json setup =
+      json::parse(testing::read_file("tests/golden/chat_templates/conversations.json"));
   std::map<std::string, std::vector<ChatMessage>> conversations;
   for (const auto& c : setup["conversations"]) conversations[c["name"]] = messages_of(c);
   int renders = 0, errors = 0;
