@@ -54,5 +54,60 @@ TEST(ChatTemplate, MatchesJinja2OnPublishedTemplates) {
   EXPECT_GT(errors, 10);
 }
 
+TEST(ChatTemplate, FromDirectoryReadsTokenizerConfig) {
+  testing::TempDir dir;
+  EXPECT_FALSE(ChatTemplate::from_directory(dir.path()));
+  testing::write_file(dir.path() / "tokenizer_config.json", R"({"bos_token": "<s>"})");
+  EXPECT_FALSE(ChatTemplate::from_directory(dir.path()));
+
+  const std::vector<ChatMessage> hi = {{"user", "hi"}};
+  testing::write_file(dir.path() / "tokenizer_config.json", R"({
+    "bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>",
+    "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"})");
+  auto tmpl = ChatTemplate::from_directory(dir.path());
+  ASSERT_TRUE(tmpl);
+  EXPECT_EQ(tmpl->render(hi, false), "<s>hi</s>");
+  EXPECT_EQ(tmpl->bos_token(), "<s>");
+
+  testing::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": [
+    {"name": "tool_use", "template": "tools"}, {"name": "default", "template": "default"}]})");
+  EXPECT_EQ(ChatTemplate::from_directory(dir.path())->render(hi, false), "default");
+
+  // transformers saves the template to chat_template.jinja and prefers that file.
+  testing::write_file(dir.path() / "chat_template.jinja", "{{ messages[0].role }}\n");
+  EXPECT_EQ(ChatTemplate::from_directory(dir.path())->render(hi, true), "user");
+}
+
+TEST(ChatTemplate, MalformedConfigsNameFileAndKey) {
+  testing::TempDir dir;
+  const auto config = dir.path() / "tokenizer_config.json";
+  const std::pair<const char*, const char*> cases[] = {
+      {"{", "tokenizer_config.json: not valid JSON"},
+      {"[]", "tokenizer_config.json: expected a JSON object"},
+      {R"({"chat_template": 3})",
+       "tokenizer_config.json: chat_template: expected a string or a list"},
+      {R"({"chat_template": [{"name": "x", "template": "t"}]})",
+       "tokenizer_config.json: chat_template: no template named \"default\""},
+      {R"({"chat_template": [{"name": "default"}]})",
+       "tokenizer_config.json: chat_template: expected each entry"},
+      {R"({"chat_template": "x", "eos_token": 7})",
+       "tokenizer_config.json: eos_token: expected a string"},
+      {R"({"chat_template": "{% for m in messages %}\n{{ m.content + }}"})",
+       "tokenizer_config.json: chat_template: line 2: unexpected end of print statement"},
+  };
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    testing::write_file(config, text);
+    testing::expect_error(ExitCode::data, message,
+                          [&] { ChatTemplate::from_directory(dir.path()); });
+  }
+  testing::write_file(config, R"({"chat_template": "{{ raise_exception('no system role') }}"})");
+  const auto tmpl = ChatTemplate::from_directory(dir.path());
+  testing::expect_error(
+      ExitCode::data,
+      "tokenizer_config.json: chat_template: line 1: raise_exception: no system role",
+      [&] { tmpl->render({}, false); });
+}
+
 }  // namespace
 }  // namespace forge
