@@ -102,10 +102,27 @@ std::string strip(std::string_view s, const Value& chars, bool left, bool right)
   return std::string(cps[b].data(), size_t(cps[e - 1].data() + cps[e - 1].size() - cps[b].data()));
 }
 
-std::string checked(std::string s) {
+// The steps of work left to the running render (Renderer::run sets it): one per loop iteration,
+// per value walked or compared and per 64 bytes of a string built. Thread-local because the free
+// helpers below (equality, iteration, string building) charge it without a renderer at hand.
+thread_local int64_t* steps_left = nullptr;
+
+void charge(size_t steps) {
+  if (steps_left && (*steps_left -= int64_t(steps)) < 0)
+    fail("more than " + std::to_string(kMaxSteps) +
+         " steps of work (the bound on what a template may do)");
+}
+
+const std::string& limit(const std::string& s) {
   if (s.size() > kMaxOutputBytes)
     fail("a string longer than " + std::to_string(kMaxOutputBytes) +
          " bytes (the bound on what a template may build)");
+  return s;
+}
+
+std::string checked(std::string s) {
+  limit(s);
+  charge(s.size() / 64 + 1);
   return s;
 }
 
@@ -177,38 +194,29 @@ std::string repr_at(const Value& v, int depth);
 
 std::string str_at(const Value& v, int depth) {
   check_depth(depth);
-  return std::visit(
-      [&](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined>)
-          return "";
-        else if constexpr (std::is_same_v<T, None>)
-          return "None";
-        else if constexpr (std::is_same_v<T, bool>)
-          return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, int64_t>)
-          return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>)
-          return float_repr(x);
-        else if constexpr (std::is_same_v<T, std::string>)
-          return x;
-        else if constexpr (std::is_same_v<T, std::shared_ptr<Array>>) {
-          std::string out = x->tuple ? "(" : "[";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + repr_at(x->items[i], depth + 1);
-          if (x->tuple && x->items.size() == 1) out += ",";
-          return checked(out + (x->tuple ? ")" : "]"));
-        } else if constexpr (std::is_same_v<T, std::shared_ptr<Object>>) {
-          std::string out = x->is_namespace ? "<Namespace {" : "{";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + string_repr(x->items[i].first) + ": " +
-                   repr_at(x->items[i].second, depth + 1);
-          return checked(out + (x->is_namespace ? "}>" : "}"));
-        } else {
-          return "<function " + x->name + ">";
-        }
-      },
-      v.storage());
+  charge(1);
+  if (v.is_undefined()) return "";
+  if (v.is_none()) return "None";
+  if (v.is_bool()) return v.as_bool() ? "True" : "False";
+  if (v.is_int()) return std::to_string(v.as_int());
+  if (v.is_float()) return float_repr(v.as_float());
+  if (v.is_string()) return v.as_string();
+  if (v.is_callable()) return "<function " + v.as_callable().name + ">";
+  std::string out;
+  if (v.is_list()) {
+    const Array& a = v.as_list();
+    out = a.tuple ? "(" : "[";
+    for (size_t i = 0; i < a.items.size(); ++i)
+      limit(out += (i ? ", " : "") + repr_at(a.items[i], depth + 1));
+    if (a.tuple && a.items.size() == 1) out += ",";
+    return checked(out + (a.tuple ? ")" : "]"));
+  }
+  const Object& o = v.as_dict();
+  out = o.is_namespace ? "<Namespace {" : "{";
+  for (size_t i = 0; i < o.items.size(); ++i)
+    limit(out += (i ? ", " : "") + string_repr(o.items[i].first) + ": " +
+                 repr_at(o.items[i].second, depth + 1));
+  return checked(out + (o.is_namespace ? "}>" : "}"));
 }
 
 std::string repr_at(const Value& v, int depth) {
@@ -260,6 +268,7 @@ void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
 
 void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out) {
   check_depth(depth);
+  charge(1);
   if (out.size() > kMaxOutputBytes) checked(out);
   auto newline = [&](int level) {
     if (!style.indent) return;
@@ -315,6 +324,7 @@ void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out
 
 bool equal(const Value& a, const Value& b, int depth = 0) {
   check_depth(depth);
+  charge(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       auto f = [](const Value& v) {
@@ -358,6 +368,7 @@ void require_defined(const Value& v) {
 
 // -1, 0, 1 for Python's <; fails where Python raises TypeError.
 int compare(const Value& a, const Value& b, const char* op) {
+  charge(1);
   require_defined(a);
   require_defined(b);
   if (a.is_number() && b.is_number()) {
@@ -382,9 +393,19 @@ int compare(const Value& a, const Value& b, const char* op) {
        "' and '" + b.type_name() + "'");
 }
 
+// Python's len(): an undefined value has length 0.
+int64_t length(const Value& v) {
+  if (v.is_undefined()) return 0;
+  if (v.is_string()) return int64_t(code_points(v.as_string()).size());
+  if (v.is_list()) return int64_t(v.as_list().items.size());
+  if (v.is_dict()) return int64_t(v.as_dict().items.size());
+  fail("object of type '" + v.type_name() + "' has no len()");
+}
+
 // Python's iteration: a dict gives its keys, a string its characters, undefined nothing.
 std::vector<Value> iterate(const Value& v) {
   if (v.is_undefined()) return {};
+  charge(size_t(length(v)));
   if (v.is_list()) return v.as_list().items;
   std::vector<Value> out;
   if (v.is_dict())
@@ -408,20 +429,26 @@ bool contains(const Value& container, const Value& item) {
   return false;
 }
 
-// Python's len(): an undefined value has length 0.
-int64_t length(const Value& v) {
-  if (v.is_undefined()) return 0;
-  if (v.is_string()) return int64_t(code_points(v.as_string()).size());
-  if (v.is_list()) return int64_t(v.as_list().items.size());
-  if (v.is_dict()) return int64_t(v.as_dict().items.size());
-  fail("object of type '" + v.type_name() + "' has no len()");
-}
-
 Value make_list(std::vector<Value> items, bool tuple = false) {
   if (items.size() > kMaxItems)
     fail("a list of more than " + std::to_string(kMaxItems) +
          " items (the bound on what a template may build)");
-  return Value::list(std::move(items), tuple);
+  charge(items.size());
+  Value v = Value::list(std::move(items), tuple);
+  check_depth(v.as_list().depth);
+  return v;
+}
+
+// Keeps a container's depth and holds_namespace (data/jinja.h) as `child` goes in.
+void note_child(int& depth, bool& holds_namespace, const Value& child) {
+  if (child.is_list()) {
+    depth = std::max(depth, child.as_list().depth + 1);
+    holds_namespace |= child.as_list().holds_namespace;
+  } else if (child.is_dict()) {
+    const Object& o = child.as_dict();
+    depth = std::max(depth, o.depth + 1);
+    holds_namespace |= o.is_namespace || o.holds_namespace;
+  }
 }
 
 }  // namespace
@@ -431,7 +458,9 @@ Value make_list(std::vector<Value> items, bool tuple = false) {
 // ---------------------------------------------------------------------------------------------
 
 Value Value::list(std::vector<Value> items, bool tuple) {
-  return Value(std::make_shared<Array>(Array{std::move(items), tuple}));
+  auto a = std::make_shared<Array>(Array{std::move(items), tuple});
+  for (const Value& x : a->items) note_child(a->depth, a->holds_namespace, x);
+  return Value(std::move(a));
 }
 
 Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
@@ -499,6 +528,7 @@ const Value* Object::find(std::string_view key) const {
 }
 
 void Object::set(const std::string& key, Value value) {
+  note_child(depth, holds_namespace, value);
   for (auto& kv : items)
     if (kv.first == key) return void(kv.second = std::move(value));
   items.emplace_back(key, std::move(value));
@@ -1606,7 +1636,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     for (std::string_view c : cps) {
       if (count < 0 || done++ < count) out += with;
       out += c;
-      checked(out);
+      limit(out);
     }
     if (count < 0 || done < count) out += with;
     return checked(out);
@@ -1618,7 +1648,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     out.append(s, p, q - p);
     out += with;
     p = q + old.size();
-    checked(out);
+    limit(out);
   }
   out.append(s, p);
   return checked(out);
@@ -1697,7 +1727,7 @@ Value bound_method(const Value& self, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += need_string(x, "str.join");
-        checked(out);
+        limit(out);
       }
       return out;
     });
@@ -1724,19 +1754,15 @@ Value bound_method(const Value& self, const std::string& name) {
   return Value();
 }
 
-// Whether `v` can reach `target` (a namespace may not come to contain itself: a cycle of shared
-// pointers would never be freed).
-bool reaches(const Value& v, const Object* target, int depth) {
-  check_depth(depth);
-  if (v.is_dict()) {
-    if (&v.as_dict() == target) return true;
-    for (const auto& kv : v.as_dict().items)
-      if (reaches(kv.second, target, depth + 1)) return true;
-  } else if (v.is_list()) {
-    for (const Value& x : v.as_list().items)
-      if (reaches(x, target, depth + 1)) return true;
-  }
-  return false;
+// A namespace may hold anything but a namespace: a namespace is the only value a template can
+// change after putting it in a container, so without namespaces inside namespaces no container can
+// grow deeper (or into a cycle of shared pointers) behind the depth recorded when it was built.
+void assign_attribute(Object& ns, const std::string& name, const Value& v) {
+  if ((v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_namespace)) ||
+      (v.is_list() && v.as_list().holds_namespace))
+    fail("a namespace cannot hold a namespace");
+  ns.set(name, v);
+  check_depth(ns.depth);
 }
 
 class Renderer {
@@ -1767,16 +1793,18 @@ class Renderer {
     });
     g["dict"] = callable("dict", [](Args& a) -> Value {
       if (!a.positional.empty()) fail("dict() with positional arguments is not supported");
-      return Value::dict(a.named);
+      Value d = Value::dict(a.named);
+      check_depth(d.as_dict().depth);
+      return d;
     });
     g["namespace"] = callable("namespace", [](Args& a) -> Value {
       auto o = std::make_shared<Object>();
       o->is_namespace = true;
       for (const Value& p : a.positional) {
         if (!p.is_dict()) fail("namespace() takes a dict or keyword arguments");
-        for (const auto& kv : p.as_dict().items) o->set(kv.first, kv.second);
+        for (const auto& kv : p.as_dict().items) assign_attribute(*o, kv.first, kv.second);
       }
-      for (auto& kv : a.named) o->set(kv.first, kv.second);
+      for (auto& kv : a.named) assign_attribute(*o, kv.first, kv.second);
       return Value(o);
     });
     g["raise_exception"] = callable("raise_exception", [](Args& a) -> Value {
@@ -1793,7 +1821,15 @@ class Renderer {
       return std::string(buf, n);
     });
     for (const auto& [k, v] : variables) g[k] = v;
-    exec(body);
+    int64_t steps = kMaxSteps;
+    int64_t* outer = std::exchange(steps_left, &steps);
+    try {
+      exec(body);
+    } catch (...) {
+      steps_left = outer;
+      throw;
+    }
+    steps_left = outer;
   }
 
  private:
@@ -1879,8 +1915,7 @@ class Renderer {
           Value ns = lookup(n.targets[0]);
           if (!ns.is_dict() || !ns.as_dict().is_namespace)
             fail("cannot assign attribute on non-namespace object");
-          if (reaches(v, &ns.as_dict(), 0)) fail("a namespace cannot contain itself");
-          ns.as_dict().set(n.text, v);
+          assign_attribute(ns.as_dict(), n.text, v);
         }
         break;
       }
@@ -1932,6 +1967,7 @@ class Renderer {
       if (++iterations_ > kMaxLoopIterations)
         fail("more than " + std::to_string(kMaxLoopIterations) +
              " loop iterations (the bound on a template's loops)");
+      charge(1);
       // Each iteration has its own scope, as in jinja2: what the body sets does not outlive it.
       frames_.emplace_back();
       Flow f;
@@ -2052,6 +2088,7 @@ class Renderer {
           if (!k.is_string()) fail("dict keys other than strings are not supported");
           o->set(k.as_string(), eval(*e.a[i + 1]));
         }
+        check_depth(o->depth);
         return Value(o);
       }
       case Expr::K::attr:
@@ -2372,7 +2409,7 @@ class Renderer {
         if (!first) out += sep;
         first = false;
         out += (attribute.is_none() ? x : attribute_of(x, attribute)).str();
-        checked(out);
+        limit(out);
       }
       return out;
     }
@@ -2488,7 +2525,7 @@ class Renderer {
         if (i) out += "\n";
         if ((i > 0 || first) && (blank || !lines[i].empty())) out += pad;
         out += lines[i];
-        checked(out);
+        limit(out);
       }
       if (first && !blank && !lines.empty() && lines[0].empty()) out = pad + out;
       return out;

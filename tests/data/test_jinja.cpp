@@ -124,8 +124,17 @@ TEST(Jinja, HostileTemplatesAreBounded) {
     render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
   });
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 2 ** 100 }}"); });
-  testing::expect_error(ExitCode::data, "a namespace cannot contain itself",
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace",
                         [] { render("{% set ns = namespace() %}{% set ns.me = [ns] %}"); });
+  testing::expect_error(ExitCode::data, "values nested deeper than 200 levels", [] {
+    render(
+        "{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor "
+        "%}");
+  });
+  testing::expect_error(ExitCode::data, "steps of work (the bound on what a template may do)", [] {
+    render(
+        "{% set big = range(100000) | list %}{% for i in range(1000) %}{{ 5 in big }}{% endfor %}");
+  });
 }
 
 }  // namespace
