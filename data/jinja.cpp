@@ -159,30 +159,56 @@ std::string float_repr(double d) {
   return out + "e" + (exp < 0 ? "-" : "+") + (a < 10 ? "0" : "") + std::to_string(a);
 }
 
-// Python's repr of a str: single quotes unless the text has ' and no ".
-std::string string_repr(std::string_view s) {
-  const char q =
-      s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos ? '"' : '\'';
+// A str quoted as Python's repr quotes it (json false: quote ' or ", \xNN, \uNNNN or \UNNNNNNNN for
+// what is not printable) or as json.dumps does (quote ", \u00NN for control characters and, with
+// ascii, \uNNNN (surrogate pairs past U+FFFF) for all that is not ASCII).
+std::string quoted(std::string_view s, char q, bool json, bool ascii = false) {
   std::string out(1, q);
+  auto hex = [&](const char* prefix, uint32_t cp, int digits) {
+    out += prefix;
+    for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4)
+      out += "0123456789abcdef"[(cp >> shift) & 15];
+  };
   for (std::string_view c : code_points(s)) {
     const uint32_t cp = first_code_point(c);
-    static const char hex[] = "0123456789abcdef";
+    const char* named = c == "\\"           ? "\\\\"
+                        : c == "\n"         ? "\\n"
+                        : c == "\r"         ? "\\r"
+                        : c == "\t"         ? "\\t"
+                        : json && c == "\b" ? "\\b"
+                        : json && c == "\f" ? "\\f"
+                                            : nullptr;
+    const auto cat = utf8proc_category(utf8proc_int32_t(cp));
+    const bool printable =
+        json ? cp >= 0x20
+             : cp == ' ' || !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                              cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO ||
+                              cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZL ||
+                              cat == UTF8PROC_CATEGORY_ZP || cat == UTF8PROC_CATEGORY_ZS);
     if (c.size() == 1 && c[0] == q)
-      out += std::string("\\") + q;
-    else if (c == "\\")
-      out += "\\\\";
-    else if (c == "\n")
-      out += "\\n";
-    else if (c == "\r")
-      out += "\\r";
-    else if (c == "\t")
-      out += "\\t";
-    else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))
-      out += std::string("\\x") + hex[cp >> 4] + hex[cp & 15];
+      out += '\\', out += q;
+    else if (named)
+      out += named;
+    else if (!printable)
+      json           ? hex("\\u", cp, 4)
+      : cp < 0x100   ? hex("\\x", cp, 2)
+      : cp < 0x10000 ? hex("\\u", cp, 4)
+                     : hex("\\U", cp, 8);
+    else if (ascii && cp >= 0x10000)
+      hex("\\u", 0xD800 + ((cp - 0x10000) >> 10), 4),
+          hex("\\u", 0xDC00 + ((cp - 0x10000) & 0x3FF), 4);
+    else if (ascii && cp >= 0x80)
+      hex("\\u", cp, 4);
     else
       out += c;
   }
   return out + q;
+}
+
+// Python's repr of a str: single quotes unless the text has ' and no ".
+std::string string_repr(std::string_view s) {
+  const bool double_quotes = s.find('\'') != s.npos && s.find('"') == s.npos;
+  return quoted(s, double_quotes ? '"' : '\'', false);
 }
 
 void check_depth(int depth) {
@@ -230,96 +256,47 @@ struct JsonStyle {
   std::string item_sep = ", ", key_sep = ": ";
 };
 
-void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
-  static const char hex[] = "0123456789abcdef";
-  auto u = [&](uint32_t cp) {
-    out += "\\u";
-    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 15];
-  };
-  out += '"';
-  for (std::string_view c : code_points(s)) {
-    const uint32_t cp = first_code_point(c);
-    if (c == "\"")
-      out += "\\\"";
-    else if (c == "\\")
-      out += "\\\\";
-    else if (c == "\n")
-      out += "\\n";
-    else if (c == "\r")
-      out += "\\r";
-    else if (c == "\t")
-      out += "\\t";
-    else if (c == "\b")
-      out += "\\b";
-    else if (c == "\f")
-      out += "\\f";
-    else if (cp < 0x20)
-      u(cp);
-    else if (ensure_ascii && cp >= 0x80) {
-      if (cp >= 0x10000)
-        u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
-      else
-        u(cp);
-    } else
-      out += c;
-  }
-  out += '"';
-}
-
 void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out) {
   check_depth(depth);
   charge(1);
-  if (out.size() > kMaxOutputBytes) checked(out);
+  limit(out);
+  if (v.is_undefined() || v.is_callable())
+    fail("Object of type " + v.type_name() + " is not JSON serializable");
+  if (v.is_none()) return void(out += "null");
+  if (v.is_bool()) return void(out += v.as_bool() ? "true" : "false");
+  if (v.is_int()) return void(out += std::to_string(v.as_int()));
+  if (v.is_string()) return void(out += quoted(v.as_string(), '"', true, style.ensure_ascii));
+  if (v.is_float()) {
+    const double d = v.as_float();
+    return void(out += std::isnan(d)   ? "NaN"
+                       : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                                       : float_repr(d));
+  }
+  // A list's items or a dict's (key, value) pairs, one a line when indented.
+  std::vector<std::pair<const std::string*, const Value*>> items;
+  if (v.is_list())
+    for (const Value& x : v.as_list().items) items.emplace_back(nullptr, &x);
+  else
+    for (const auto& [k, x] : v.as_dict().items) items.emplace_back(&k, &x);
+  if (style.sort_keys && v.is_dict())
+    std::stable_sort(items.begin(), items.end(),
+                     [](auto& a, auto& b) { return *a.first < *b.first; });
+  const char* brackets = v.is_list() ? "[]" : "{}";
+  out += brackets[0];
   auto newline = [&](int level) {
     if (!style.indent) return;
     out += '\n';
     for (int i = 0; i < level; ++i) out += *style.indent;
   };
-  if (v.is_undefined()) fail("Object of type Undefined is not JSON serializable");
-  if (v.is_none())
-    out += "null";
-  else if (v.is_bool())
-    out += v.as_bool() ? "true" : "false";
-  else if (v.is_int())
-    out += std::to_string(v.as_int());
-  else if (v.is_float()) {
-    const double d = v.as_float();
-    out += std::isnan(d)   ? "NaN"
-           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                           : float_repr(d);
-  } else if (v.is_string())
-    json_string(v.as_string(), style.ensure_ascii, out);
-  else if (v.is_list()) {
-    const auto& items = v.as_list().items;
-    if (items.empty()) return void(out += "[]");
-    out += '[';
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i) out += style.item_sep;
-      newline(depth + 1);
-      to_json(items[i], style, depth + 1, out);
-    }
-    newline(depth);
-    out += ']';
-  } else if (v.is_dict()) {
-    std::vector<const std::pair<std::string, Value>*> items;
-    for (const auto& kv : v.as_dict().items) items.push_back(&kv);
-    if (style.sort_keys)
-      std::stable_sort(items.begin(), items.end(),
-                       [](auto* a, auto* b) { return a->first < b->first; });
-    if (items.empty()) return void(out += "{}");
-    out += '{';
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i) out += style.item_sep;
-      newline(depth + 1);
-      json_string(items[i]->first, style.ensure_ascii, out);
-      out += style.key_sep;
-      to_json(items[i]->second, style, depth + 1, out);
-    }
-    newline(depth);
-    out += '}';
-  } else {
-    fail("Object of type function is not JSON serializable");
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += style.item_sep;
+    newline(depth + 1);
+    if (items[i].first)
+      out += quoted(*items[i].first, '"', true, style.ensure_ascii) + style.key_sep;
+    to_json(*items[i].second, style, depth + 1, out);
   }
+  if (!items.empty()) newline(depth);
+  out += brackets[1];
 }
 
 bool equal(const Value& a, const Value& b, int depth = 0) {
@@ -562,73 +539,31 @@ std::string unescape(std::string_view s) {
       continue;
     }
     const char c = s[++i];
-    auto hex = [&](int n) {
+    auto hex = [&](size_t n) {
       uint32_t cp = 0;
-      for (int k = 1; k <= n; ++k) {
-        if (i + size_t(k) >= s.size() ||
-            !std::isxdigit(static_cast<unsigned char>(s[i + size_t(k)])))
-          fail("truncated \\" + std::string(1, c) + " escape in a string literal");
-        const char h = s[i + size_t(k)];
-        cp =
-            cp * 16 +
-            uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
-      }
-      i += size_t(n);
-      if (cp > 0x10FFFF) fail("illegal Unicode character in a string literal");
+      const std::string_view digits = s.substr(i + 1, n);
+      if (digits.size() < n ||
+          std::from_chars(digits.data(), digits.data() + n, cp, 16).ptr != digits.data() + n)
+        fail("truncated \\" + std::string(1, c) + " escape in a string literal");
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        fail("illegal Unicode character in a string literal");
+      i += n;
       unicode::append_utf8(cp, out);
     };
-    switch (c) {
-      case 'n':
-        out += '\n';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'v':
-        out += '\v';
-        break;
-      case 'a':
-        out += '\a';
-        break;
-      case '\\':
-        out += '\\';
-        break;
-      case '\'':
-        out += '\'';
-        break;
-      case '"':
-        out += '"';
-        break;
-      case '\n':
-        break;
-      case 'x':
-        hex(2);
-        break;
-      case 'u':
-        hex(4);
-        break;
-      case 'U':
-        hex(8);
-        break;
-      default:
-        if (c >= '0' && c <= '7') {
-          uint32_t cp = uint32_t(c - '0');
-          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
-            cp = cp * 8 + uint32_t(s[++i] - '0');
-          unicode::append_utf8(cp, out);
-        } else {
-          out += '\\';
-          out += c;
-        }
+    static constexpr std::string_view from = "ntrbfva\\'\"", to = "\n\t\r\b\f\v\a\\'\"";
+    if (const size_t k = from.find(c); k != from.npos) {
+      out += to[k];
+    } else if (c == '\n') {  // a backslash at a line's end joins the lines
+    } else if (c == 'x' || c == 'u' || c == 'U') {
+      hex(c == 'x' ? 2 : c == 'u' ? 4 : 8);
+    } else if (c >= '0' && c <= '7') {
+      uint32_t cp = uint32_t(c - '0');
+      for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+        cp = cp * 8 + uint32_t(s[++i] - '0');
+      unicode::append_utf8(cp, out);
+    } else {
+      out += '\\';
+      out += c;
     }
   }
   return out;
@@ -1148,27 +1083,27 @@ class Parser {
   // A comma-separated list becomes a tuple (jinja2's parse_tuple).
   ExprP tuple_expr(bool with_condexpr) {
     const int line = cur().line;
-    ExprP first = with_condexpr ? expr() : or_expr();
+    ExprP first = with_condexpr ? expr() : logical(true);
     if (!is_op(",")) return first;
     auto t = make(Expr::K::tuple, line);
     t->a.push_back(std::move(first));
     while (is_op(",")) {
       ++i_;
       if (cur().kind == Tok::block_end || cur().kind == Tok::var_end || is_op(")")) break;
-      t->a.push_back(with_condexpr ? expr() : or_expr());
+      t->a.push_back(with_condexpr ? expr() : logical(true));
     }
     return t;
   }
 
   ExprP expr() {
     Depth depth(*this);
-    ExprP e = or_expr();
+    ExprP e = logical(true);
     while (is_name("if")) {
       auto c = make(Expr::K::cond, cur().line);
       ++i_;
       ++conditional_;
       c->a.push_back(std::move(e));
-      c->a.push_back(or_expr());
+      c->a.push_back(logical(true));
       c->a.push_back(nullptr);
       if (is_name("else")) {
         ++i_;
@@ -1180,25 +1115,14 @@ class Parser {
     return e;
   }
 
-  ExprP or_expr() {
-    ExprP e = and_expr();
-    while (is_name("or")) {
-      auto o = make(Expr::K::or_, cur().line);
+  // `or` over `and` over `not` expressions; the value is an operand's, as in Python.
+  ExprP logical(bool is_or) {
+    ExprP e = is_or ? logical(false) : not_expr();
+    while (is_name(is_or ? "or" : "and")) {
+      auto o = make(is_or ? Expr::K::or_ : Expr::K::and_, cur().line);
       ++i_;
       o->a.push_back(std::move(e));
-      o->a.push_back(and_expr());
-      e = std::move(o);
-    }
-    return e;
-  }
-
-  ExprP and_expr() {
-    ExprP e = not_expr();
-    while (is_name("and")) {
-      auto o = make(Expr::K::and_, cur().line);
-      ++i_;
-      o->a.push_back(std::move(e));
-      o->a.push_back(not_expr());
+      o->a.push_back(is_or ? logical(false) : not_expr());
       e = std::move(o);
     }
     return e;
@@ -1217,7 +1141,7 @@ class Parser {
 
   ExprP compare_expr() {
     const int line = cur().line;
-    ExprP first = math1();
+    ExprP first = math(0);
     ExprP c;
     for (;;) {
       std::string op;
@@ -1240,61 +1164,28 @@ class Parser {
         c->a.push_back(std::move(first));
       }
       c->ops.push_back(op);
-      c->a.push_back(math1());
+      c->a.push_back(math(0));
     }
     return c ? std::move(c) : std::move(first);
   }
 
-  ExprP binary(ExprP l, ExprP (Parser::*next)(), const std::string& op, int line) {
-    auto b = make(Expr::K::binary, line);
-    b->name = op;
-    b->a.push_back(std::move(l));
-    b->a.push_back((this->*next)());
-    return b;
-  }
-
-  ExprP math1() {
-    ExprP e = concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = cur().text;
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::concat, op, line);
+  // Left-associative operators from loosest to tightest, as jinja2 nests them: level 0 is + and -,
+  // 1 is ~, 2 is * / // %, 3 is ** (over unary expressions).
+  ExprP math(int level) {
+    static const std::vector<std::string> ops[] = {
+        {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+    auto operand = [&] { return level == 3 ? unary(true) : math(level + 1); };
+    ExprP e = operand();
+    while (cur().kind == Tok::op &&
+           std::find(ops[level].begin(), ops[level].end(), cur().text) != ops[level].end()) {
+      auto b = make(Expr::K::binary, cur().line);
+      b->name = t_[i_++].text;
+      b->a.push_back(std::move(e));
+      b->a.push_back(operand());
+      e = std::move(b);
     }
     return e;
   }
-
-  ExprP concat() {
-    ExprP e = math2();
-    while (is_op("~")) {
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::math2, "~", line);
-    }
-    return e;
-  }
-
-  ExprP math2() {
-    ExprP e = pow_expr();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = cur().text;
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::pow_expr, op, line);
-    }
-    return e;
-  }
-
-  ExprP pow_expr() {
-    ExprP e = unary(true);
-    while (is_op("**")) {
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::unary_filtered, "**", line);
-    }
-    return e;
-  }
-  ExprP unary_filtered() { return unary(true); }
 
   ExprP unary(bool with_filter) {
     Depth depth(*this);
@@ -2320,8 +2211,9 @@ class Renderer {
         auto r = std::from_chars(s.data(), s.data() + s.size(), i);
         if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return i;
         char* end = nullptr;
-        const double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::abs(d) < 9e18)
+        const double d = std::strtod(s.c_str(), &end);  // strtod reads hex, Python's float not
+        if (!s.empty() && s.find_first_of("xX") == s.npos && end == s.c_str() + s.size() &&
+            std::isfinite(d) && std::abs(d) < 9e18)
           return int64_t(d);
       }
       return arg(a, 0, "default", 0);
