@@ -198,6 +198,8 @@ SNIPPETS = [
     "[{{ x }}] [{{ x | trim }}] {{ 'yes' if x else 'no' }} {{ x == y }} {% for i in x %}never{% endfor %} {% if not x %}falsy{% endif %} {{ d.missing }} {{ d.missing is defined }} {{ messages[7] is defined }}",
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ loop_messages | length }}",
     "{{ strftime_now('%Y') | length }} {{ raise_exception is defined }} {{ range(3) | list }} {{ dict(a=1, b='x') }} {{ namespace(a=1).a }}",
+    "{{ ['\\u2028x', '\\xa0', '\\x07', 'é', '\\U0001F600', '\\u200b'] }} {{ '0x1A' | int }} {{ ' 7 ' | int }}",
+    "{{ 'n' ~ 2 * 3 }} {{ 2 * 3 ** 2 }} {{ 10 - 2 - 3 }} {{ 'a' ~ (1 + 2) }} {{ ('x' ~ 1) * 2 }} {{ true and none or 'z' }} {{ not 1 == 2 }}",
 ]
 
 
