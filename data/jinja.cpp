@@ -602,7 +602,7 @@ class Lexer {
       const char sign =
           t + 2 < src_.size() && (src_[t + 2] == '-' || src_[t + 2] == '+') ? src_[t + 2] : 0;
       if (sign == '-') {
-        while (!text.empty() && ascii_space(text.back())) text.pop_back();
+        text = strip(text, None{}, false, true);
       } else if (sign != '+' && kind != '{') {
         // lstrip_blocks: a block or comment tag alone on its line takes its indentation.
         const size_t l = text.rfind('\n') + 1;
@@ -638,9 +638,11 @@ class Lexer {
     pos_ = p;
   }
 
+  // What `-%}` and `-}}` strip: Python's \s*, which takes Unicode spaces too.
   void skip_space_after() {
     size_t p = pos_;
-    while (p < src_.size() && ascii_space(src_[p])) ++p;
+    for (uint32_t cp; p < src_.size(); p += size_t(unicode::utf8_decode(src_, p, cp)))
+      if (!unicode::utf8_decode(src_, p, cp) || !is_space(cp)) break;
     advance_to(p);
   }
 
