@@ -1816,10 +1816,10 @@ class Renderer {
         frames_.back()[n.targets[0]] = capture(n.body);
         break;
       case Node::K::macro:
-        frames_.back()[n.text] = macro(n, n.text);
+        frames_.back()[n.text] = macro(n, n.text, std::nullopt);
         break;
       case Node::K::call_block: {
-        const Value caller = macro(n, "caller");
+        const Value caller = macro(n, "caller", frames_);
         const Expr& c = *n.expr;
         Value f = callee(*c.a[0]);
         Args args = arguments(c);
@@ -1897,24 +1897,32 @@ class Renderer {
     return Flow::normal;
   }
 
-  // A macro (or a call block's caller): renders its body with its parameters bound.
-  Value macro(const Node& n, const std::string& name) {
+  // A macro (or a call block's caller): renders its body with its parameters bound, over the
+  // template's top-level names (a macro) or over the scopes where the call block stands (`scope`).
+  Value macro(const Node& n, const std::string& name, std::optional<std::vector<Frame>> scope) {
     const Node* node = &n;
-    return callable(name, [this, node](Args& a) -> Value {
+    return callable(name, [this, node, name, scope](Args& a) -> Value {
+      if (a.positional.size() > node->params.size())
+        fail("macro '" + name + "' takes not more than " + std::to_string(node->params.size()) +
+             " argument(s)");
+      for (const auto& [k, x] : a.named)
+        if (k != "caller" && std::none_of(node->params.begin(), node->params.end(),
+                                          [&](const auto& p) { return p.first == k; }))
+          fail("macro '" + name + "' takes no keyword argument '" + k + "'");
       if (++depth_ > kMaxNesting) {
         --depth_;
         fail("macros nested deeper than " + std::to_string(kMaxNesting) + " calls");
       }
       std::vector<Frame> saved = std::move(frames_);
-      frames_ = {saved.front(), Frame{}};
+      frames_ = scope ? *scope : std::vector<Frame>{saved.front()};
+      frames_.emplace_back();
       try {
-        size_t next = 0;
-        for (const auto& [param, def] : node->params) {
-          Value v;
-          bool given = false;
+        for (size_t i = 0; i < node->params.size(); ++i) {
+          const auto& [param, def] = node->params[i];
+          bool given = i < a.positional.size();
+          Value v = given ? a.positional[i] : Value();
           for (auto& [k, x] : a.named)
             if (k == param) v = x, given = true;
-          if (!given && next < a.positional.size()) v = a.positional[next++], given = true;
           if (!given)
             v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
           frames_.back()[param] = v;

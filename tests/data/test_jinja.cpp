@@ -98,6 +98,9 @@ TEST(Jinja, SyntaxErrorsNameTheLine) {
       {"{# open", "missing end of comment tag"},
       {"{% for x in y recursive %}{% endfor %}", "recursive loops are not supported"},
       {"{% do x %}", "unknown tag 'do'"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
+       "macro 'm' takes not more than 1 argument(s)"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", "macro 'm' takes no keyword argument 'b'"},
   };
   for (const auto& [source, message] : cases) {
     SCOPED_TRACE(source);

@@ -201,6 +201,7 @@ SNIPPETS = [
     "{{ ['\\u2028x', '\\xa0', '\\x07', 'é', '\\U0001F600', '\\u200b'] }} {{ '0x1A' | int }} {{ ' 7 ' | int }}",
     "{{ 'n' ~ 2 * 3 }} {{ 2 * 3 ** 2 }} {{ 10 - 2 - 3 }} {{ 'a' ~ (1 + 2) }} {{ ('x' ~ 1) * 2 }} {{ true and none or 'z' }} {{ not 1 == 2 }}",
     "a\u00a0\u3000 {%- if true %}b{% endif %} {{ 'x' -}}\u3000\u00a0 y",
+    "{% macro wrap(x) %}[{{ x }}:{{ caller() }}]{% endmacro %}{% for m in messages %}{% call wrap(loop.index) %}{{ m.role }}{% endcall %}{% endfor %}",
 ]
 
 
