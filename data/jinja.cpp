@@ -1241,30 +1241,21 @@ class Parser {
       expect_op(")");
       return e;
     }
-    if (is_op("[")) {
+    if (is_op("[") || is_op("{")) {
+      const bool dict = is_op("{");
+      const char* close = dict ? "}" : "]";
       ++i_;
-      auto e = make(Expr::K::list, t.line);
-      while (!is_op("]")) {
+      auto e = make(dict ? Expr::K::dict : Expr::K::list, t.line);
+      while (!is_op(close)) {
         if (!e->a.empty()) {
           expect_op(",");
-          if (is_op("]")) break;
+          if (is_op(close)) break;
         }
         e->a.push_back(expr());
-      }
-      ++i_;
-      return e;
-    }
-    if (is_op("{")) {
-      ++i_;
-      auto e = make(Expr::K::dict, t.line);
-      while (!is_op("}")) {
-        if (!e->a.empty()) {
-          expect_op(",");
-          if (is_op("}")) break;
+        if (dict) {
+          expect_op(":");
+          e->a.push_back(expr());
         }
-        e->a.push_back(expr());
-        expect_op(":");
-        e->a.push_back(expr());
       }
       ++i_;
       return e;
