@@ -1896,10 +1896,11 @@ class Renderer {
       if (a.positional.size() > node->params.size())
         fail("macro '" + name + "' takes not more than " + std::to_string(node->params.size()) +
              " argument(s)");
-      for (const auto& [k, x] : a.named)
-        if (k != "caller" && std::none_of(node->params.begin(), node->params.end(),
-                                          [&](const auto& p) { return p.first == k; }))
-          fail("macro '" + name + "' takes no keyword argument '" + k + "'");
+      for (const auto& kv : a.named)
+        if (kv.first != "caller" &&
+            std::none_of(node->params.begin(), node->params.end(),
+                         [&](const auto& p) { return p.first == kv.first; }))
+          fail("macro '" + name + "' takes no keyword argument '" + kv.first + "'");
       if (++depth_ > kMaxNesting) {
         --depth_;
         fail("macros nested deeper than " + std::to_string(kMaxNesting) + " calls");
@@ -2105,8 +2106,12 @@ class Renderer {
         if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;
         z = op == "//" ? q : m;
       } else {
-        z = 1;
-        for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(z, x, &z);
+        z = 1;  // by squaring: 1 ** (2 ** 62) must not take 2 ** 62 steps
+        int64_t base = x;
+        for (int64_t e = y; e > 0 && !overflow; e >>= 1) {
+          if (e & 1) overflow = __builtin_mul_overflow(z, base, &z);
+          if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        }
       }
       if (overflow) fail("integer overflow (values beyond 64 bits are not supported)");
       return z;
@@ -2154,27 +2159,13 @@ class Renderer {
     if (name == "string") return v.str();
     if (name == "safe" || name == "e" || name == "escape") {
       if (name == "safe") return v;
+      static const std::pair<char, const char*> entities[] = {
+          {'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&#34;"}, {'\'', "&#39;"}};
       std::string out;
       for (char c : v.str()) {
-        switch (c) {
-          case '&':
-            out += "&amp;";
-            break;
-          case '<':
-            out += "&lt;";
-            break;
-          case '>':
-            out += "&gt;";
-            break;
-          case '"':
-            out += "&#34;";
-            break;
-          case '\'':
-            out += "&#39;";
-            break;
-          default:
-            out += c;
-        }
+        auto it = std::find_if(std::begin(entities), std::end(entities),
+                               [c](const auto& e) { return e.first == c; });
+        it == std::end(entities) ? void(out += c) : void(out += it->second);
       }
       return checked(out);
     }
@@ -2204,8 +2195,12 @@ class Renderer {
     if (name == "int") {
       if (v.is_int()) return v;
       if (v.is_bool()) return to_int(v);
-      if (v.is_float())
-        return std::isfinite(v.as_float()) ? Value(int64_t(v.as_float())) : arg(a, 0, "default", 0);
+      if (v.is_float()) {
+        if (std::isnan(v.as_float())) return arg(a, 0, "default", 0);
+        if (!(std::abs(v.as_float()) < 9e18))
+          fail("integer overflow (values beyond 64 bits are not supported)");
+        return int64_t(v.as_float());
+      }
       if (v.is_string()) {
         const std::string s = strip(v.as_string(), None{}, true, true);
         int64_t i;

@@ -127,6 +127,8 @@ TEST(Jinja, HostileTemplatesAreBounded) {
     render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
   });
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 2 ** 100 }}"); });
+  testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 1e300 | int }}"); });
+  EXPECT_EQ(render("{{ 1 ** 4611686018427387904 }} {{ (-1) ** 4611686018427387905 }}"), "1 -1");
   testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace",
                         [] { render("{% set ns = namespace() %}{% set ns.me = [ns] %}"); });
   testing::expect_error(ExitCode::data, "values nested deeper than 200 levels", [] {
