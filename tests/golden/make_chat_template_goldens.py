@@ -40,6 +40,9 @@ FAMILIES = {
     "gemma": ("google/gemma-2-2b-it", "<bos>", "<eos>"),
     "smollm2": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "<|im_start|>", "<|im_end|>"),
     "phi3.5": ("microsoft/Phi-3.5-mini-instruct", "<s>", "<|endoftext|>"),
+    "deepseek_r1_distill": ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B as llama.cpp's "
+                            "models/templates/ keeps it", "<｜begin▁of▁sentence｜>",
+                            "<｜end▁of▁sentence｜>"),
     "deepseek_coder": ("deepseek-ai/deepseek-coder-33b-instruct", "<｜begin▁of▁sentence｜>",
                        "<|EOT|>"),
 }
@@ -70,6 +73,10 @@ CONVERSATIONS = [
     {"name": "empty_content", "messages": [
         {"role": "user", "content": ""},
         {"role": "assistant", "content": ""}]},
+    {"name": "thinking", "messages": [
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": "<think>\nLet me see.\n</think>\n\nBecause."},
+        {"role": "user", "content": "Sure?"}]},
     {"name": "not_alternating", "messages": [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"}]},
