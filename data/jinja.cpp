@@ -1712,6 +1712,15 @@ void check_arguments(const std::string& what, const Signature& sig, const Args& 
       fail(what + " missing required argument '" + sig.params[i] + "'");
 }
 
+// Sets `slot` to `value` for a scope and puts the old value back however the scope ends.
+template <class T>
+struct Scoped {
+  T& slot;
+  T saved;
+  Scoped(T& s, T value) : slot(s), saved(std::exchange(s, std::move(value))) {}
+  ~Scoped() { slot = std::move(saved); }
+};
+
 class Renderer {
  public:
   Renderer(const std::string& origin, std::string& out) : origin_(origin), out_(&out) {}
@@ -1769,19 +1778,20 @@ class Renderer {
     });
     for (const auto& [k, v] : variables) g[k] = v;
     int64_t steps = kMaxSteps;
-    int64_t* outer = std::exchange(steps_left, &steps);
-    try {
-      exec(body);
-    } catch (...) {
-      steps_left = outer;
-      throw;
-    }
-    steps_left = outer;
+    Scoped<int64_t*> budget(steps_left, &steps);
+    exec(body);
   }
 
  private:
   enum class Flow { normal, break_, continue_ };
   using Frame = std::unordered_map<std::string, Value>;
+
+  // A new innermost scope for the lifetime of this object.
+  struct Push {
+    std::vector<Frame>& frames;
+    explicit Push(std::vector<Frame>& f) : frames(f) { frames.emplace_back(); }
+    ~Push() { frames.pop_back(); }
+  };
 
   Error error(int line, const std::string& message) const {
     return Error(ExitCode::data,
@@ -1829,14 +1839,10 @@ class Renderer {
 
   std::string capture(const Body& body) {
     std::string buffer;
-    std::string* saved = std::exchange(out_, &buffer);
-    try {
+    {
+      Scoped<std::string*> redirect(out_, &buffer);
       exec(body);
-    } catch (...) {
-      out_ = saved;
-      throw;
     }
-    out_ = saved;
     return buffer;
   }
 
@@ -1897,15 +1903,9 @@ class Renderer {
     if (n.filter) {
       std::vector<Value> kept;
       for (const Value& item : items) {
-        frames_.emplace_back();
-        try {
-          assign(n.targets, item);
-          if (eval(*n.filter).truthy()) kept.push_back(item);
-        } catch (...) {
-          frames_.pop_back();
-          throw;
-        }
-        frames_.pop_back();
+        Push scope(frames_);
+        assign(n.targets, item);
+        if (eval(*n.filter).truthy()) kept.push_back(item);
       }
       items = std::move(kept);
     }
@@ -1916,35 +1916,28 @@ class Renderer {
              " loop iterations (the bound on a template's loops)");
       charge(1);
       // Each iteration has its own scope, as in jinja2: what the body sets does not outlive it.
-      frames_.emplace_back();
-      Flow f;
-      try {
-        assign(n.targets, items[size_t(i)]);
-        Value loop =
-            Value::dict({{"index", i + 1},
-                         {"index0", i},
-                         {"revindex", count - i},
-                         {"revindex0", count - i - 1},
-                         {"first", i == 0},
-                         {"last", i == count - 1},
-                         {"length", count},
-                         {"depth", 1},
-                         {"depth0", 0},
-                         {"previtem", i > 0 ? items[size_t(i - 1)]
-                                            : Value(Undefined{"there is no previous item"})},
-                         {"nextitem", i + 1 < count ? items[size_t(i + 1)]
-                                                    : Value(Undefined{"there is no next item"})},
-                         {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
-                            if (a.positional.empty()) fail("no items for cycling given");
-                            return a.positional[size_t(i) % a.positional.size()];
-                          })}});
-        frames_.back()["loop"] = loop;
-        f = exec(n.body);
-      } catch (...) {
-        frames_.pop_back();
-        throw;
-      }
-      frames_.pop_back();
+      Push scope(frames_);
+      assign(n.targets, items[size_t(i)]);
+      Value loop =
+          Value::dict({{"index", i + 1},
+                       {"index0", i},
+                       {"revindex", count - i},
+                       {"revindex0", count - i - 1},
+                       {"first", i == 0},
+                       {"last", i == count - 1},
+                       {"length", count},
+                       {"depth", 1},
+                       {"depth0", 0},
+                       {"previtem", i > 0 ? items[size_t(i - 1)]
+                                          : Value(Undefined{"there is no previous item"})},
+                       {"nextitem", i + 1 < count ? items[size_t(i + 1)]
+                                                  : Value(Undefined{"there is no next item"})},
+                       {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
+                          if (a.positional.empty()) fail("no items for cycling given");
+                          return a.positional[size_t(i) % a.positional.size()];
+                        })}});
+      frames_.back()["loop"] = loop;
+      const Flow f = exec(n.body);
       if (f == Flow::break_) break;
     }
     if (count == 0) return exec(n.else_body);
@@ -1964,35 +1957,24 @@ class Renderer {
             std::none_of(node->params.begin(), node->params.end(),
                          [&](const auto& p) { return p.first == kv.first; }))
           fail("macro '" + name + "' takes no keyword argument '" + kv.first + "'");
-      if (++depth_ > kMaxNesting) {
-        --depth_;
+      Scoped<int> depth(depth_, depth_ + 1);
+      if (depth_ > kMaxNesting)
         fail("macros nested deeper than " + std::to_string(kMaxNesting) + " calls");
-      }
-      std::vector<Frame> saved = std::move(frames_);
-      frames_ = scope ? *scope : std::vector<Frame>{saved.front()};
+      Scoped<std::vector<Frame>> frames(frames_, scope ? *scope : std::vector<Frame>{frames_[0]});
       frames_.emplace_back();
-      try {
-        for (size_t i = 0; i < node->params.size(); ++i) {
-          const auto& [param, def] = node->params[i];
-          bool given = i < a.positional.size();
-          Value v = given ? a.positional[i] : Value();
-          for (auto& [k, x] : a.named)
-            if (k == param) v = x, given = true;
-          if (!given)
-            v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
-          frames_.back()[param] = v;
-        }
+      for (size_t i = 0; i < node->params.size(); ++i) {
+        const auto& [param, def] = node->params[i];
+        bool given = i < a.positional.size();
+        Value v = given ? a.positional[i] : Value();
         for (auto& [k, x] : a.named)
-          if (k == "caller") frames_.back()["caller"] = x;
-        Value result = capture(node->body);
-        frames_ = std::move(saved);
-        --depth_;
-        return result;
-      } catch (...) {
-        frames_ = std::move(saved);
-        --depth_;
-        throw;
+          if (k == param) v = x, given = true;
+        if (!given)
+          v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
+        frames_.back()[param] = v;
       }
+      for (auto& [k, x] : a.named)
+        if (k == "caller") frames_.back()["caller"] = x;
+      return capture(node->body);
     });
   }
 
