@@ -417,15 +417,16 @@ Value make_list(std::vector<Value> items, bool tuple = false) {
   return v;
 }
 
-// Keeps a container's depth and holds_namespace (data/jinja.h) as `child` goes in.
-void note_child(int& depth, bool& holds_namespace, const Value& child) {
+// Keeps a container's depth and holds_reference (data/jinja.h) as `child` goes in.
+void note_child(int& depth, bool& holds_reference, const Value& child) {
+  holds_reference |= child.is_callable();
   if (child.is_list()) {
     depth = std::max(depth, child.as_list().depth + 1);
-    holds_namespace |= child.as_list().holds_namespace;
+    holds_reference |= child.as_list().holds_reference;
   } else if (child.is_dict()) {
     const Object& o = child.as_dict();
     depth = std::max(depth, o.depth + 1);
-    holds_namespace |= o.is_namespace || o.holds_namespace;
+    holds_reference |= o.is_namespace || o.holds_reference;
   }
 }
 
@@ -437,7 +438,7 @@ void note_child(int& depth, bool& holds_namespace, const Value& child) {
 
 Value Value::list(std::vector<Value> items, bool tuple) {
   auto a = std::make_shared<Array>(Array{std::move(items), tuple});
-  for (const Value& x : a->items) note_child(a->depth, a->holds_namespace, x);
+  for (const Value& x : a->items) note_child(a->depth, a->holds_reference, x);
   return Value(std::move(a));
 }
 
@@ -506,7 +507,7 @@ const Value* Object::find(std::string_view key) const {
 }
 
 void Object::set(const std::string& key, Value value) {
-  note_child(depth, holds_namespace, value);
+  note_child(depth, holds_reference, value);
   for (auto& kv : items)
     if (kv.first == key) return void(kv.second = std::move(value));
   items.emplace_back(key, std::move(value));
@@ -1647,13 +1648,15 @@ Value bound_method(const Value& self, const std::string& name) {
   return Value();
 }
 
-// A namespace may hold anything but a namespace: a namespace is the only value a template can
-// change after putting it in a container, so without namespaces inside namespaces no container can
-// grow deeper (or into a cycle of shared pointers) behind the depth recorded when it was built.
+// A namespace may hold anything but a namespace or a function: a namespace is the only value a
+// template can change after putting it in a container, and a function (a macro, caller) keeps the
+// scopes it was made in. Without these inside a namespace, no container can grow deeper behind the
+// depth recorded when it was built, nor become a cycle of shared pointers that is never freed.
 void assign_attribute(Object& ns, const std::string& name, const Value& v) {
-  if ((v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_namespace)) ||
-      (v.is_list() && v.as_list().holds_namespace))
-    fail("a namespace cannot hold a namespace");
+  if (v.is_callable() ||
+      (v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_reference)) ||
+      (v.is_list() && v.as_list().holds_reference))
+    fail("a namespace cannot hold a namespace or a function");
   ns.set(name, v);
   check_depth(ns.depth);
 }

@@ -138,8 +138,13 @@ TEST(Jinja, HostileTemplatesAreBounded) {
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 2 ** 100 }}"); });
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 1e300 | int }}"); });
   EXPECT_EQ(render("{{ 1 ** 4611686018427387904 }} {{ (-1) ** 4611686018427387905 }}"), "1 -1");
-  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace",
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace or a function",
                         [] { render("{% set ns = namespace() %}{% set ns.me = [ns] %}"); });
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace or a function", [] {
+    render(
+        "{% set ns = namespace() %}{% macro m() %}{% set ns.f = [caller] %}{% endmacro %}"
+        "{% call m() %}{% endcall %}");
+  });
   testing::expect_error(ExitCode::data, "values nested deeper than 200 levels", [] {
     render(
         "{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor "
