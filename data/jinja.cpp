@@ -103,7 +103,8 @@ std::string strip(std::string_view s, const Value& chars, bool left, bool right)
 }
 
 // The steps of work left to the running render (Renderer::run sets it): one per loop iteration,
-// per value walked or compared and per 64 bytes of a string built. Thread-local because the free
+// per value walked or compared and per 16 bytes of a string built, four per list item built, so
+// that what a render allocates stays in the hundreds of megabytes. Thread-local because the free
 // helpers below (equality, iteration, string building) charge it without a renderer at hand.
 thread_local int64_t* steps_left = nullptr;
 
@@ -113,16 +114,24 @@ void charge(size_t steps) {
          " steps of work (the bound on what a template may do)");
 }
 
+[[noreturn]] void too_long() {
+  fail("a string longer than " + std::to_string(kMaxOutputBytes) +
+       " bytes (the bound on what a template may build)");
+}
+
+[[noreturn]] void too_many() {
+  fail("a list of more than " + std::to_string(kMaxItems) +
+       " items (the bound on what a template may build)");
+}
+
 const std::string& limit(const std::string& s) {
-  if (s.size() > kMaxOutputBytes)
-    fail("a string longer than " + std::to_string(kMaxOutputBytes) +
-         " bytes (the bound on what a template may build)");
+  if (s.size() > kMaxOutputBytes) too_long();
   return s;
 }
 
 std::string checked(std::string s) {
   limit(s);
-  charge(s.size() / 64 + 1);
+  charge(s.size() / 16 + 1);
   return s;
 }
 
@@ -408,10 +417,8 @@ bool contains(const Value& container, const Value& item) {
 }
 
 Value make_list(std::vector<Value> items, bool tuple = false) {
-  if (items.size() > kMaxItems)
-    fail("a list of more than " + std::to_string(kMaxItems) +
-         " items (the bound on what a template may build)");
-  charge(items.size());
+  if (items.size() > kMaxItems) too_many();
+  charge(4 * items.size());
   Value v = Value::list(std::move(items), tuple);
   check_depth(v.as_list().depth);
   return v;
@@ -1623,7 +1630,7 @@ Value bound_method(const Value& self, const std::string& name) {
         out += need_string(x, "str.join");
         limit(out);
       }
-      return out;
+      return checked(out);
     });
   }
   if (self.is_dict() && !self.as_dict().is_namespace &&
@@ -2168,8 +2175,7 @@ class Renderer {
     if (op == "+" && l.is_list() && r.is_list()) {
       if (l.as_list().tuple != r.as_list().tuple) return unsupported();
       std::vector<Value> items = l.as_list().items;
-      if (items.size() + r.as_list().items.size() > kMaxItems)
-        make_list(std::vector<Value>(kMaxItems + 1));
+      if (items.size() + r.as_list().items.size() > kMaxItems) too_many();
       items.insert(items.end(), r.as_list().items.begin(), r.as_list().items.end());
       return make_list(std::move(items), l.as_list().tuple);
     }
@@ -2179,15 +2185,13 @@ class Renderer {
       if (!times.is_int() && !times.is_bool()) return unsupported();
       const int64_t n = std::max<int64_t>(0, to_int(times));
       if (seq.is_string()) {
-        if (n > 0 && seq.as_string().size() > kMaxOutputBytes / size_t(n))
-          checked(std::string(kMaxOutputBytes + 1, ' '));
+        if (n > 0 && seq.as_string().size() > kMaxOutputBytes / size_t(n)) too_long();
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq.as_string();
-        return out;
+        return checked(out);
       }
       const auto& items = seq.as_list().items;
-      if (n > 0 && items.size() > kMaxItems / size_t(n))
-        make_list(std::vector<Value>(kMaxItems + 1));
+      if (n > 0 && items.size() > kMaxItems / size_t(n)) too_many();
       std::vector<Value> out;
       for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
       return make_list(std::move(out), seq.as_list().tuple);
@@ -2349,7 +2353,7 @@ class Renderer {
         out += (attribute.is_none() ? x : attribute_of(x, attribute)).str();
         limit(out);
       }
-      return out;
+      return checked(out);
     }
     if (name == "sum" || name == "max" || name == "min" || name == "sort" || name == "unique") {
       const Value attribute = arg(a,
@@ -2485,7 +2489,7 @@ class Renderer {
         limit(out);
       }
       if (first && !blank && !lines.empty() && lines[0].empty()) out = pad + out;
-      return out;
+      return checked(out);
     }
     fail("no filter named '" + name + "'");
   }

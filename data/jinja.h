@@ -21,7 +21,7 @@ inline constexpr size_t kMaxOutputBytes = size_t(1) << 24;  // any string built,
 inline constexpr int64_t kMaxLoopIterations = 1'000'000;    // summed over all loops of a render
 inline constexpr size_t kMaxItems = 1'000'000;              // elements of any list built
 inline constexpr int kMaxNesting = 200;           // parser nesting, value nesting, macro call depth
-inline constexpr int64_t kMaxSteps = 20'000'000;  // loop iterations, values walked, bytes / 64
+inline constexpr int64_t kMaxSteps = 20'000'000;  // see steps_left in data/jinja.cpp
 
 class Value;
 struct Array;
