@@ -23,11 +23,25 @@ namespace {
 
 [[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
 
+// The steps of work left to the running render (Renderer::run sets it): one per loop iteration,
+// value walked or compared, 16 bytes of a string built and byte of a string split into characters,
+// four per list item built or iterated, so that what a render allocates stays in the hundreds of
+// megabytes. Thread-local because the free
+// helpers below (equality, iteration, string building) charge it without a renderer at hand.
+thread_local int64_t* steps_left = nullptr;
+
+void charge(size_t steps) {
+  if (steps_left && (*steps_left -= int64_t(steps)) < 0)
+    fail("more than " + std::to_string(kMaxSteps) +
+         " steps of work (the bound on what a template may do)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Text: code points (lenient: a byte that is not UTF-8 counts as one code point of its own)
 // ---------------------------------------------------------------------------------------------
 
 std::vector<std::string_view> code_points(std::string_view s) {
+  charge(s.size());  // a 16-byte view for each character, paid for by a step a byte
   std::vector<std::string_view> out;
   for (size_t i = 0; i < s.size();) {
     uint32_t cp;
@@ -100,18 +114,6 @@ std::string strip(std::string_view s, const Value& chars, bool left, bool right)
   while (right && e > b && drop(cps[e - 1])) --e;
   if (b == e) return "";
   return std::string(cps[b].data(), size_t(cps[e - 1].data() + cps[e - 1].size() - cps[b].data()));
-}
-
-// The steps of work left to the running render (Renderer::run sets it): one per loop iteration,
-// per value walked or compared and per 16 bytes of a string built, four per list item built, so
-// that what a render allocates stays in the hundreds of megabytes. Thread-local because the free
-// helpers below (equality, iteration, string building) charge it without a renderer at hand.
-thread_local int64_t* steps_left = nullptr;
-
-void charge(size_t steps) {
-  if (steps_left && (*steps_left -= int64_t(steps)) < 0)
-    fail("more than " + std::to_string(kMaxSteps) +
-         " steps of work (the bound on what a template may do)");
 }
 
 [[noreturn]] void too_long() {
@@ -383,7 +385,14 @@ int compare(const Value& a, const Value& b, const char* op) {
 // Python's len(): an undefined value has length 0.
 int64_t length(const Value& v) {
   if (v.is_undefined()) return 0;
-  if (v.is_string()) return int64_t(code_points(v.as_string()).size());
+  if (v.is_string()) {
+    int64_t n = 0;
+    for (size_t i = 0; i < v.as_string().size(); ++n) {
+      uint32_t cp;
+      i += size_t(std::max(1, unicode::utf8_decode(v.as_string(), i, cp)));
+    }
+    return n;
+  }
   if (v.is_list()) return int64_t(v.as_list().items.size());
   if (v.is_dict()) return int64_t(v.as_dict().items.size());
   fail("object of type '" + v.type_name() + "' has no len()");
@@ -392,7 +401,7 @@ int64_t length(const Value& v) {
 // Python's iteration: a dict gives its keys, a string its characters, undefined nothing.
 std::vector<Value> iterate(const Value& v) {
   if (v.is_undefined()) return {};
-  charge(size_t(length(v)));
+  charge(4 * size_t(length(v)));  // a value for each item
   if (v.is_list()) return v.as_list().items;
   std::vector<Value> out;
   if (v.is_dict())
