@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$corpus"/{config,tokenizer,tokenizer_json,checkpoint,token_dataset,safetensors}
+mkdir -p "$corpus"/{config,tokenizer,tokenizer_json,checkpoint,token_dataset,safetensors,jinja}
 
 cp "$root/configs/gpt_shakespeare.yaml" "$root/configs/bert_shakespeare.yaml" \
    "$root/configs/gpt_fortunes_lora.yaml" "$root/configs/gpt_fortunes_sft.yaml" \
@@ -118,4 +118,14 @@ seeds = {
 for name, config in seeds.items():
     open(sys.argv[1] + "/" + name, "wb").write(
         json.dumps(config).encode() + b"\0ab <s> x  <L>\xc3\xa9")
+PY
+
+# Chat templates (fuzz/fuzz_jinja.cpp): the published ones of the parity test and the interpreter
+# test's snippets, one feature each.
+cp "$root"/tests/golden/chat_templates/*.jinja "$corpus/jinja/"
+/usr/bin/python3 - "$root/tests/golden/chat_templates/snippets.expected.jsonl" "$corpus/jinja" <<'PY'
+import json, sys
+for i, line in enumerate(open(sys.argv[1], encoding="utf-8")):
+    with open(f"{sys.argv[2]}/snippet-{i:02d}.jinja", "w", encoding="utf-8", newline="") as f:
+        f.write(json.loads(line)["template"])
 PY
