@@ -41,13 +41,13 @@ ChatMessage read_message(const JsonlObject& o, size_t i) {
     o.fail(at + ": must be an object with \"role\" and \"content\", got " + m.type_name());
   for (const auto& item : m.items())
     if (item.key() != "role" && item.key() != "content")
-      o.fail(at + ": unknown field \"" + item.key() + "\" (a message has \"role\" and \"content\")");
+      o.fail(at + ": unknown field \"" + item.key() +
+             "\" (a message has \"role\" and \"content\")");
   ChatMessage out;
   for (const char* field : {"role", "content"}) {
     const auto it = m.find(field);
     if (it == m.end()) o.fail(at + ": missing field \"" + field + "\"");
-    if (!it->is_string())
-      o.fail(at + "." + field + ": must be a string, got " + it->type_name());
+    if (!it->is_string()) o.fail(at + "." + field + ": must be a string, got " + it->type_name());
     (field[0] == 'r' ? out.role : out.content) = it->get<std::string>();
   }
   if (out.role != "system" && out.role != "user" && out.role != "assistant")
@@ -114,8 +114,8 @@ std::string render_at(const ChatTemplate& chat_template, const std::vector<ChatM
 
 }  // namespace
 
-RenderedChat render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                         const std::string& where) {
+RenderedChat render_chat(const ChatTemplate& chat_template,
+                         const std::vector<ChatMessage>& messages, const std::string& where) {
   RenderedChat out;
   out.text = render_at(chat_template, messages, false, where);
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -132,8 +132,9 @@ RenderedChat render_chat(const ChatTemplate& chat_template, const std::vector<Ch
                                  chat_template.origin(), "), so the turn has no span to score"));
     };
     if (turn.compare(0, prompt.size(), prompt) != 0)
-      refuse("the render up to this assistant turn does not start with the render before it "
-             "with the generation prompt");
+      refuse(
+          "the render up to this assistant turn does not start with the render before it "
+          "with the generation prompt");
     if (out.text.compare(0, turn.size(), turn) != 0)
       refuse("the whole conversation's render does not start with the render up to this turn");
     if (turn.size() > prompt.size()) out.assistant.emplace_back(prompt.size(), turn.size());
@@ -181,7 +182,8 @@ ChatTemplate find_chat_template(const std::string& template_file,
   for (const fs::path& dir : directories) {
     std::error_code ec;
     if (dir.empty() || !fs::is_directory(dir, ec)) continue;
-    searched += (searched.empty() ? "" : ", ") + quoted_path((dir / "tokenizer_config.json").string());
+    searched +=
+        (searched.empty() ? "" : ", ") + quoted_path((dir / "tokenizer_config.json").string());
     if ((found = ChatTemplate::from_directory(dir))) break;
   }
   if (!template_file.empty()) {
@@ -210,7 +212,6 @@ std::string end_of_turn_text(const ChatTemplate& chat_template) {
   return turn.substr(prompt.size() + reply.size());
 }
 
-
 ReplyEnd reply_end(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
                    const fs::path& model_dir) {
   ReplyEnd out;
@@ -224,14 +225,16 @@ ReplyEnd reply_end(const ChatTemplate& chat_template, const Tokenizer& tokenizer
   if (model_dir.empty() || !fs::is_regular_file(file, ec)) return out;
   json j;
   try {
-    j = parse_bounded_json(read_input_file(file.string(), {"generation config", kMiB, ExitCode::data}));
+    j = parse_bounded_json(
+        read_input_file(file.string(), {"generation config", kMiB, ExitCode::data}));
   } catch (const json::exception& e) {
     throw Error(ExitCode::data, quoted_path(file.string()) + ": not valid JSON (" + e.what() + ")");
   }
   const json eos = j.is_object() && j.contains("eos_token_id") ? j["eos_token_id"] : json();
   for (const json& id : eos.is_array() ? eos : json::array({eos})) {
     if (id.is_null()) continue;
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= tokenizer.vocab_size())
       throw Error(ExitCode::data, quoted_path(file.string()) + ": eos_token_id: " + id.dump() +
                                       " is not a token id of the tokenizer");
     out.ids.push_back(id.get<int64_t>());

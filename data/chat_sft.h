@@ -51,8 +51,8 @@ struct RenderedChat {
 
 /// Throws Error(data) "<where>: ..." for a template error (raise_exception, an undefined name) and
 /// naming the turn when a shorter render is not a prefix of the longer one.
-RenderedChat render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                         const std::string& where);
+RenderedChat render_chat(const ChatTemplate& chat_template,
+                         const std::vector<ChatMessage>& messages, const std::string& where);
 
 /// Rows of the rendered conversations, tokenized once with encode_with_offsets and without the
 /// tokenizer's post-processor specials (a template writes bos_token itself, as apply_chat_template

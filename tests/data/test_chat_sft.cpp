@@ -2,12 +2,14 @@
 // assistant replies and the end-of-turn text after each (bytes and gpt2 tokenizers), every JSONL
 // error names file:line and the JSON path, a template error or a template whose renders are not
 // prefixes of each other names the line, a missing template names the key that supplies one, and
-// a generated reply ends at the template's end-of-turn text and the hub's end-of-turn ids.
+// a generated reply ends at the template's end-of-turn text and the hub's end-of-turn ids; packed
+// batches score what padded ones do.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "data/chat_sft.h"
 #include "data/lm_data.h"
+#include "data/packing.h"
 #include "tests/data/record_checks.h"
 #include "tests/test_util.h"
 
@@ -18,16 +20,17 @@ namespace fs = std::filesystem;
 
 const char* kChatML =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
-    "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
-    "}}{% endif %}";
+    "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 // Llama 3's published template.
 const char* kLlama3 =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim "
-    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
-    "%}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
-    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+    "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}";
 
 const std::vector<ChatMessage> kConversation{
     {"system", "You answer in one line."},
@@ -98,6 +101,25 @@ TEST(ChatSFT, Llama3MaskIsTheAssistantRepliesAndTheirEndOfTurn) {
   }
 }
 
+// Packed rows (data/packing.h) score exactly the tokens the padded batch scores: the mask travels
+// with the record.
+TEST(ChatSFT, PackedBatchesScoreWhatPaddedBatchesScore) {
+  const ChatTemplate chat_template(kChatML, "chatml", "", "<|im_end|>");
+  auto bytes = make_tokenizer("bytes", {"<|im_start|>", "<|im_end|>"});
+  const std::vector<ChatMessage> short_chat{{"user", "hi"}, {"assistant", "yo"}};
+  auto d = std::make_shared<const SFTDataset>(tokenize_chat(
+      {{kConversation, "a"}, {short_chat, "b"}}, chat_template, *bytes, 1000));
+  PackedSFTLoader packed(d, /*rows=*/1, /*context=*/400, /*seed=*/1, /*shuffle=*/false);
+  const SFTBatch batch = packed.next();
+  ASSERT_EQ(batch.ids.size(0), 1);  // both conversations in one row
+  std::vector<int32_t> ids;
+  for (int64_t t : batch.targets.to_vector<int64_t>())
+    if (t != LMWindows::kIgnoreTarget) ids.push_back(int32_t(t));
+  EXPECT_EQ(batch.num_targets, int64_t(ids.size()));
+  EXPECT_EQ(bytes->decode(ids), kConversation[2].content + "<|im_end|>\n" +
+                                    kConversation[4].content + "<|im_end|>\nyo<|im_end|>\n");
+}
+
 TEST(ChatSFT, RowsAreCutAtMaxLenAndARowWithNothingToScoreNamesItsLine) {
   const ChatTemplate chat_template(kChatML, "chatml", "", "");
   auto bytes = make_tokenizer("bytes", {"<|im_start|>", "<|im_end|>"});
@@ -166,31 +188,33 @@ TEST(ChatSFT, EachJsonlErrorNamesFileLineAndPath) {
 TEST(ChatSFT, TemplateErrorsNameTheLineAndTheTurn) {
   auto bytes = make_tokenizer("bytes");
   const std::vector<ChatMessage> chat{{"user", "q"}, {"assistant", "a"}};
-  const ChatTemplate raises(
+  // The one-line data error of tokenizing `chat`, line 4 of c.jsonl, rendered by `source`.
+  auto error_of = [&](const std::string& source) {
+    try {
+      tokenize_chat({{chat, "c.jsonl:4"}}, ChatTemplate(source, "t.jinja", "", ""), *bytes, 100);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::data) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no error for " << source;
+    return std::string();
+  };
+  const std::string raised = error_of(
       "{% if messages[0]['role'] != 'system' %}{{ raise_exception('a system message comes "
-      "first') }}{% endif %}",
-      "'t.jinja'", "", "");
-  testing::expect_error(ExitCode::data, "c.jsonl:4: ", [&] {
-    tokenize_chat({{chat, "c.jsonl:4"}}, raises, *bytes, 100);
-  });
-  testing::expect_error(ExitCode::data, "a system message comes first", [&] {
-    tokenize_chat({{chat, "c.jsonl:4"}}, raises, *bytes, 100);
-  });
+      "first') }}{% endif %}");
+  EXPECT_EQ(raised.rfind("c.jsonl:4: ", 0), 0u) << raised;
+  EXPECT_NE(raised.find("a system message comes first"), std::string::npos) << raised;
   // The number of turns up front: every longer render rewrites the start of the shorter one.
-  const ChatTemplate counts(
-      "{{ messages | length }}{% for m in messages %}|{{ m['content'] }}{% endfor %}", "'n.jinja'",
-      "", "");
-  testing::expect_error(ExitCode::data, "c.jsonl:4: messages[1]: the render up to this", [&] {
-    tokenize_chat({{chat, "c.jsonl:4"}}, counts, *bytes, 100);
-  });
+  const std::string counts =
+      error_of("{{ messages | length }}{% for m in messages %}|{{ m['content'] }}{% endfor %}");
+  EXPECT_EQ(counts.rfind("c.jsonl:4: messages[1]: the render up to this assistant turn", 0), 0u)
+      << counts;
   // The generation prompt differs from how the template writes an assistant turn.
-  const ChatTemplate prompt_differs(
-      "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
-      "{% if add_generation_prompt %}<bot>{% endif %}",
-      "'p.jinja'", "", "");
-  testing::expect_error(ExitCode::data, "messages[1]: the render up to this assistant turn", [&] {
-    tokenize_chat({{chat, "c.jsonl:4"}}, prompt_differs, *bytes, 100);
-  });
+  const std::string prompt_differs =
+      error_of("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+               "{% if add_generation_prompt %}<bot>{% endif %}");
+  EXPECT_EQ(prompt_differs.rfind("c.jsonl:4: messages[1]: the render up to this", 0), 0u)
+      << prompt_differs;
 }
 
 TEST(ChatSFT, FindsTheTemplateOfAFileOrADirectoryAndNamesTheKeyWhenThereIsNone) {
