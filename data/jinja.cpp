@@ -102,10 +102,27 @@ std::string strip(std::string_view s, const Value& chars, bool left, bool right)
   return std::string(cps[b].data(), size_t(cps[e - 1].data() + cps[e - 1].size() - cps[b].data()));
 }
 
-std::string checked(std::string s) {
+// The steps of work left to the running render (Renderer::run sets it): one per loop iteration,
+// per value walked or compared and per 64 bytes of a string built. Thread-local because the free
+// helpers below (equality, iteration, string building) charge it without a renderer at hand.
+thread_local int64_t* steps_left = nullptr;
+
+void charge(size_t steps) {
+  if (steps_left && (*steps_left -= int64_t(steps)) < 0)
+    fail("more than " + std::to_string(kMaxSteps) +
+         " steps of work (the bound on what a template may do)");
+}
+
+const std::string& limit(const std::string& s) {
   if (s.size() > kMaxOutputBytes)
     fail("a string longer than " + std::to_string(kMaxOutputBytes) +
          " bytes (the bound on what a template may build)");
+  return s;
+}
+
+std::string checked(std::string s) {
+  limit(s);
+  charge(s.size() / 64 + 1);
   return s;
 }
 
@@ -142,30 +159,56 @@ std::string float_repr(double d) {
   return out + "e" + (exp < 0 ? "-" : "+") + (a < 10 ? "0" : "") + std::to_string(a);
 }
 
-// Python's repr of a str: single quotes unless the text has ' and no ".
-std::string string_repr(std::string_view s) {
-  const char q =
-      s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos ? '"' : '\'';
+// A str quoted as Python's repr quotes it (json false: quote ' or ", \xNN, \uNNNN or \UNNNNNNNN for
+// what is not printable) or as json.dumps does (quote ", \u00NN for control characters and, with
+// ascii, \uNNNN (surrogate pairs past U+FFFF) for all that is not ASCII).
+std::string quoted(std::string_view s, char q, bool json, bool ascii = false) {
   std::string out(1, q);
+  auto hex = [&](const char* prefix, uint32_t cp, int digits) {
+    out += prefix;
+    for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4)
+      out += "0123456789abcdef"[(cp >> shift) & 15];
+  };
   for (std::string_view c : code_points(s)) {
     const uint32_t cp = first_code_point(c);
-    static const char hex[] = "0123456789abcdef";
+    const char* named = c == "\\"           ? "\\\\"
+                        : c == "\n"         ? "\\n"
+                        : c == "\r"         ? "\\r"
+                        : c == "\t"         ? "\\t"
+                        : json && c == "\b" ? "\\b"
+                        : json && c == "\f" ? "\\f"
+                                            : nullptr;
+    const auto cat = utf8proc_category(utf8proc_int32_t(cp));
+    const bool printable =
+        json ? cp >= 0x20
+             : cp == ' ' || !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                              cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO ||
+                              cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZL ||
+                              cat == UTF8PROC_CATEGORY_ZP || cat == UTF8PROC_CATEGORY_ZS);
     if (c.size() == 1 && c[0] == q)
-      out += std::string("\\") + q;
-    else if (c == "\\")
-      out += "\\\\";
-    else if (c == "\n")
-      out += "\\n";
-    else if (c == "\r")
-      out += "\\r";
-    else if (c == "\t")
-      out += "\\t";
-    else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))
-      out += std::string("\\x") + hex[cp >> 4] + hex[cp & 15];
+      out += '\\', out += q;
+    else if (named)
+      out += named;
+    else if (!printable)
+      json           ? hex("\\u", cp, 4)
+      : cp < 0x100   ? hex("\\x", cp, 2)
+      : cp < 0x10000 ? hex("\\u", cp, 4)
+                     : hex("\\U", cp, 8);
+    else if (ascii && cp >= 0x10000)
+      hex("\\u", 0xD800 + ((cp - 0x10000) >> 10), 4),
+          hex("\\u", 0xDC00 + ((cp - 0x10000) & 0x3FF), 4);
+    else if (ascii && cp >= 0x80)
+      hex("\\u", cp, 4);
     else
       out += c;
   }
   return out + q;
+}
+
+// Python's repr of a str: single quotes unless the text has ' and no ".
+std::string string_repr(std::string_view s) {
+  const bool double_quotes = s.find('\'') != s.npos && s.find('"') == s.npos;
+  return quoted(s, double_quotes ? '"' : '\'', false);
 }
 
 void check_depth(int depth) {
@@ -177,38 +220,29 @@ std::string repr_at(const Value& v, int depth);
 
 std::string str_at(const Value& v, int depth) {
   check_depth(depth);
-  return std::visit(
-      [&](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined>)
-          return "";
-        else if constexpr (std::is_same_v<T, None>)
-          return "None";
-        else if constexpr (std::is_same_v<T, bool>)
-          return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, int64_t>)
-          return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>)
-          return float_repr(x);
-        else if constexpr (std::is_same_v<T, std::string>)
-          return x;
-        else if constexpr (std::is_same_v<T, std::shared_ptr<Array>>) {
-          std::string out = x->tuple ? "(" : "[";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + repr_at(x->items[i], depth + 1);
-          if (x->tuple && x->items.size() == 1) out += ",";
-          return checked(out + (x->tuple ? ")" : "]"));
-        } else if constexpr (std::is_same_v<T, std::shared_ptr<Object>>) {
-          std::string out = x->is_namespace ? "<Namespace {" : "{";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + string_repr(x->items[i].first) + ": " +
-                   repr_at(x->items[i].second, depth + 1);
-          return checked(out + (x->is_namespace ? "}>" : "}"));
-        } else {
-          return "<function " + x->name + ">";
-        }
-      },
-      v.storage());
+  charge(1);
+  if (v.is_undefined()) return "";
+  if (v.is_none()) return "None";
+  if (v.is_bool()) return v.as_bool() ? "True" : "False";
+  if (v.is_int()) return std::to_string(v.as_int());
+  if (v.is_float()) return float_repr(v.as_float());
+  if (v.is_string()) return v.as_string();
+  if (v.is_callable()) return "<function " + v.as_callable().name + ">";
+  std::string out;
+  if (v.is_list()) {
+    const Array& a = v.as_list();
+    out = a.tuple ? "(" : "[";
+    for (size_t i = 0; i < a.items.size(); ++i)
+      limit(out += (i ? ", " : "") + repr_at(a.items[i], depth + 1));
+    if (a.tuple && a.items.size() == 1) out += ",";
+    return checked(out + (a.tuple ? ")" : "]"));
+  }
+  const Object& o = v.as_dict();
+  out = o.is_namespace ? "<Namespace {" : "{";
+  for (size_t i = 0; i < o.items.size(); ++i)
+    limit(out += (i ? ", " : "") + string_repr(o.items[i].first) + ": " +
+                 repr_at(o.items[i].second, depth + 1));
+  return checked(out + (o.is_namespace ? "}>" : "}"));
 }
 
 std::string repr_at(const Value& v, int depth) {
@@ -222,99 +256,52 @@ struct JsonStyle {
   std::string item_sep = ", ", key_sep = ": ";
 };
 
-void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
-  static const char hex[] = "0123456789abcdef";
-  auto u = [&](uint32_t cp) {
-    out += "\\u";
-    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 15];
-  };
-  out += '"';
-  for (std::string_view c : code_points(s)) {
-    const uint32_t cp = first_code_point(c);
-    if (c == "\"")
-      out += "\\\"";
-    else if (c == "\\")
-      out += "\\\\";
-    else if (c == "\n")
-      out += "\\n";
-    else if (c == "\r")
-      out += "\\r";
-    else if (c == "\t")
-      out += "\\t";
-    else if (c == "\b")
-      out += "\\b";
-    else if (c == "\f")
-      out += "\\f";
-    else if (cp < 0x20)
-      u(cp);
-    else if (ensure_ascii && cp >= 0x80) {
-      if (cp >= 0x10000)
-        u(0xD800 + ((cp - 0x10000) >> 10)), u(0xDC00 + ((cp - 0x10000) & 0x3FF));
-      else
-        u(cp);
-    } else
-      out += c;
-  }
-  out += '"';
-}
-
 void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out) {
   check_depth(depth);
-  if (out.size() > kMaxOutputBytes) checked(out);
+  charge(1);
+  limit(out);
+  if (v.is_undefined() || v.is_callable())
+    fail("Object of type " + v.type_name() + " is not JSON serializable");
+  if (v.is_none()) return void(out += "null");
+  if (v.is_bool()) return void(out += v.as_bool() ? "true" : "false");
+  if (v.is_int()) return void(out += std::to_string(v.as_int()));
+  if (v.is_string()) return void(out += quoted(v.as_string(), '"', true, style.ensure_ascii));
+  if (v.is_float()) {
+    const double d = v.as_float();
+    return void(out += std::isnan(d)   ? "NaN"
+                       : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                                       : float_repr(d));
+  }
+  // A list's items or a dict's (key, value) pairs, one a line when indented.
+  std::vector<std::pair<const std::string*, const Value*>> items;
+  if (v.is_list())
+    for (const Value& x : v.as_list().items) items.emplace_back(nullptr, &x);
+  else
+    for (const auto& [k, x] : v.as_dict().items) items.emplace_back(&k, &x);
+  if (style.sort_keys && v.is_dict())
+    std::stable_sort(items.begin(), items.end(),
+                     [](auto& a, auto& b) { return *a.first < *b.first; });
+  const char* brackets = v.is_list() ? "[]" : "{}";
+  out += brackets[0];
   auto newline = [&](int level) {
     if (!style.indent) return;
     out += '\n';
     for (int i = 0; i < level; ++i) out += *style.indent;
   };
-  if (v.is_undefined()) fail("Object of type Undefined is not JSON serializable");
-  if (v.is_none())
-    out += "null";
-  else if (v.is_bool())
-    out += v.as_bool() ? "true" : "false";
-  else if (v.is_int())
-    out += std::to_string(v.as_int());
-  else if (v.is_float()) {
-    const double d = v.as_float();
-    out += std::isnan(d)   ? "NaN"
-           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                           : float_repr(d);
-  } else if (v.is_string())
-    json_string(v.as_string(), style.ensure_ascii, out);
-  else if (v.is_list()) {
-    const auto& items = v.as_list().items;
-    if (items.empty()) return void(out += "[]");
-    out += '[';
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i) out += style.item_sep;
-      newline(depth + 1);
-      to_json(items[i], style, depth + 1, out);
-    }
-    newline(depth);
-    out += ']';
-  } else if (v.is_dict()) {
-    std::vector<const std::pair<std::string, Value>*> items;
-    for (const auto& kv : v.as_dict().items) items.push_back(&kv);
-    if (style.sort_keys)
-      std::stable_sort(items.begin(), items.end(),
-                       [](auto* a, auto* b) { return a->first < b->first; });
-    if (items.empty()) return void(out += "{}");
-    out += '{';
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i) out += style.item_sep;
-      newline(depth + 1);
-      json_string(items[i]->first, style.ensure_ascii, out);
-      out += style.key_sep;
-      to_json(items[i]->second, style, depth + 1, out);
-    }
-    newline(depth);
-    out += '}';
-  } else {
-    fail("Object of type function is not JSON serializable");
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += style.item_sep;
+    newline(depth + 1);
+    if (items[i].first)
+      out += quoted(*items[i].first, '"', true, style.ensure_ascii) + style.key_sep;
+    to_json(*items[i].second, style, depth + 1, out);
   }
+  if (!items.empty()) newline(depth);
+  out += brackets[1];
 }
 
 bool equal(const Value& a, const Value& b, int depth = 0) {
   check_depth(depth);
+  charge(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       auto f = [](const Value& v) {
@@ -358,6 +345,7 @@ void require_defined(const Value& v) {
 
 // -1, 0, 1 for Python's <; fails where Python raises TypeError.
 int compare(const Value& a, const Value& b, const char* op) {
+  charge(1);
   require_defined(a);
   require_defined(b);
   if (a.is_number() && b.is_number()) {
@@ -382,9 +370,19 @@ int compare(const Value& a, const Value& b, const char* op) {
        "' and '" + b.type_name() + "'");
 }
 
+// Python's len(): an undefined value has length 0.
+int64_t length(const Value& v) {
+  if (v.is_undefined()) return 0;
+  if (v.is_string()) return int64_t(code_points(v.as_string()).size());
+  if (v.is_list()) return int64_t(v.as_list().items.size());
+  if (v.is_dict()) return int64_t(v.as_dict().items.size());
+  fail("object of type '" + v.type_name() + "' has no len()");
+}
+
 // Python's iteration: a dict gives its keys, a string its characters, undefined nothing.
 std::vector<Value> iterate(const Value& v) {
   if (v.is_undefined()) return {};
+  charge(size_t(length(v)));
   if (v.is_list()) return v.as_list().items;
   std::vector<Value> out;
   if (v.is_dict())
@@ -408,20 +406,26 @@ bool contains(const Value& container, const Value& item) {
   return false;
 }
 
-// Python's len(): an undefined value has length 0.
-int64_t length(const Value& v) {
-  if (v.is_undefined()) return 0;
-  if (v.is_string()) return int64_t(code_points(v.as_string()).size());
-  if (v.is_list()) return int64_t(v.as_list().items.size());
-  if (v.is_dict()) return int64_t(v.as_dict().items.size());
-  fail("object of type '" + v.type_name() + "' has no len()");
-}
-
 Value make_list(std::vector<Value> items, bool tuple = false) {
   if (items.size() > kMaxItems)
     fail("a list of more than " + std::to_string(kMaxItems) +
          " items (the bound on what a template may build)");
-  return Value::list(std::move(items), tuple);
+  charge(items.size());
+  Value v = Value::list(std::move(items), tuple);
+  check_depth(v.as_list().depth);
+  return v;
+}
+
+// Keeps a container's depth and holds_namespace (data/jinja.h) as `child` goes in.
+void note_child(int& depth, bool& holds_namespace, const Value& child) {
+  if (child.is_list()) {
+    depth = std::max(depth, child.as_list().depth + 1);
+    holds_namespace |= child.as_list().holds_namespace;
+  } else if (child.is_dict()) {
+    const Object& o = child.as_dict();
+    depth = std::max(depth, o.depth + 1);
+    holds_namespace |= o.is_namespace || o.holds_namespace;
+  }
 }
 
 }  // namespace
@@ -431,7 +435,9 @@ Value make_list(std::vector<Value> items, bool tuple = false) {
 // ---------------------------------------------------------------------------------------------
 
 Value Value::list(std::vector<Value> items, bool tuple) {
-  return Value(std::make_shared<Array>(Array{std::move(items), tuple}));
+  auto a = std::make_shared<Array>(Array{std::move(items), tuple});
+  for (const Value& x : a->items) note_child(a->depth, a->holds_namespace, x);
+  return Value(std::move(a));
 }
 
 Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
@@ -499,6 +505,7 @@ const Value* Object::find(std::string_view key) const {
 }
 
 void Object::set(const std::string& key, Value value) {
+  note_child(depth, holds_namespace, value);
   for (auto& kv : items)
     if (kv.first == key) return void(kv.second = std::move(value));
   items.emplace_back(key, std::move(value));
@@ -532,73 +539,31 @@ std::string unescape(std::string_view s) {
       continue;
     }
     const char c = s[++i];
-    auto hex = [&](int n) {
+    auto hex = [&](size_t n) {
       uint32_t cp = 0;
-      for (int k = 1; k <= n; ++k) {
-        if (i + size_t(k) >= s.size() ||
-            !std::isxdigit(static_cast<unsigned char>(s[i + size_t(k)])))
-          fail("truncated \\" + std::string(1, c) + " escape in a string literal");
-        const char h = s[i + size_t(k)];
-        cp =
-            cp * 16 +
-            uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
-      }
-      i += size_t(n);
-      if (cp > 0x10FFFF) fail("illegal Unicode character in a string literal");
+      const std::string_view digits = s.substr(i + 1, n);
+      if (digits.size() < n ||
+          std::from_chars(digits.data(), digits.data() + n, cp, 16).ptr != digits.data() + n)
+        fail("truncated \\" + std::string(1, c) + " escape in a string literal");
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        fail("illegal Unicode character in a string literal");
+      i += n;
       unicode::append_utf8(cp, out);
     };
-    switch (c) {
-      case 'n':
-        out += '\n';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'v':
-        out += '\v';
-        break;
-      case 'a':
-        out += '\a';
-        break;
-      case '\\':
-        out += '\\';
-        break;
-      case '\'':
-        out += '\'';
-        break;
-      case '"':
-        out += '"';
-        break;
-      case '\n':
-        break;
-      case 'x':
-        hex(2);
-        break;
-      case 'u':
-        hex(4);
-        break;
-      case 'U':
-        hex(8);
-        break;
-      default:
-        if (c >= '0' && c <= '7') {
-          uint32_t cp = uint32_t(c - '0');
-          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
-            cp = cp * 8 + uint32_t(s[++i] - '0');
-          unicode::append_utf8(cp, out);
-        } else {
-          out += '\\';
-          out += c;
-        }
+    static constexpr std::string_view from = "ntrbfva\\'\"", to = "\n\t\r\b\f\v\a\\'\"";
+    if (const size_t k = from.find(c); k != from.npos) {
+      out += to[k];
+    } else if (c == '\n') {  // a backslash at a line's end joins the lines
+    } else if (c == 'x' || c == 'u' || c == 'U') {
+      hex(c == 'x' ? 2 : c == 'u' ? 4 : 8);
+    } else if (c >= '0' && c <= '7') {
+      uint32_t cp = uint32_t(c - '0');
+      for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+        cp = cp * 8 + uint32_t(s[++i] - '0');
+      unicode::append_utf8(cp, out);
+    } else {
+      out += '\\';
+      out += c;
     }
   }
   return out;
@@ -637,7 +602,7 @@ class Lexer {
       const char sign =
           t + 2 < src_.size() && (src_[t + 2] == '-' || src_[t + 2] == '+') ? src_[t + 2] : 0;
       if (sign == '-') {
-        while (!text.empty() && ascii_space(text.back())) text.pop_back();
+        text = strip(text, None{}, false, true);
       } else if (sign != '+' && kind != '{') {
         // lstrip_blocks: a block or comment tag alone on its line takes its indentation.
         const size_t l = text.rfind('\n') + 1;
@@ -673,9 +638,11 @@ class Lexer {
     pos_ = p;
   }
 
+  // What `-%}` and `-}}` strip: Python's \s*, which takes Unicode spaces too.
   void skip_space_after() {
     size_t p = pos_;
-    while (p < src_.size() && ascii_space(src_[p])) ++p;
+    for (uint32_t cp; p < src_.size(); p += size_t(unicode::utf8_decode(src_, p, cp)))
+      if (!unicode::utf8_decode(src_, p, cp) || !is_space(cp)) break;
     advance_to(p);
   }
 
@@ -1118,27 +1085,27 @@ class Parser {
   // A comma-separated list becomes a tuple (jinja2's parse_tuple).
   ExprP tuple_expr(bool with_condexpr) {
     const int line = cur().line;
-    ExprP first = with_condexpr ? expr() : or_expr();
+    ExprP first = with_condexpr ? expr() : logical(true);
     if (!is_op(",")) return first;
     auto t = make(Expr::K::tuple, line);
     t->a.push_back(std::move(first));
     while (is_op(",")) {
       ++i_;
       if (cur().kind == Tok::block_end || cur().kind == Tok::var_end || is_op(")")) break;
-      t->a.push_back(with_condexpr ? expr() : or_expr());
+      t->a.push_back(with_condexpr ? expr() : logical(true));
     }
     return t;
   }
 
   ExprP expr() {
     Depth depth(*this);
-    ExprP e = or_expr();
+    ExprP e = logical(true);
     while (is_name("if")) {
       auto c = make(Expr::K::cond, cur().line);
       ++i_;
       ++conditional_;
       c->a.push_back(std::move(e));
-      c->a.push_back(or_expr());
+      c->a.push_back(logical(true));
       c->a.push_back(nullptr);
       if (is_name("else")) {
         ++i_;
@@ -1150,25 +1117,14 @@ class Parser {
     return e;
   }
 
-  ExprP or_expr() {
-    ExprP e = and_expr();
-    while (is_name("or")) {
-      auto o = make(Expr::K::or_, cur().line);
+  // `or` over `and` over `not` expressions; the value is an operand's, as in Python.
+  ExprP logical(bool is_or) {
+    ExprP e = is_or ? logical(false) : not_expr();
+    while (is_name(is_or ? "or" : "and")) {
+      auto o = make(is_or ? Expr::K::or_ : Expr::K::and_, cur().line);
       ++i_;
       o->a.push_back(std::move(e));
-      o->a.push_back(and_expr());
-      e = std::move(o);
-    }
-    return e;
-  }
-
-  ExprP and_expr() {
-    ExprP e = not_expr();
-    while (is_name("and")) {
-      auto o = make(Expr::K::and_, cur().line);
-      ++i_;
-      o->a.push_back(std::move(e));
-      o->a.push_back(not_expr());
+      o->a.push_back(is_or ? logical(false) : not_expr());
       e = std::move(o);
     }
     return e;
@@ -1187,7 +1143,7 @@ class Parser {
 
   ExprP compare_expr() {
     const int line = cur().line;
-    ExprP first = math1();
+    ExprP first = math(0);
     ExprP c;
     for (;;) {
       std::string op;
@@ -1210,61 +1166,28 @@ class Parser {
         c->a.push_back(std::move(first));
       }
       c->ops.push_back(op);
-      c->a.push_back(math1());
+      c->a.push_back(math(0));
     }
     return c ? std::move(c) : std::move(first);
   }
 
-  ExprP binary(ExprP l, ExprP (Parser::*next)(), const std::string& op, int line) {
-    auto b = make(Expr::K::binary, line);
-    b->name = op;
-    b->a.push_back(std::move(l));
-    b->a.push_back((this->*next)());
-    return b;
-  }
-
-  ExprP math1() {
-    ExprP e = concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = cur().text;
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::concat, op, line);
+  // Left-associative operators from loosest to tightest, as jinja2 nests them: level 0 is + and -,
+  // 1 is ~, 2 is * / // %, 3 is ** (over unary expressions).
+  ExprP math(int level) {
+    static const std::vector<std::string> ops[] = {
+        {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+    auto operand = [&] { return level == 3 ? unary(true) : math(level + 1); };
+    ExprP e = operand();
+    while (cur().kind == Tok::op &&
+           std::find(ops[level].begin(), ops[level].end(), cur().text) != ops[level].end()) {
+      auto b = make(Expr::K::binary, cur().line);
+      b->name = t_[i_++].text;
+      b->a.push_back(std::move(e));
+      b->a.push_back(operand());
+      e = std::move(b);
     }
     return e;
   }
-
-  ExprP concat() {
-    ExprP e = math2();
-    while (is_op("~")) {
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::math2, "~", line);
-    }
-    return e;
-  }
-
-  ExprP math2() {
-    ExprP e = pow_expr();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = cur().text;
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::pow_expr, op, line);
-    }
-    return e;
-  }
-
-  ExprP pow_expr() {
-    ExprP e = unary(true);
-    while (is_op("**")) {
-      const int line = cur().line;
-      ++i_;
-      e = binary(std::move(e), &Parser::unary_filtered, "**", line);
-    }
-    return e;
-  }
-  ExprP unary_filtered() { return unary(true); }
 
   ExprP unary(bool with_filter) {
     Depth depth(*this);
@@ -1318,30 +1241,21 @@ class Parser {
       expect_op(")");
       return e;
     }
-    if (is_op("[")) {
+    if (is_op("[") || is_op("{")) {
+      const bool dict = is_op("{");
+      const char* close = dict ? "}" : "]";
       ++i_;
-      auto e = make(Expr::K::list, t.line);
-      while (!is_op("]")) {
+      auto e = make(dict ? Expr::K::dict : Expr::K::list, t.line);
+      while (!is_op(close)) {
         if (!e->a.empty()) {
           expect_op(",");
-          if (is_op("]")) break;
+          if (is_op(close)) break;
         }
         e->a.push_back(expr());
-      }
-      ++i_;
-      return e;
-    }
-    if (is_op("{")) {
-      ++i_;
-      auto e = make(Expr::K::dict, t.line);
-      while (!is_op("}")) {
-        if (!e->a.empty()) {
-          expect_op(",");
-          if (is_op("}")) break;
+        if (dict) {
+          expect_op(":");
+          e->a.push_back(expr());
         }
-        e->a.push_back(expr());
-        expect_op(":");
-        e->a.push_back(expr());
       }
       ++i_;
       return e;
@@ -1606,7 +1520,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     for (std::string_view c : cps) {
       if (count < 0 || done++ < count) out += with;
       out += c;
-      checked(out);
+      limit(out);
     }
     if (count < 0 || done < count) out += with;
     return checked(out);
@@ -1618,7 +1532,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     out.append(s, p, q - p);
     out += with;
     p = q + old.size();
-    checked(out);
+    limit(out);
   }
   out.append(s, p);
   return checked(out);
@@ -1697,7 +1611,7 @@ Value bound_method(const Value& self, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += need_string(x, "str.join");
-        checked(out);
+        limit(out);
       }
       return out;
     });
@@ -1724,19 +1638,15 @@ Value bound_method(const Value& self, const std::string& name) {
   return Value();
 }
 
-// Whether `v` can reach `target` (a namespace may not come to contain itself: a cycle of shared
-// pointers would never be freed).
-bool reaches(const Value& v, const Object* target, int depth) {
-  check_depth(depth);
-  if (v.is_dict()) {
-    if (&v.as_dict() == target) return true;
-    for (const auto& kv : v.as_dict().items)
-      if (reaches(kv.second, target, depth + 1)) return true;
-  } else if (v.is_list()) {
-    for (const Value& x : v.as_list().items)
-      if (reaches(x, target, depth + 1)) return true;
-  }
-  return false;
+// A namespace may hold anything but a namespace: a namespace is the only value a template can
+// change after putting it in a container, so without namespaces inside namespaces no container can
+// grow deeper (or into a cycle of shared pointers) behind the depth recorded when it was built.
+void assign_attribute(Object& ns, const std::string& name, const Value& v) {
+  if ((v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_namespace)) ||
+      (v.is_list() && v.as_list().holds_namespace))
+    fail("a namespace cannot hold a namespace");
+  ns.set(name, v);
+  check_depth(ns.depth);
 }
 
 class Renderer {
@@ -1767,16 +1677,18 @@ class Renderer {
     });
     g["dict"] = callable("dict", [](Args& a) -> Value {
       if (!a.positional.empty()) fail("dict() with positional arguments is not supported");
-      return Value::dict(a.named);
+      Value d = Value::dict(a.named);
+      check_depth(d.as_dict().depth);
+      return d;
     });
     g["namespace"] = callable("namespace", [](Args& a) -> Value {
       auto o = std::make_shared<Object>();
       o->is_namespace = true;
       for (const Value& p : a.positional) {
         if (!p.is_dict()) fail("namespace() takes a dict or keyword arguments");
-        for (const auto& kv : p.as_dict().items) o->set(kv.first, kv.second);
+        for (const auto& kv : p.as_dict().items) assign_attribute(*o, kv.first, kv.second);
       }
-      for (auto& kv : a.named) o->set(kv.first, kv.second);
+      for (auto& kv : a.named) assign_attribute(*o, kv.first, kv.second);
       return Value(o);
     });
     g["raise_exception"] = callable("raise_exception", [](Args& a) -> Value {
@@ -1793,7 +1705,15 @@ class Renderer {
       return std::string(buf, n);
     });
     for (const auto& [k, v] : variables) g[k] = v;
-    exec(body);
+    int64_t steps = kMaxSteps;
+    int64_t* outer = std::exchange(steps_left, &steps);
+    try {
+      exec(body);
+    } catch (...) {
+      steps_left = outer;
+      throw;
+    }
+    steps_left = outer;
   }
 
  private:
@@ -1879,8 +1799,7 @@ class Renderer {
           Value ns = lookup(n.targets[0]);
           if (!ns.is_dict() || !ns.as_dict().is_namespace)
             fail("cannot assign attribute on non-namespace object");
-          if (reaches(v, &ns.as_dict(), 0)) fail("a namespace cannot contain itself");
-          ns.as_dict().set(n.text, v);
+          assign_attribute(ns.as_dict(), n.text, v);
         }
         break;
       }
@@ -1888,10 +1807,10 @@ class Renderer {
         frames_.back()[n.targets[0]] = capture(n.body);
         break;
       case Node::K::macro:
-        frames_.back()[n.text] = macro(n, n.text);
+        frames_.back()[n.text] = macro(n, n.text, std::nullopt);
         break;
       case Node::K::call_block: {
-        const Value caller = macro(n, "caller");
+        const Value caller = macro(n, "caller", frames_);
         const Expr& c = *n.expr;
         Value f = callee(*c.a[0]);
         Args args = arguments(c);
@@ -1932,6 +1851,7 @@ class Renderer {
       if (++iterations_ > kMaxLoopIterations)
         fail("more than " + std::to_string(kMaxLoopIterations) +
              " loop iterations (the bound on a template's loops)");
+      charge(1);
       // Each iteration has its own scope, as in jinja2: what the body sets does not outlive it.
       frames_.emplace_back();
       Flow f;
@@ -1968,24 +1888,33 @@ class Renderer {
     return Flow::normal;
   }
 
-  // A macro (or a call block's caller): renders its body with its parameters bound.
-  Value macro(const Node& n, const std::string& name) {
+  // A macro (or a call block's caller): renders its body with its parameters bound, over the
+  // template's top-level names (a macro) or over the scopes where the call block stands (`scope`).
+  Value macro(const Node& n, const std::string& name, std::optional<std::vector<Frame>> scope) {
     const Node* node = &n;
-    return callable(name, [this, node](Args& a) -> Value {
+    return callable(name, [this, node, name, scope](Args& a) -> Value {
+      if (a.positional.size() > node->params.size())
+        fail("macro '" + name + "' takes not more than " + std::to_string(node->params.size()) +
+             " argument(s)");
+      for (const auto& kv : a.named)
+        if (kv.first != "caller" &&
+            std::none_of(node->params.begin(), node->params.end(),
+                         [&](const auto& p) { return p.first == kv.first; }))
+          fail("macro '" + name + "' takes no keyword argument '" + kv.first + "'");
       if (++depth_ > kMaxNesting) {
         --depth_;
         fail("macros nested deeper than " + std::to_string(kMaxNesting) + " calls");
       }
       std::vector<Frame> saved = std::move(frames_);
-      frames_ = {saved.front(), Frame{}};
+      frames_ = scope ? *scope : std::vector<Frame>{saved.front()};
+      frames_.emplace_back();
       try {
-        size_t next = 0;
-        for (const auto& [param, def] : node->params) {
-          Value v;
-          bool given = false;
+        for (size_t i = 0; i < node->params.size(); ++i) {
+          const auto& [param, def] = node->params[i];
+          bool given = i < a.positional.size();
+          Value v = given ? a.positional[i] : Value();
           for (auto& [k, x] : a.named)
             if (k == param) v = x, given = true;
-          if (!given && next < a.positional.size()) v = a.positional[next++], given = true;
           if (!given)
             v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
           frames_.back()[param] = v;
@@ -2052,6 +1981,7 @@ class Renderer {
           if (!k.is_string()) fail("dict keys other than strings are not supported");
           o->set(k.as_string(), eval(*e.a[i + 1]));
         }
+        check_depth(o->depth);
         return Value(o);
       }
       case Expr::K::attr:
@@ -2176,8 +2106,12 @@ class Renderer {
         if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;
         z = op == "//" ? q : m;
       } else {
-        z = 1;
-        for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(z, x, &z);
+        z = 1;  // by squaring: 1 ** (2 ** 62) must not take 2 ** 62 steps
+        int64_t base = x;
+        for (int64_t e = y; e > 0 && !overflow; e >>= 1) {
+          if (e & 1) overflow = __builtin_mul_overflow(z, base, &z);
+          if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        }
       }
       if (overflow) fail("integer overflow (values beyond 64 bits are not supported)");
       return z;
@@ -2225,27 +2159,13 @@ class Renderer {
     if (name == "string") return v.str();
     if (name == "safe" || name == "e" || name == "escape") {
       if (name == "safe") return v;
+      static const std::pair<char, const char*> entities[] = {
+          {'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&#34;"}, {'\'', "&#39;"}};
       std::string out;
       for (char c : v.str()) {
-        switch (c) {
-          case '&':
-            out += "&amp;";
-            break;
-          case '<':
-            out += "&lt;";
-            break;
-          case '>':
-            out += "&gt;";
-            break;
-          case '"':
-            out += "&#34;";
-            break;
-          case '\'':
-            out += "&#39;";
-            break;
-          default:
-            out += c;
-        }
+        auto it = std::find_if(std::begin(entities), std::end(entities),
+                               [c](const auto& e) { return e.first == c; });
+        it == std::end(entities) ? void(out += c) : void(out += it->second);
       }
       return checked(out);
     }
@@ -2275,16 +2195,21 @@ class Renderer {
     if (name == "int") {
       if (v.is_int()) return v;
       if (v.is_bool()) return to_int(v);
-      if (v.is_float())
-        return std::isfinite(v.as_float()) ? Value(int64_t(v.as_float())) : arg(a, 0, "default", 0);
+      if (v.is_float()) {
+        if (std::isnan(v.as_float())) return arg(a, 0, "default", 0);
+        if (!(std::abs(v.as_float()) < 9e18))
+          fail("integer overflow (values beyond 64 bits are not supported)");
+        return int64_t(v.as_float());
+      }
       if (v.is_string()) {
         const std::string s = strip(v.as_string(), None{}, true, true);
         int64_t i;
         auto r = std::from_chars(s.data(), s.data() + s.size(), i);
         if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return i;
         char* end = nullptr;
-        const double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::abs(d) < 9e18)
+        const double d = std::strtod(s.c_str(), &end);  // strtod reads hex, Python's float not
+        if (!s.empty() && s.find_first_of("xX") == s.npos && end == s.c_str() + s.size() &&
+            std::isfinite(d) && std::abs(d) < 9e18)
           return int64_t(d);
       }
       return arg(a, 0, "default", 0);
@@ -2372,7 +2297,7 @@ class Renderer {
         if (!first) out += sep;
         first = false;
         out += (attribute.is_none() ? x : attribute_of(x, attribute)).str();
-        checked(out);
+        limit(out);
       }
       return out;
     }
@@ -2488,7 +2413,7 @@ class Renderer {
         if (i) out += "\n";
         if ((i > 0 || first) && (blank || !lines[i].empty())) out += pad;
         out += lines[i];
-        checked(out);
+        limit(out);
       }
       if (first && !blank && !lines.empty() && lines[0].empty()) out = pad + out;
       return out;

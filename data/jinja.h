@@ -20,7 +20,8 @@ namespace forge::jinja {
 inline constexpr size_t kMaxOutputBytes = size_t(1) << 24;  // any string built, output included
 inline constexpr int64_t kMaxLoopIterations = 1'000'000;    // summed over all loops of a render
 inline constexpr size_t kMaxItems = 1'000'000;              // elements of any list built
-inline constexpr int kMaxNesting = 200;                     // parser nesting and macro call depth
+inline constexpr int kMaxNesting = 200;           // parser nesting, value nesting, macro call depth
+inline constexpr int64_t kMaxSteps = 20'000'000;  // loop iterations, values walked, bytes / 64
 
 class Value;
 struct Array;
@@ -94,14 +95,22 @@ class Value {
   Storage v_;
 };
 
+/// A list or tuple. `depth` (1 + the deepest container inside) and `holds_namespace` are kept
+/// as items go in, so that a template cannot nest values deeper than the recursion over them
+/// (printing, comparing, freeing) can go.
 struct Array {
   std::vector<Value> items;
   bool tuple = false;
+  int depth = 1;
+  bool holds_namespace = false;
 };
 
+/// A dict, or a namespace() whose attributes a template may assign.
 struct Object {
   std::vector<std::pair<std::string, Value>> items;
-  bool is_namespace = false;  // made by namespace(): attributes may be assigned
+  bool is_namespace = false;
+  int depth = 1;
+  bool holds_namespace = false;
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);
 };

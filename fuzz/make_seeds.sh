@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$corpus"/{config,tokenizer,checkpoint,token_dataset,safetensors}
+mkdir -p "$corpus"/{config,tokenizer,checkpoint,token_dataset,safetensors,jinja}
 
 cp "$root/configs/gpt_shakespeare.yaml" "$root/configs/bert_shakespeare.yaml" \
    "$root/configs/gpt_fortunes_lora.yaml" "$root/configs/gpt_fortunes_sft.yaml" \
@@ -94,3 +94,13 @@ PY
 printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##lo\nhe\n,\n\xe4\xb8\xad\n##\xc3\xa9\0%s' \
   '{"do_lower_case": true, "strip_accents": null, "tokenize_chinese_chars": true}' \
   > "$corpus/tokenizer/wordpiece.bin"
+
+# Chat templates (fuzz/fuzz_jinja.cpp): the published ones of the parity test and the interpreter
+# test's snippets, one feature each.
+cp "$root"/tests/golden/chat_templates/*.jinja "$corpus/jinja/"
+/usr/bin/python3 - "$root/tests/golden/chat_templates/snippets.expected.jsonl" "$corpus/jinja" <<'PY'
+import json, sys
+for i, line in enumerate(open(sys.argv[1], encoding="utf-8")):
+    with open(f"{sys.argv[2]}/snippet-{i:02d}.jinja", "w", encoding="utf-8", newline="") as f:
+        f.write(json.loads(line)["template"])
+PY

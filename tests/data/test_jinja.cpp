@@ -98,6 +98,9 @@ TEST(Jinja, SyntaxErrorsNameTheLine) {
       {"{# open", "missing end of comment tag"},
       {"{% for x in y recursive %}{% endfor %}", "recursive loops are not supported"},
       {"{% do x %}", "unknown tag 'do'"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
+       "macro 'm' takes not more than 1 argument(s)"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", "macro 'm' takes no keyword argument 'b'"},
   };
   for (const auto& [source, message] : cases) {
     SCOPED_TRACE(source);
@@ -124,8 +127,19 @@ TEST(Jinja, HostileTemplatesAreBounded) {
     render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
   });
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 2 ** 100 }}"); });
-  testing::expect_error(ExitCode::data, "a namespace cannot contain itself",
+  testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 1e300 | int }}"); });
+  EXPECT_EQ(render("{{ 1 ** 4611686018427387904 }} {{ (-1) ** 4611686018427387905 }}"), "1 -1");
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace",
                         [] { render("{% set ns = namespace() %}{% set ns.me = [ns] %}"); });
+  testing::expect_error(ExitCode::data, "values nested deeper than 200 levels", [] {
+    render(
+        "{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor "
+        "%}");
+  });
+  testing::expect_error(ExitCode::data, "steps of work (the bound on what a template may do)", [] {
+    render(
+        "{% set big = range(100000) | list %}{% for i in range(1000) %}{{ 5 in big }}{% endfor %}");
+  });
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ FAMILIES = {
     "gemma": ("google/gemma-2-2b-it", "<bos>", "<eos>"),
     "smollm2": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "<|im_start|>", "<|im_end|>"),
     "phi3.5": ("microsoft/Phi-3.5-mini-instruct", "<s>", "<|endoftext|>"),
+    "deepseek_r1_distill": ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B as llama.cpp's "
+                            "models/templates/ keeps it", "<｜begin▁of▁sentence｜>",
+                            "<｜end▁of▁sentence｜>"),
     "deepseek_coder": ("deepseek-ai/deepseek-coder-33b-instruct", "<｜begin▁of▁sentence｜>",
                        "<|EOT|>"),
 }
@@ -70,6 +73,10 @@ CONVERSATIONS = [
     {"name": "empty_content", "messages": [
         {"role": "user", "content": ""},
         {"role": "assistant", "content": ""}]},
+    {"name": "thinking", "messages": [
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": "<think>\nLet me see.\n</think>\n\nBecause."},
+        {"role": "user", "content": "Sure?"}]},
     {"name": "not_alternating", "messages": [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"}]},
@@ -198,6 +205,10 @@ SNIPPETS = [
     "[{{ x }}] [{{ x | trim }}] {{ 'yes' if x else 'no' }} {{ x == y }} {% for i in x %}never{% endfor %} {% if not x %}falsy{% endif %} {{ d.missing }} {{ d.missing is defined }} {{ messages[7] is defined }}",
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ loop_messages | length }}",
     "{{ strftime_now('%Y') | length }} {{ raise_exception is defined }} {{ range(3) | list }} {{ dict(a=1, b='x') }} {{ namespace(a=1).a }}",
+    "{{ ['\\u2028x', '\\xa0', '\\x07', 'é', '\\U0001F600', '\\u200b'] }} {{ '0x1A' | int }} {{ ' 7 ' | int }}",
+    "{{ 'n' ~ 2 * 3 }} {{ 2 * 3 ** 2 }} {{ 10 - 2 - 3 }} {{ 'a' ~ (1 + 2) }} {{ ('x' ~ 1) * 2 }} {{ true and none or 'z' }} {{ not 1 == 2 }}",
+    "a\u00a0\u3000 {%- if true %}b{% endif %} {{ 'x' -}}\u3000\u00a0 y",
+    "{% macro wrap(x) %}[{{ x }}:{{ caller() }}]{% endmacro %}{% for m in messages %}{% call wrap(loop.index) %}{{ m.role }}{% endcall %}{% endfor %}",
 ]
 
 
