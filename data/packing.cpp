@@ -114,7 +114,8 @@ SFTBatch PackedSFTLoader::next() {
   std::vector<std::vector<int32_t>> targets;  // owns what the ScoredRecords' targets view
   std::vector<std::vector<ScoredRecord>> rows(plan_rows.size());
   std::vector<int64_t> indices;
-  for (const std::vector<int64_t>& row : plan_rows) indices.insert(indices.end(), row.begin(), row.end());
+  for (const std::vector<int64_t>& row : plan_rows)
+    indices.insert(indices.end(), row.begin(), row.end());
   targets.reserve(indices.size());
   for (size_t r = 0; r < plan_rows.size(); ++r)
     for (int64_t record : plan_rows[r]) {

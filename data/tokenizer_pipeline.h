@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,18 +30,31 @@ struct JsonPlace {
 };
 
 /// Text under normalisation: `text` and, for each of its bytes, the bytes [first, second) of the
-/// original text it stands for. Inserted text (a Prepend, a Metaspace's "▁") takes the span of
-/// its neighbour, as Hugging Face's alignments do.
+/// original text it stands for (every byte of a character carries the whole character's span, as
+/// Hugging Face's alignments do). Inserted text (a Prepend, a Metaspace's "▁") takes the span of
+/// its neighbour. While the text is still a verbatim copy of the original from `base` on, `origin`
+/// stays empty and spans are computed from the text itself: the common path (no normalizer, a
+/// pre-tokenizer that only splits) builds no table.
 struct NormalizedText {
   std::string text;
-  std::vector<std::pair<uint32_t, uint32_t>> origin;  // origin.size() == text.size()
+  std::vector<std::pair<uint32_t, uint32_t>> origin;  // empty, or origin.size() == text.size()
+  /// Where the original text this stands for starts (Hugging Face's original_shift): the span of
+  /// text inserted before the first byte, and what Metaspace's prepend_scheme "first" tests.
+  uint32_t base = 0;
 
   /// `text` as it stands at byte `base` of the original, unchanged.
   static NormalizedText original(std::string_view text, size_t base = 0);
   /// Bytes [begin, end) of the text with their origins.
   NormalizedText slice(size_t begin, size_t end) const;
-  /// The original span of the whole text: from the first byte's start to the last byte's end.
+  /// The original span of bytes [begin, end) (begin < end): from byte begin's start to byte
+  /// end - 1's end, which is how Hugging Face maps a token back to the original.
+  std::pair<uint32_t, uint32_t> span(size_t begin, size_t end) const;
+  /// The original span of the whole text; (base, base) for empty text.
   std::pair<uint32_t, uint32_t> span() const;
+  /// Whether `origin` is implicit (the text is its original unchanged).
+  bool is_identity() const { return origin.empty(); }
+  /// Fills `origin` from the identity mapping, before a change to the text.
+  void materialize();
 };
 
 class Normalizer {
@@ -68,12 +82,18 @@ class Decoder {
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
 };
 
+/// The string of token `id` as Hugging Face's Encoding holds it (the vocabulary's spelling, e.g.
+/// "Ġhello"): what ByteLevel's offset trimming reads.
+using TokenText = std::function<std::string_view(int32_t id)>;
+
 class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
-  /// A single sequence's ids with the special tokens added around them (offsets (0, 0) for
-  /// added ones, like Hugging Face's).
-  virtual void process(Encoding& encoding) const = 0;
+  /// A single sequence's encoding after the model: with `add_special_tokens`, the special tokens
+  /// added around it (offsets (0, 0), like Hugging Face's). Hugging Face runs the post-processor on
+  /// every encode, so ByteLevel's and RobertaProcessing's offset trimming applies either way.
+  virtual void process(Encoding& encoding, bool add_special_tokens,
+                       const TokenText& token_text) const = 0;
 };
 
 /// Builders from a component's JSON object; a null node gives nullptr (no such stage). Unknown

@@ -166,6 +166,17 @@ Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size,
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
+// Training batches from an SFT loader, padded or packed, whose cursor is checkpointed.
+template <class Loader>
+void train_sft_from(Loader& loader, const nn::GPT& model, Recipe& recipe) {
+  recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, loader.next()); };
+  recipe.skip_micro_batch = [&](int64_t, int64_t) { loader.skip(); };
+  recipe.data_state = [&] { return loader.cursor().to_counters("data."); };
+  recipe.restore_data_state = [&](const DataState& state) {
+    loader.restore(LoaderCursor::from_counters(state, "data.", loader.fingerprint()));
+  };
+}
+
 }  // namespace
 
 MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch) {
@@ -240,27 +251,15 @@ int train_finetune(const RunConfig& config) {
   recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
   std::unique_ptr<SFTLoader> train_loader, val_loader;
   std::unique_ptr<PackedSFTLoader> packed_loader;
-  if (data.kind == DataKind::sft && finetune_settings(config).packing) {
-    packed_loader =
-        std::make_unique<PackedSFTLoader>(data.sft_train, B, config.model.context, seed);
-    recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, packed_loader->next()); };
-    recipe.skip_micro_batch = [&](int64_t, int64_t) { packed_loader->skip(); };
-    recipe.data_state = [&] { return packed_loader->cursor().to_counters("data."); };
-    recipe.restore_data_state = [&](const DataState& state) {
-      packed_loader->restore(
-          LoaderCursor::from_counters(state, "data.", packed_loader->fingerprint()));
-    };
-  } else if (data.kind == DataKind::sft) {
-    train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
-    recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, train_loader->next()); };
-    recipe.skip_micro_batch = [&](int64_t, int64_t) { train_loader->skip(); };
-    recipe.data_state = [&] { return train_loader->cursor().to_counters("data."); };
-    recipe.restore_data_state = [&](const DataState& state) {
-      train_loader->restore(
-          LoaderCursor::from_counters(state, "data.", train_loader->fingerprint()));
-    };
-  }
   if (data.kind == DataKind::sft) {
+    if (finetune_settings(config).packing) {
+      packed_loader =
+          std::make_unique<PackedSFTLoader>(data.sft_train, B, config.model.context, seed);
+      train_sft_from(*packed_loader, model, recipe);
+    } else {
+      train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
+      train_sft_from(*train_loader, model, recipe);
+    }
     // Validation stays padded, one record a row: the same numbers with or without packing.
     val_loader = std::make_unique<SFTLoader>(data.sft_val, B, seed, /*shuffle=*/false);
     recipe.evaluate = [&](bool full) {

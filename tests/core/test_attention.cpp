@@ -518,8 +518,10 @@ TEST(Attention, PackedRowEqualsRecordsAlone) {
   for (DType dt : {DType::f64, DType::f32}) {
     SCOPED_TRACE(dtype_name(dt));
     Generator gen(21);
-    const Tensor q0 = normal({1, H, T, D}, 0, 1, gen, dt), k0 = normal({1, Hkv, T, D}, 0, 1, gen, dt),
-                 v0 = normal({1, Hkv, T, D}, 0, 1, gen, dt), dy = normal({1, H, T, D}, 0, 1, gen, dt);
+    const Tensor q0 = normal({1, H, T, D}, 0, 1, gen, dt),
+                 k0 = normal({1, Hkv, T, D}, 0, 1, gen, dt),
+                 v0 = normal({1, Hkv, T, D}, 0, 1, gen, dt),
+                 dy = normal({1, H, T, D}, 0, 1, gen, dt);
     auto run = [&](int64_t from, int64_t to, const AttentionOptions& o) {
       auto part = [&](const Tensor& x) { return slice(x, 2, from, to).contiguous(); };
       Tensor q = part(q0).set_requires_grad(true), k = part(k0).set_requires_grad(true),
@@ -527,7 +529,8 @@ TEST(Attention, PackedRowEqualsRecordsAlone) {
       Tensor out = scaled_dot_product_attention(q, k, v, {}, o);
       out.backward(part(dy));
       std::vector<std::vector<double>> got;
-      for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()}) got.push_back(t.to_vector<double>());
+      for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()})
+        got.push_back(t.to_vector<double>());
       return got;
     };
     const auto whole = run(0, T, packed(segments));

@@ -442,7 +442,8 @@ TEST_F(FinetuneRecipe, PackedSFTRunResumesExactlyAndPackingNeedsJSONL) {
   ASSERT_EQ(forge("train " + killed.string() + packing), 0);
   EXPECT_EQ(lines(dir_ / "packed_killed"), uninterrupted);
 
-  auto [code, out] = forge_output("validate " + write_config("packed_records", 0).string() + packing);
+  auto [code, out] =
+      forge_output("validate " + write_config("packed_records", 0).string() + packing);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("finetune.packing packs JSONL instruction records, but data.train '"),
             std::string::npos)
