@@ -246,6 +246,7 @@ std::string str_at(const Value& v, int depth) {
 }
 
 std::string repr_at(const Value& v, int depth) {
+  if (v.is_undefined()) return "Undefined";
   return v.is_string() ? string_repr(v.as_string()) : str_at(v, depth);
 }
 
@@ -416,15 +417,16 @@ Value make_list(std::vector<Value> items, bool tuple = false) {
   return v;
 }
 
-// Keeps a container's depth and holds_namespace (data/jinja.h) as `child` goes in.
-void note_child(int& depth, bool& holds_namespace, const Value& child) {
+// Keeps a container's depth and holds_reference (data/jinja.h) as `child` goes in.
+void note_child(int& depth, bool& holds_reference, const Value& child) {
+  holds_reference |= child.is_callable();
   if (child.is_list()) {
     depth = std::max(depth, child.as_list().depth + 1);
-    holds_namespace |= child.as_list().holds_namespace;
+    holds_reference |= child.as_list().holds_reference;
   } else if (child.is_dict()) {
     const Object& o = child.as_dict();
     depth = std::max(depth, o.depth + 1);
-    holds_namespace |= o.is_namespace || o.holds_namespace;
+    holds_reference |= o.is_namespace || o.holds_reference;
   }
 }
 
@@ -436,7 +438,7 @@ void note_child(int& depth, bool& holds_namespace, const Value& child) {
 
 Value Value::list(std::vector<Value> items, bool tuple) {
   auto a = std::make_shared<Array>(Array{std::move(items), tuple});
-  for (const Value& x : a->items) note_child(a->depth, a->holds_namespace, x);
+  for (const Value& x : a->items) note_child(a->depth, a->holds_reference, x);
   return Value(std::move(a));
 }
 
@@ -505,7 +507,7 @@ const Value* Object::find(std::string_view key) const {
 }
 
 void Object::set(const std::string& key, Value value) {
-  note_child(depth, holds_namespace, value);
+  note_child(depth, holds_reference, value);
   for (auto& kv : items)
     if (kv.first == key) return void(kv.second = std::move(value));
   items.emplace_back(key, std::move(value));
@@ -647,6 +649,7 @@ class Lexer {
   }
 
   void comment() {
+    if (pos_ == src_.size()) return;  // jinja2 ignores a `{#` that ends the template
     const size_t e = src_.find("#}", pos_);
     if (e == std::string::npos) error("missing end of comment tag");
     const char sign = e > pos_ ? src_[e - 1] : 0;
@@ -732,39 +735,46 @@ class Lexer {
     }
   }
 
+  // jinja2's number literals: floats with a fraction or an exponent, 0x/0o/0b integers, and
+  // decimal integers without leading zeros (`05` is two numbers, as in Python); `_` may separate
+  // digits.
   void number(std::string_view rest, bool may_be_float) {
-    size_t n = 0;
-    auto digits = [&] {
-      while (n < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[n])) ||
-                                 (rest[n] == '_' && n + 1 < rest.size() &&
-                                  std::isdigit(static_cast<unsigned char>(rest[n + 1])))))
+    auto digits = [&](size_t n, int base) {
+      auto digit = [&](char c) {
+        return base == 16 ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+                          : c >= '0' && c < char('0' + base);
+      };
+      while (n < rest.size() &&
+             (digit(rest[n]) || (rest[n] == '_' && n + 1 < rest.size() && digit(rest[n + 1]))))
         ++n;
+      return n;
     };
-    digits();
+    size_t n = digits(0, 10), skip = 0;
+    int base = 10;
     bool is_float = false;
     if (may_be_float && n + 1 < rest.size() && rest[n] == '.' &&
-        std::isdigit(static_cast<unsigned char>(rest[n + 1]))) {
-      ++n;
-      digits();
-      is_float = true;
-    }
+        std::isdigit(static_cast<unsigned char>(rest[n + 1])))
+      n = digits(n + 1, 10), is_float = true;
     if (may_be_float && n < rest.size() && (rest[n] == 'e' || rest[n] == 'E')) {
-      size_t m = n + 1;
-      if (m < rest.size() && (rest[m] == '+' || rest[m] == '-')) ++m;
-      if (m < rest.size() && std::isdigit(static_cast<unsigned char>(rest[m]))) {
-        n = m;
-        digits();
-        is_float = true;
-      }
+      const size_t m = n + 1 + (n + 1 < rest.size() && (rest[n + 1] == '+' || rest[n + 1] == '-'));
+      if (m < rest.size() && std::isdigit(static_cast<unsigned char>(rest[m])))
+        n = digits(m, 10), is_float = true;
     }
-    std::string text(rest.substr(0, n));
+    if (!is_float && rest[0] == '0') {
+      const char prefix = rest.size() > 1 ? char(rest[1] | 0x20) : 0;
+      base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : prefix == 'b' ? 2 : 10;
+      skip = base == 10 ? 0 : 2;
+      n = base == 10 ? digits(0, 1) : digits(2, base);
+      if (n == skip) error("invalid integer literal");
+    }
+    std::string text(rest.substr(skip, n - skip));
     text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
     Value v;
     if (is_float) {
       v = Value(std::strtod(text.c_str(), nullptr));
     } else {
       int64_t i = 0;
-      auto r = std::from_chars(text.data(), text.data() + text.size(), i);
+      auto r = std::from_chars(text.data(), text.data() + text.size(), i, base);
       if (r.ec != std::errc()) error("integer literal " + text + " out of range");
       v = Value(i);
     }
@@ -973,7 +983,7 @@ class Parser {
     if (word == "if") {
       n->k = Node::K::if_;
       ++conditional_;
-      ExprP cond = expr();
+      ExprP cond = tuple_expr(false);  // jinja2: no `x if y else z` here
       for (;;) {
         expect(Tok::block_end, "end of statement block");
         Body b = body_until({"elif", "else", "endif"});
@@ -985,7 +995,7 @@ class Parser {
           n->branches.emplace_back(nullptr, body_until({"endif"}));
           break;
         }
-        cond = expr();
+        cond = tuple_expr(false);
       }
       --conditional_;
     } else if (word == "for") {
@@ -1432,7 +1442,7 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   const int64_t st = step.is_none() || step.is_undefined() ? 1 : need_int(step, "a slice");
   if (st == 0) fail("slice step cannot be zero");
   auto bound = [&](const Value& b, int64_t def) {
-    if (b.is_none() || b.is_undefined()) return def;
+    if (b.is_none()) return def;
     int64_t i = need_int(b, "a slice");
     if (i < 0) i += n;
     return st > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
@@ -1638,16 +1648,81 @@ Value bound_method(const Value& self, const std::string& name) {
   return Value();
 }
 
-// A namespace may hold anything but a namespace: a namespace is the only value a template can
-// change after putting it in a container, so without namespaces inside namespaces no container can
-// grow deeper (or into a cycle of shared pointers) behind the depth recorded when it was built.
+// A namespace may hold anything but a namespace or a function: a namespace is the only value a
+// template can change after putting it in a container, and a function (a macro, caller) keeps the
+// scopes it was made in. Without these inside a namespace, no container can grow deeper behind the
+// depth recorded when it was built, nor become a cycle of shared pointers that is never freed.
 void assign_attribute(Object& ns, const std::string& name, const Value& v) {
-  if ((v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_namespace)) ||
-      (v.is_list() && v.as_list().holds_namespace))
-    fail("a namespace cannot hold a namespace");
+  if (v.is_callable() ||
+      (v.is_dict() && (v.as_dict().is_namespace || v.as_dict().holds_reference)) ||
+      (v.is_list() && v.as_list().holds_reference))
+    fail("a namespace cannot hold a namespace or a function");
   ns.set(name, v);
   check_depth(ns.depth);
 }
+
+// The parameters of each filter and test after the value, the first `required` of them mandatory,
+// as jinja2 declares them (map, select, reject and their attr forms pass arguments on instead).
+struct Signature {
+  std::vector<std::string> params;
+  size_t required = 0;
+};
+
+const Signature* signature(const std::string& name, bool is_test) {
+  using S = std::vector<std::pair<std::vector<std::string>, Signature>>;
+  static const S filters = {{{"default", "d"}, {{"default_value", "boolean"}}},
+                            {{"dictsort"}, {{"case_sensitive", "by", "reverse"}}},
+                            {{"float"}, {{"default"}}},
+                            {{"indent"}, {{"width", "first", "blank"}}},
+                            {{"int"}, {{"default", "base"}}},
+                            {{"join"}, {{"d", "attribute"}}},
+                            {{"max", "min", "unique"}, {{"case_sensitive", "attribute"}}},
+                            {{"replace"}, {{"old", "new", "count"}, 2}},
+                            {{"round"}, {{"precision", "method"}}},
+                            {{"sort"}, {{"reverse", "case_sensitive", "attribute"}}},
+                            {{"sum"}, {{"attribute", "start"}}},
+                            {{"tojson"}, {{"ensure_ascii", "indent", "separators", "sort_keys"}}},
+                            {{"trim"}, {{"chars"}}},
+                            {{"map", "select", "reject", "selectattr", "rejectattr"}, {{"*"}}}};
+  static const S tests = {{{"divisibleby"}, {{"num"}, 1}},
+                          {{"eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le",
+                            "<=", "gt", "greaterthan", ">", "ge", ">=", "sameas"},
+                           {{"other"}, 1}},
+                          {{"in"}, {{"seq"}, 1}}};
+  static const Signature none;
+  for (const auto& [names, sig] : is_test ? tests : filters)
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      return sig.params[0] == "*" ? nullptr : &sig;
+  return &none;
+}
+
+// Python's checks of a call against `sig`: too many arguments, unknown or repeated keywords, a
+// required one missing.
+void check_arguments(const std::string& what, const Signature& sig, const Args& a) {
+  if (a.positional.size() > sig.params.size())
+    fail(what + " takes at most " + std::to_string(sig.params.size()) + " argument(s), got " +
+         std::to_string(a.positional.size()));
+  for (const auto& kv : a.named) {
+    const auto it = std::find(sig.params.begin(), sig.params.end(), kv.first);
+    if (it == sig.params.end())
+      fail(what + " got an unexpected keyword argument '" + kv.first + "'");
+    if (size_t(it - sig.params.begin()) < a.positional.size())
+      fail(what + " got multiple values for argument '" + kv.first + "'");
+  }
+  for (size_t i = a.positional.size(); i < sig.required; ++i)
+    if (std::none_of(a.named.begin(), a.named.end(),
+                     [&](const auto& kv) { return kv.first == sig.params[i]; }))
+      fail(what + " missing required argument '" + sig.params[i] + "'");
+}
+
+// Sets `slot` to `value` for a scope and puts the old value back however the scope ends.
+template <class T>
+struct Scoped {
+  T& slot;
+  T saved;
+  Scoped(T& s, T value) : slot(s), saved(std::exchange(s, std::move(value))) {}
+  ~Scoped() { slot = std::move(saved); }
+};
 
 class Renderer {
  public:
@@ -1706,19 +1781,20 @@ class Renderer {
     });
     for (const auto& [k, v] : variables) g[k] = v;
     int64_t steps = kMaxSteps;
-    int64_t* outer = std::exchange(steps_left, &steps);
-    try {
-      exec(body);
-    } catch (...) {
-      steps_left = outer;
-      throw;
-    }
-    steps_left = outer;
+    Scoped<int64_t*> budget(steps_left, &steps);
+    exec(body);
   }
 
  private:
   enum class Flow { normal, break_, continue_ };
   using Frame = std::unordered_map<std::string, Value>;
+
+  // A new innermost scope for the lifetime of this object.
+  struct Push {
+    std::vector<Frame>& frames;
+    explicit Push(std::vector<Frame>& f) : frames(f) { frames.emplace_back(); }
+    ~Push() { frames.pop_back(); }
+  };
 
   Error error(int line, const std::string& message) const {
     return Error(ExitCode::data,
@@ -1766,14 +1842,10 @@ class Renderer {
 
   std::string capture(const Body& body) {
     std::string buffer;
-    std::string* saved = std::exchange(out_, &buffer);
-    try {
+    {
+      Scoped<std::string*> redirect(out_, &buffer);
       exec(body);
-    } catch (...) {
-      out_ = saved;
-      throw;
     }
-    out_ = saved;
     return buffer;
   }
 
@@ -1834,15 +1906,9 @@ class Renderer {
     if (n.filter) {
       std::vector<Value> kept;
       for (const Value& item : items) {
-        frames_.emplace_back();
-        try {
-          assign(n.targets, item);
-          if (eval(*n.filter).truthy()) kept.push_back(item);
-        } catch (...) {
-          frames_.pop_back();
-          throw;
-        }
-        frames_.pop_back();
+        Push scope(frames_);
+        assign(n.targets, item);
+        if (eval(*n.filter).truthy()) kept.push_back(item);
       }
       items = std::move(kept);
     }
@@ -1853,35 +1919,28 @@ class Renderer {
              " loop iterations (the bound on a template's loops)");
       charge(1);
       // Each iteration has its own scope, as in jinja2: what the body sets does not outlive it.
-      frames_.emplace_back();
-      Flow f;
-      try {
-        assign(n.targets, items[size_t(i)]);
-        Value loop =
-            Value::dict({{"index", i + 1},
-                         {"index0", i},
-                         {"revindex", count - i},
-                         {"revindex0", count - i - 1},
-                         {"first", i == 0},
-                         {"last", i == count - 1},
-                         {"length", count},
-                         {"depth", 1},
-                         {"depth0", 0},
-                         {"previtem", i > 0 ? items[size_t(i - 1)]
-                                            : Value(Undefined{"there is no previous item"})},
-                         {"nextitem", i + 1 < count ? items[size_t(i + 1)]
-                                                    : Value(Undefined{"there is no next item"})},
-                         {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
-                            if (a.positional.empty()) fail("no items for cycling given");
-                            return a.positional[size_t(i) % a.positional.size()];
-                          })}});
-        frames_.back()["loop"] = loop;
-        f = exec(n.body);
-      } catch (...) {
-        frames_.pop_back();
-        throw;
-      }
-      frames_.pop_back();
+      Push scope(frames_);
+      assign(n.targets, items[size_t(i)]);
+      Value loop =
+          Value::dict({{"index", i + 1},
+                       {"index0", i},
+                       {"revindex", count - i},
+                       {"revindex0", count - i - 1},
+                       {"first", i == 0},
+                       {"last", i == count - 1},
+                       {"length", count},
+                       {"depth", 1},
+                       {"depth0", 0},
+                       {"previtem", i > 0 ? items[size_t(i - 1)]
+                                          : Value(Undefined{"there is no previous item"})},
+                       {"nextitem", i + 1 < count ? items[size_t(i + 1)]
+                                                  : Value(Undefined{"there is no next item"})},
+                       {"cycle", callable("loop.cycle", [i](Args& a) -> Value {
+                          if (a.positional.empty()) fail("no items for cycling given");
+                          return a.positional[size_t(i) % a.positional.size()];
+                        })}});
+      frames_.back()["loop"] = loop;
+      const Flow f = exec(n.body);
       if (f == Flow::break_) break;
     }
     if (count == 0) return exec(n.else_body);
@@ -1901,35 +1960,24 @@ class Renderer {
             std::none_of(node->params.begin(), node->params.end(),
                          [&](const auto& p) { return p.first == kv.first; }))
           fail("macro '" + name + "' takes no keyword argument '" + kv.first + "'");
-      if (++depth_ > kMaxNesting) {
-        --depth_;
+      Scoped<int> depth(depth_, depth_ + 1);
+      if (depth_ > kMaxNesting)
         fail("macros nested deeper than " + std::to_string(kMaxNesting) + " calls");
-      }
-      std::vector<Frame> saved = std::move(frames_);
-      frames_ = scope ? *scope : std::vector<Frame>{saved.front()};
+      Scoped<std::vector<Frame>> frames(frames_, scope ? *scope : std::vector<Frame>{frames_[0]});
       frames_.emplace_back();
-      try {
-        for (size_t i = 0; i < node->params.size(); ++i) {
-          const auto& [param, def] = node->params[i];
-          bool given = i < a.positional.size();
-          Value v = given ? a.positional[i] : Value();
-          for (auto& [k, x] : a.named)
-            if (k == param) v = x, given = true;
-          if (!given)
-            v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
-          frames_.back()[param] = v;
-        }
+      for (size_t i = 0; i < node->params.size(); ++i) {
+        const auto& [param, def] = node->params[i];
+        bool given = i < a.positional.size();
+        Value v = given ? a.positional[i] : Value();
         for (auto& [k, x] : a.named)
-          if (k == "caller") frames_.back()["caller"] = x;
-        Value result = capture(node->body);
-        frames_ = std::move(saved);
-        --depth_;
-        return result;
-      } catch (...) {
-        frames_ = std::move(saved);
-        --depth_;
-        throw;
+          if (k == param) v = x, given = true;
+        if (!given)
+          v = def ? eval(*def) : Value(Undefined{"parameter '" + param + "' was not provided"});
+        frames_.back()[param] = v;
       }
+      for (auto& [k, x] : a.named)
+        if (k == "caller") frames_.back()["caller"] = x;
+      return capture(node->body);
     });
   }
 
@@ -2151,6 +2199,8 @@ class Renderer {
 
   // The value of `name` over `v` with `args`: a filter, or a test used by select and friends.
   Value filter(const std::string& name, const Value& v, Args& a) {
+    if (const Signature* sig = signature(name, false))
+      check_arguments("filter '" + name + "'", *sig, a);
     if (name == "default" || name == "d") {
       const bool boolean = arg(a, 1, "boolean", false).truthy();
       return v.is_undefined() || (boolean && !v.truthy()) ? arg(a, 0, "default_value", "") : v;
@@ -2302,7 +2352,11 @@ class Renderer {
       return out;
     }
     if (name == "sum" || name == "max" || name == "min" || name == "sort" || name == "unique") {
-      const Value attribute = arg(a, name == "sum" || name == "sort" ? 2 : 1, "attribute", None{});
+      const Value attribute = arg(a,
+                                  name == "sum"    ? 0
+                                  : name == "sort" ? 2
+                                                   : 1,
+                                  "attribute", None{});
       auto key = [&](const Value& x) {
         Value k = attribute.is_none() ? x : attribute_of(x, attribute);
         const bool cs = arg(a, name == "sort" ? 1 : 0, "case_sensitive", false).truthy();
@@ -2351,10 +2405,12 @@ class Renderer {
         return make_list(std::move(out));
       }
       if (a.positional.empty()) fail("map requires a filter argument");
+      const std::vector<Value> items = iterate(v);
+      if (items.empty()) return make_list({});  // jinja2 looks the filter up at the first item
       const std::string f = need_string(a.positional[0], "map");
       if (!known(kFilters, f)) fail("no filter named '" + f + "'");
       Args rest{{a.positional.begin() + 1, a.positional.end()}, a.named};
-      for (const Value& x : iterate(v)) out.push_back(filter(f, x, rest));
+      for (const Value& x : items) out.push_back(filter(f, x, rest));
       return make_list(std::move(out));
     }
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
@@ -2398,8 +2454,21 @@ class Renderer {
                      need_int(arg(a, 2, "count", None{}).is_none() ? Value(-1) : arg(a, 2, "count"),
                               "replace"));
     }
-    if (name == "wordcount") return int64_t(split(v.str(), None{}, -1).size());
+    if (name == "wordcount") {  // runs of Python's \w: letters, digits and _
+      int64_t words = 0;
+      bool in_word = false;
+      const std::string text = v.str();
+      for (std::string_view c : code_points(text)) {
+        const auto cat = utf8proc_category(utf8proc_int32_t(first_code_point(c)));
+        const bool w = c == "_" || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                       (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+        words += w && !in_word;
+        in_word = w;
+      }
+      return words;
+    }
     if (name == "indent") {
+      require_defined(v);  // jinja2 appends to the value before anything else
       const Value width = arg(a, 0, "width", 4);
       const std::string pad =
           width.is_string()
@@ -2450,12 +2519,13 @@ class Renderer {
       auto r = std::from_chars(part.data(), part.data() + part.size(), index);
       cur = r.ec == std::errc() && r.ptr == part.data() + part.size() ? get_item(cur, Value(index))
                                                                       : get_item(cur, Value(part));
-      if (cur.is_undefined()) return cur;
     }
     return cur;
   }
 
   bool test(const std::string& name, const Value& v, Args& a) {
+    if (const Signature* sig = signature(name, true))
+      check_arguments("test '" + name + "'", *sig, a);
     auto other = [&] { return arg(a, 0, "other"); };
     if (name == "defined") return !v.is_undefined();
     if (name == "undefined") return v.is_undefined();

@@ -95,14 +95,14 @@ class Value {
   Storage v_;
 };
 
-/// A list or tuple. `depth` (1 + the deepest container inside) and `holds_namespace` are kept
-/// as items go in, so that a template cannot nest values deeper than the recursion over them
-/// (printing, comparing, freeing) can go.
+/// A list or tuple. `depth` (1 + the deepest container inside) and `holds_reference` (a namespace
+/// or a function somewhere inside) are kept as items go in, so that a template cannot nest values
+/// deeper than the recursion over them (printing, comparing, freeing) can go, nor make a cycle.
 struct Array {
   std::vector<Value> items;
   bool tuple = false;
   int depth = 1;
-  bool holds_namespace = false;
+  bool holds_reference = false;
 };
 
 /// A dict, or a namespace() whose attributes a template may assign.
@@ -110,7 +110,7 @@ struct Object {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;
   int depth = 1;
-  bool holds_namespace = false;
+  bool holds_reference = false;
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);
 };

@@ -98,6 +98,15 @@ TEST(Jinja, SyntaxErrorsNameTheLine) {
       {"{# open", "missing end of comment tag"},
       {"{% for x in y recursive %}{% endfor %}", "recursive loops are not supported"},
       {"{% do x %}", "unknown tag 'do'"},
+      {"{{ 05 }}", "expected end of print statement, got '5'"},
+      {"{% if a if b %}{% endif %}", "expected end of statement block, got 'if'"},
+      {"{{ 'x' | replace }}", "filter 'replace' missing required argument 'old'"},
+      {"{{ [1] | sort(bogus=1) }}", "filter 'sort' got an unexpected keyword argument 'bogus'"},
+      {"{{ [1] | join(',', d=',') }}", "filter 'join' got multiple values for argument 'd'"},
+      {"{{ 1 is eq(1, 2) }}", "test 'eq' takes at most 1 argument(s), got 2"},
+      {"{{ [1] | select('eq', 1, 2) | list }}", "test 'eq' takes at most 1 argument(s), got 2"},
+      {"{{ [1][u:] }}", "'u' is undefined"},
+      {"{{ [{'a': 1}] | map(attribute='b.c') | list }}", "'dict object' has no attribute 'b'"},
       {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
        "macro 'm' takes not more than 1 argument(s)"},
       {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", "macro 'm' takes no keyword argument 'b'"},
@@ -129,8 +138,13 @@ TEST(Jinja, HostileTemplatesAreBounded) {
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 2 ** 100 }}"); });
   testing::expect_error(ExitCode::data, "integer overflow", [] { render("{{ 1e300 | int }}"); });
   EXPECT_EQ(render("{{ 1 ** 4611686018427387904 }} {{ (-1) ** 4611686018427387905 }}"), "1 -1");
-  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace",
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace or a function",
                         [] { render("{% set ns = namespace() %}{% set ns.me = [ns] %}"); });
+  testing::expect_error(ExitCode::data, "a namespace cannot hold a namespace or a function", [] {
+    render(
+        "{% set ns = namespace() %}{% macro m() %}{% set ns.f = [caller] %}{% endmacro %}"
+        "{% call m() %}{% endcall %}");
+  });
   testing::expect_error(ExitCode::data, "values nested deeper than 200 levels", [] {
     render(
         "{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor "

@@ -209,6 +209,8 @@ SNIPPETS = [
     "{{ 'n' ~ 2 * 3 }} {{ 2 * 3 ** 2 }} {{ 10 - 2 - 3 }} {{ 'a' ~ (1 + 2) }} {{ ('x' ~ 1) * 2 }} {{ true and none or 'z' }} {{ not 1 == 2 }}",
     "a\u00a0\u3000 {%- if true %}b{% endif %} {{ 'x' -}}\u3000\u00a0 y",
     "{% macro wrap(x) %}[{{ x }}:{{ caller() }}]{% endmacro %}{% for m in messages %}{% call wrap(loop.index) %}{{ m.role }}{% endcall %}{% endfor %}",
+    "{{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 0_0 }} {{ 1_000 }} {{ 00.5 }} {{ ['x', undefined_thing] }} {{ 'one, two-three  four_five é2' | wordcount }}",
+    "{{ [5] | sum(start=10) }} {{ [{'v': 2}, {'v': 3}] | sum('v') }} {{ [] | map('nofilter') | list }} ab{#",
 ]
 
 
