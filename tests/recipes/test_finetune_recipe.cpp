@@ -413,6 +413,32 @@ TEST_F(FinetuneRecipe, ChatSFTTrainsResumesAndGenerateAnswersAConversation) {
   auto [c2, reply2] = forge_output(generate + "--user '" + user + "' --system 'Be brief.'");
   EXPECT_EQ(c2, 0) << reply2;
   EXPECT_EQ(reply2, want);
+  // The run exported as a hub directory whose tokenizer_config.json ends a turn with "$" and whose
+  // generation_config.json lists "\n" (id 10) as an end of turn: the reply stops at that id.
+  const fs::path hub = dir_ / "chat_hub";
+  ASSERT_EQ(forge("export --checkpoint " + (dir_ / "chat_run").string() + " --format hf --output " +
+                  hub.string()),
+            0);
+  const char* hub_template =
+      "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}${% endfor %}"
+      "{% if add_generation_prompt %}a:{% endif %}";
+  testing::write_file(hub / "tokenizer_config.json",
+                      nlohmann::json{{"chat_template", hub_template}}.dump());
+  testing::write_file(hub / "generation_config.json", R"({"eos_token_id": [10]})");
+  {
+    LoadedGPT from_hub = load_gpt(resolve_checkpoint(hub));
+    const std::vector<int32_t> prompt = bytes->encode(ChatTemplate(hub_template, "hub", "", "")
+                                                          .render({{"user", user}}, true));
+    const std::vector<int64_t> ids =
+        nn::generate(*from_hub.model, {prompt.begin(), prompt.end()}, greedy);
+    const std::string text = bytes->decode({ids.begin(), ids.end()});
+    ASSERT_NE(text.find('\n'), std::string::npos) << text;
+    ASSERT_LT(text.find('\n'), text.find('$')) << text;  // the id ends it, not the text
+    auto [c, reply] = forge_output("generate --checkpoint " + hub.string() + " --user '" + user +
+                                   "' --temperature 0 --max-new-tokens 16");
+    EXPECT_EQ(c, 0) << reply;
+    EXPECT_EQ(reply, text.substr(0, text.find('\n')) + "\n");
+  }
   auto [c3, usage] = forge_output(generate + "--system 'Be brief.' --prompt x");
   EXPECT_EQ(c3, 2) << usage;
   testing::write_file(dir_ / "conversation.json",
