@@ -28,6 +28,7 @@
 #include "core/kernels/isa.h"
 #include "core/output_path.h"
 #include "data/bpe_train.h"
+#include "data/chat_sft.h"
 #include "data/jsonl.h"
 #include "data/prepare.h"
 #include "data/sft.h"
@@ -63,6 +64,8 @@ constexpr const char* kUsage =
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]\n"
     "  generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K] [--batch-size N]\n"
     "           [--output FILE.jsonl] [sampling options]   JSONL samples with log-probabilities\n"
+    "  generate --checkpoint RUN-DIR-or-FILE (--chat FILE.json | --user TEXT [--system TEXT])\n"
+    "           [sampling options]       the assistant's reply, by the model's chat template\n"
     "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
     "                                      JSONL record of FILE\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
@@ -125,6 +128,8 @@ const std::map<std::string, std::string> kCommandUsage = {
      "usage: forge generate --checkpoint RUN-DIR-or-FILE --prompt TEXT [options]\n"
      "       forge generate --checkpoint RUN-DIR-or-FILE --prompts FILE [--num-samples K]\n"
      "                      [--batch-size N] [--output FILE.jsonl] [options]\n"
+     "       forge generate --checkpoint RUN-DIR-or-FILE --chat FILE.json [options]\n"
+     "       forge generate --checkpoint RUN-DIR-or-FILE --user TEXT [--system TEXT] [options]\n"
      "  --max-new-tokens N   tokens to generate (default 200)\n"
      "  --temperature T      0 = greedy (default 0.8)\n"
      "  --top-k K            keep the K most likely tokens, 0 = all (default 200)\n"
@@ -144,7 +149,14 @@ const std::map<std::string, std::string> kCommandUsage = {
      "must fit the model context; that, and the completions and one batch fitting memory, are\n"
      "checked before the model loads. Progress and tokens/s go to stderr. A model whose\n"
      "vocabulary is padded past its tokenizer's samples only ids the tokenizer decodes.\n"
-     "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"},
+     "RUN-DIR-or-FILE may be a LoRA run: its base is loaded and the adapters applied.\n"
+     "--chat FILE.json answers a conversation {\"messages\": [{\"role\": \"system\"|\"user\"|\n"
+     "\"assistant\", \"content\": \"...\"}, ...]} (a line of multi-turn SFT data); --user TEXT\n"
+     "is one user message, after --system TEXT when given. The conversation is rendered by the\n"
+     "model's chat template (data.chat_template, else the tokenizer_config.json of its tokenizer\n"
+     "or hub directory) with the generation prompt, and only the reply is printed: it ends at\n"
+     "the text the template writes after an assistant turn, the template's eos_token or an\n"
+     "eos_token_id of the hub directory's generation_config.json, none of which is printed.\n"},
     {"tokenize",
      "usage: forge tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
      "Prints the token ids of the text separated by spaces; with --decode the text (or file) holds\n"
@@ -429,16 +441,68 @@ int generate_batched(const ParsedArgs& p, nn::SamplingOptions sampling, nn::Batc
   return 0;
 }
 
+// forge generate --chat FILE, or --user TEXT [--system TEXT]: the conversation rendered by the
+// model's chat template with the generation prompt, sampled until the template's end-of-turn
+// text or an end-of-turn id, and only the reply printed (without the end-of-turn).
+int generate_chat(const ParsedArgs& p, nn::SamplingOptions o) {
+  std::vector<ChatMessage> messages;
+  if (p.options.count("chat")) {
+    messages = read_chat_json(p.options.at("chat"));
+  } else {
+    if (auto system = p.options.find("system"); system != p.options.end())
+      messages.push_back({"system", system->second});
+    messages.push_back({"user", p.options.at("user")});
+  }
+  const fs::path file = resolve_checkpoint(p.options.at("checkpoint"));
+  LoadedGPT loaded = load_gpt(file);
+  const DataConfig& data = loaded.config.data;
+  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(data.tokenizer, data.special_tokens);
+  o.vocab_limit = tokenizer->vocab_size();
+  // The hub directory the model came from holds its template and generation_config.json.
+  const fs::path& init_from = loaded.config.model.init_from;
+  const fs::path hub = is_hf_directory(file)        ? file
+                       : is_hf_directory(init_from) ? init_from
+                                                    : fs::path();
+  const ChatTemplate chat_template =
+      find_chat_template(data.chat_template, {data.tokenizer, hub}, "data.chat_template");
+  const ReplyEnd end = reply_end(chat_template, *tokenizer, hub);
+  const std::vector<int32_t> ids = tokenizer->encode(chat_template.render(messages, true));
+  std::vector<int64_t> reply;
+  std::string text;
+  auto ends = [&](int64_t token) {
+    reply.push_back(token);
+    if (std::find(end.ids.begin(), end.ids.end(), token) != end.ids.end()) {
+      reply.pop_back();
+      return true;
+    }
+    text = tokenizer->decode({reply.begin(), reply.end()});
+    return !end.text.empty() && text.find(end.text) != std::string::npos;
+  };
+  nn::generate(*loaded.model, {ids.begin(), ids.end()}, o, ends);
+  text = tokenizer->decode({reply.begin(), reply.end()});
+  if (!end.text.empty()) text = text.substr(0, text.find(end.text));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+
 int cmd_generate(const std::vector<std::string>& args) {
   ParsedArgs p = parse_args("generate", args,
                             {"checkpoint", "prompt", "prompts", "num-samples", "batch-size",
                              "output", "max-new-tokens", "temperature", "top-k", "top-p", "seed",
-                             "stop"});
+                             "stop", "chat", "user", "system"});
   if (!p.positional.empty()) usage_error("generate: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("checkpoint")) usage_error("generate: --checkpoint is required");
   const bool batched = p.options.count("prompts") > 0;
-  if (batched && p.options.count("prompt"))
-    usage_error("generate: give --prompt TEXT or --prompts FILE, not both");
+  const bool chat = p.options.count("chat") || p.options.count("user");
+  if (int(batched) + int(p.options.count("prompt") > 0) + int(p.options.count("chat") > 0) +
+          int(p.options.count("user") > 0) > 1)
+    usage_error("generate: give one of --prompt TEXT, --prompts FILE, --chat FILE, --user TEXT");
+  if (p.options.count("system") && !p.options.count("user"))
+    usage_error("generate: --system goes with --user TEXT");
+  if (chat && p.options.count("stop"))
+    usage_error("generate: a chat reply stops at the template's end of turn; --stop goes with "
+                "--prompt or --prompts");
   for (const char* name : {"num-samples", "batch-size", "output"})
     if (!batched && p.options.count(name))
       usage_error(detail::concat("generate: --", name, " goes with --prompts FILE"));
@@ -456,6 +520,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     nn::check_batch(b);
     return generate_batched(p, o, b);
   }
+  if (chat) return generate_chat(p, o);
   std::string prompt = p.options.count("prompt") ? p.options.at("prompt") : "\n";
   LoadedGPT loaded = load_gpt(resolve_checkpoint(p.options.at("checkpoint")));
   std::unique_ptr<Tokenizer> tokenizer =

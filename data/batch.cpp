@@ -48,10 +48,13 @@ Tensor padding_mask(const std::vector<std::vector<int32_t>>& rows, int64_t width
 }
 
 NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
-                              const std::vector<int64_t>& prompt_len) {
+                              const std::vector<int64_t>& prompt_len,
+                              const std::vector<std::span<const uint8_t>>& scored) {
   // [R, W-1]: inputs are a row without its last token, targets the row shifted by one.
   FORGE_CHECK(rows.size() == prompt_len.size(), "next_token_rows: ", rows.size(), " rows but ",
               prompt_len.size(), " prompt lengths");
+  FORGE_CHECK(scored.empty() || scored.size() == rows.size(), "next_token_rows: ", rows.size(),
+              " rows but ", scored.size(), " scored masks");
   std::vector<std::vector<int32_t>> inputs, targets;
   inputs.reserve(rows.size());
   targets.reserve(rows.size());
@@ -61,16 +64,18 @@ NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
     const std::span<const int32_t> row = rows[r];
     FORGE_CHECK(row.size() >= 2, "next_token_rows: row ", r, " has ", row.size(),
                 " token(s), nothing to predict");
+    FORGE_CHECK(scored.empty() || scored[r].size() == row.size(), "next_token_rows: row ", r,
+                " has ", row.size(), " tokens but a scored mask of ", scored[r].size());
     inputs.emplace_back(row.begin(), row.end() - 1);
     std::vector<int32_t>& target = targets.emplace_back(row.begin() + 1, row.end());
-    int64_t scored = 0;
+    int64_t kept = 0;
     for (size_t j = 0; j < target.size(); ++j) {
-      if (int64_t(j) + 1 < prompt_len[r])
+      if (int64_t(j) + 1 < prompt_len[r] || (!scored.empty() && !scored[r][j + 1]))
         target[j] = int32_t(LMWindows::kIgnoreTarget);
       else
-        ++scored;
+        ++kept;
     }
-    out.targets_per_row.push_back(scored);
+    out.targets_per_row.push_back(kept);
   }
   const int64_t width = longest_row(inputs);
   out.ids = pad_rows(inputs, width, 0);

@@ -26,13 +26,15 @@ Tensor padding_mask(const std::vector<std::vector<int32_t>>& rows, int64_t width
 /// longest row: ids i64 [R, W-1] (each row without its last token, padded with 0); targets i64
 /// [R, W-1] with targets[r][j] = row[j+1] where prompt_len[r] <= j+1 < the row's length, else
 /// LMWindows::kIgnoreTarget (-100, data/lm_data.h); mask i64 [R, W-1], 1 on real input tokens;
-/// targets_per_row[r] = the scored positions of row r.
+/// targets_per_row[r] = the scored positions of row r. `scored`, when not empty, holds one mask a
+/// row (a chat row's assistant tokens): a target is kept only where scored[r][j+1] is also 1.
 struct NextTokenRows {
   Tensor ids, targets, mask;
   std::vector<int64_t> targets_per_row;
 };
 /// Rows need at least two tokens (callers refuse shorter ones when tokenizing).
 NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
-                              const std::vector<int64_t>& prompt_len);
+                              const std::vector<int64_t>& prompt_len,
+                              const std::vector<std::span<const uint8_t>>& scored = {});
 
 }  // namespace forge

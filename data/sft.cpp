@@ -63,12 +63,17 @@ std::vector<int32_t> sft_targets(const SFTDataset& dataset, int64_t i) {
   const int64_t unscored = std::min(dataset.prompt_len[size_t(i)] - 1, int64_t(targets.size()));
   std::fill(targets.begin(), targets.begin() + std::max<int64_t>(unscored, 0),
             int32_t(LMWindows::kIgnoreTarget));
+  if (!dataset.scored.empty())
+    for (size_t j = 0; j < targets.size(); ++j)
+      if (!dataset.scored[size_t(i)][j + 1]) targets[j] = int32_t(LMWindows::kIgnoreTarget);
   return targets;
 }
 
 uint64_t fingerprint(const SFTDataset& dataset) {
-  const uint64_t h = fingerprint_rows(dataset.tokens);
-  return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+  uint64_t h = fingerprint_rows(dataset.tokens);
+  h = fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
+  for (const std::vector<uint8_t>& mask : dataset.scored) h = fnv1a64(mask.data(), mask.size(), h);
+  return h;
 }
 
 SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, uint64_t seed) {
@@ -79,6 +84,7 @@ SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, u
     for (int64_t r : rows) {
       out->tokens.push_back(dataset.tokens[static_cast<size_t>(r)]);
       out->prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+      if (!dataset.scored.empty()) out->scored.push_back(dataset.scored[static_cast<size_t>(r)]);
     }
     return std::shared_ptr<const SFTDataset>(std::move(out));
   };
@@ -94,11 +100,13 @@ SFTLoader::SFTLoader(std::shared_ptr<const SFTDataset> dataset, int64_t batch_si
 SFTBatch SFTLoader::make_batch(const SFTDataset& dataset, std::vector<int64_t> rows) {
   std::vector<std::span<const int32_t>> tokens;
   std::vector<int64_t> prompt_len;
+  std::vector<std::span<const uint8_t>> masks;
   for (int64_t r : rows) {
     tokens.emplace_back(dataset.tokens[static_cast<size_t>(r)]);
     prompt_len.push_back(dataset.prompt_len[static_cast<size_t>(r)]);
+    if (!dataset.scored.empty()) masks.emplace_back(dataset.scored[static_cast<size_t>(r)]);
   }
-  NextTokenRows scored = next_token_rows(tokens, prompt_len);
+  NextTokenRows scored = next_token_rows(tokens, prompt_len, masks);
   SFTBatch batch{std::move(scored.ids), std::move(scored.targets), std::move(scored.mask), 0,
                  std::move(rows)};
   for (int64_t n : scored.targets_per_row) batch.num_targets += n;

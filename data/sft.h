@@ -33,10 +33,14 @@ constexpr int64_t kMaxSFTFileBytes = int64_t{1} << 30;
 std::vector<SFTRecord> read_sft_jsonl(const std::filesystem::path& file);
 
 /// Tokenized records: row i is prompt ids, completion ids, end-of-text ids (possibly cut);
-/// prompt_len[i] is the number of prompt ids at its start.
+/// prompt_len[i] is the number of prompt ids at its start, none of which is scored. Chat rows
+/// (data/chat_sft.h) score only some tokens past it (the assistant turns): `scored` is then one
+/// mask a row, scored[i][t] = 1 when token t of row i is a target; empty for prompt/completion
+/// rows, which score every token from prompt_len on.
 struct SFTDataset {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<int64_t> prompt_len;
+  std::vector<std::vector<uint8_t>> scored;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -53,7 +57,8 @@ SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& 
 /// Both are what encode() gives, which maps special tokens in a text to their ids.
 std::vector<int32_t> end_of_text_ids(const Tokenizer& tokenizer, const std::string& text);
 
-/// 64-bit FNV-1a over the row count, every row's length and ids, and every prompt_len.
+/// 64-bit FNV-1a over the row count, every row's length and ids, every prompt_len and the scored
+/// masks when there are any.
 uint64_t fingerprint(const SFTDataset& dataset);
 
 struct SFTSplit {
@@ -64,8 +69,9 @@ struct SFTSplit {
 /// dataset order. The rules and errors of split_records_by_fraction.
 SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, uint64_t seed);
 
-/// Row i's next-token targets, one per input (its length - 1): tokens[j+1] where j+1 >= prompt_len,
-/// else LMWindows::kIgnoreTarget (-100, data/lm_data.h). What every batch of the row scores.
+/// Row i's next-token targets, one per input (its length - 1): tokens[j+1] where j+1 >= prompt_len
+/// and, for chat rows, scored[j+1]; else LMWindows::kIgnoreTarget (-100, data/lm_data.h). What
+/// every batch of the row scores, padded or packed.
 std::vector<int32_t> sft_targets(const SFTDataset& dataset, int64_t i);
 
 /// A batch of B rows, L the longest row: ids i64 [B, L-1] (the inputs, right-padded with 0);

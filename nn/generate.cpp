@@ -128,7 +128,8 @@ Tensor ids_tensor(const int64_t* ids, const Shape& shape) {
 }  // namespace
 
 std::vector<int64_t> generate(const GPT& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& options) {
+                              const SamplingOptions& options,
+                              const std::function<bool(int64_t token)>& ends) {
   check_sampling(options);
   const int64_t context = model.config().context, vocab = model.config().vocab_size;
   check_prompt(prompt, vocab, "the prompt");
@@ -151,6 +152,7 @@ std::vector<int64_t> generate(const GPT& model, const std::vector<int64_t>& prom
         sample_token(row.data<float>(), vocab, options, sample_stream(0, 0), uint64_t(i));
     tokens.push_back(next);
     out.push_back(next);
+    if (ends && ends(next)) break;
     if (i + 1 < options.max_new_tokens && int64_t(tokens.size()) <= context)
       logits = model.forward_incremental(as_tensor(&next, 1), cache, GPTOutput::last_logits);
   }

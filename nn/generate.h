@@ -48,9 +48,12 @@ double sampling_log_probability(const float* logits, int64_t vocab, const Sampli
 
 /// Continues `prompt` by up to max_new_tokens tokens and returns only the new ones. Positions past
 /// the context fall back to a full forward over the last `context` tokens per step, as nanoGPT
-/// does, because learned absolute positions cannot slide inside a cache.
+/// does, because learned absolute positions cannot slide inside a cache. `ends`, when given, is
+/// told each new token and ends generation after one for which it returns true (a chat reply's
+/// end-of-turn token, kept in the result).
 std::vector<int64_t> generate(const GPT& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& options);
+                              const SamplingOptions& options,
+                              const std::function<bool(int64_t token)>& ends = {});
 
 /// What generate_batch does besides sampling.
 struct BatchOptions {

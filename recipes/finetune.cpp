@@ -5,16 +5,22 @@
 //     each followed by finetune.end_of_text, LM loss over the concatenated stream;
 //   - a .jsonl file of {"prompt", "completion"} records (SFT): loss on completion tokens only,
 //     padded batches from a shuffling loader whose cursor (and data fingerprint) is checkpointed,
-//     or with finetune.packing batches of full rows packed with records (data/packing.h).
+//     or with finetune.packing batches of full rows packed with records (data/packing.h);
+//   - a .jsonl file of {"messages": [...]} conversations (its first record says which): each
+//     rendered by the chat template (data.chat_template, else the tokenizer's), loss on the
+//     assistant turns only, batched (or packed) as SFT records are.
 // The trainer logs the initial model's validation loss at step 0, so the base's number stands next
 // to the fine-tuned one in every run.
 #include "recipes/finetune.h"
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/ops.h"
+#include "data/chat_sft.h"
 #include "data/lm_data.h"
 #include "data/packing.h"
 #include "data/prepare.h"
@@ -119,7 +125,19 @@ FinetuneData load_data(const RunConfig& config) {
     return data;
   }
   const int64_t T = config.model.context + 1;  // inputs plus the last target
-  SFTDataset train = tokenize_sft(read_sft_jsonl(config.data.train), *data.tokenizer, eot, T);
+  std::function<SFTDataset(const std::string&)> tokenize = [&](const std::string& file) {
+    return tokenize_sft(read_sft_jsonl(file), *data.tokenizer, eot, T);
+  };
+  std::optional<ChatTemplate> chat_template;
+  if (is_chat_jsonl(config.data.train)) {
+    chat_template = find_chat_template(config.data.chat_template,
+                                       {config.data.tokenizer, config.model.init_from},
+                                       "data.chat_template");
+    tokenize = [&](const std::string& file) {
+      return tokenize_chat(read_chat_jsonl(file), *chat_template, *data.tokenizer, T);
+    };
+  }
+  SFTDataset train = tokenize(config.data.train);
   if (config.data.val.empty()) {
     SFTSplit split =
         split_sft_by_fraction(train, config.data.val_fraction, uint64_t(config.data.split_seed));
@@ -128,7 +146,7 @@ FinetuneData load_data(const RunConfig& config) {
   } else {
     data.sft_train = std::make_shared<const SFTDataset>(std::move(train));
     data.sft_val = std::make_shared<const SFTDataset>(
-        tokenize_sft(read_sft_jsonl(config.data.val), *data.tokenizer, eot, T));
+        tokenize(config.data.val));
   }
   return data;
 }

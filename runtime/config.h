@@ -67,6 +67,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string tokenizer;  // bytes | gpt2 | a tokenizer directory (make_tokenizer, data/tokenizer.h)
   std::vector<std::string> special_tokens;
+  std::string chat_template;  // path of a .jinja file, empty = the tokenizer directory's
   std::string train;  // path, required
   std::string val;    // path, empty = split val_fraction off train
   double val_fraction{};

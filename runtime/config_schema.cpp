@@ -258,6 +258,10 @@ std::vector<ConfigKey> common_keys() {
   add("data.special_tokens", string_list_key().aka({"specials"}).fixes_architecture(), in(data, &D::special_tokens),
       "special tokens added after the tokenizer's vocabulary, e.g. [\"[PAD]\", \"[CLS]\", "
       "\"[SEP]\", \"[MASK]\"] for bert");
+  add("data.chat_template", optional_path_key(), in(data, &D::chat_template),
+      "a Jinja chat template (.jinja file) that renders {\"messages\"} conversations and `forge "
+      "generate --chat`; empty = the chat_template of the tokenizer's (or model.init_from hub "
+      "directory's) tokenizer_config.json");
   add("data.train", required_path_key().aka({"train_path", "train_file"}), in(data, &D::train),
       "training data: a text file, or a token dataset (.h5) from `forge prepare`");
   add("data.val", optional_path_key().aka({"val_path", "valid", "validation"}), in(data, &D::val),

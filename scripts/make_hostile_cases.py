@@ -426,6 +426,40 @@ sft_case("escape-in-prompt", good_line * 4 + b'{"prompt": "\\u001b[2J\\n", "comp
 sft_case("lone-surrogate", good_line * 4 + b'{"prompt": "\\ud800", "completion": "x"}\n')
 
 
+# --- hostile multi-turn SFT conversations -------------------------------------------------------
+def chat_case(name, content, template=b"{% for m in messages %}{{ m['role'] }}: "
+                                      b"{{ m['content'] }}\n{% endfor %}", allowed=(3,)):
+    """A chat-SFT run on `content`, its conversations rendered by the Jinja `template`."""
+    t = write(path("chat_sft", name + ".jinja"), template)
+    jsonl_train_case("chat_sft", "finetune", name, content, allowed, ["data.chat_template=" + t])
+
+
+good_chat = (b'{"messages": [{"role": "user", "content": "a"}, '
+             b'{"role": "assistant", "content": "bcd"}]}\n')
+chat_case("unknown-role", good_chat * 4 + b'{"messages": [{"role": "bot", "content": "x"}]}\n')
+chat_case("non-string-content", good_chat * 4 + b'{"messages": [{"role": "user", "content": '
+          b'["x"]}, {"role": "assistant", "content": "y"}]}\n')
+chat_case("null-role", good_chat * 4 + b'{"messages": [{"role": null, "content": "x"}]}\n')
+chat_case("missing-messages", good_chat * 4 + b'{"conversation": []}\n')
+chat_case("messages-not-list", good_chat * 4 + b'{"messages": "user: hi"}\n')
+chat_case("empty-messages", good_chat * 4 + b'{"messages": []}\n')
+chat_case("no-assistant", good_chat * 4 + b'{"messages": [{"role": "user", "content": "a"}]}\n')
+chat_case("extra-message-key", good_chat * 4 + b'{"messages": [{"role": "user", "content": "a", '
+          b'"name": "x"}, {"role": "assistant", "content": "b"}]}\n')
+chat_case("deep-content", good_chat * 4 + b'{"messages": [{"role": "user", "content": '
+          + b"[" * 200000 + b"]" * 200000 + b"}]}\n")
+chat_case("template-raise-exception", good_chat * 4,
+          b"{% if messages[0]['role'] != 'system' %}{{ raise_exception('a system message "
+          b"comes first') }}{% endif %}")
+chat_case("template-undefined-name", good_chat * 4, b"{{ no_such_variable.content }}")
+chat_case("template-syntax-error", good_chat * 4, b"{% for m in %}{{ m }}{% endfor %}")
+chat_case("template-not-prefix", good_chat * 4,
+          b"{{ messages | length }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+chat_case("template-unterminated", good_chat * 4, b"{% for m in messages %}{{ m['content'] }}")
+chat_case("template-not-utf8", good_chat * 4, b"\xff\xfe{{ messages }}")
+chat_case("template-empty", good_chat * 4, b"")
+
+
 # --- hostile labelled records (classify) and forge predict inputs ----------------------------------
 def classify_case(name, content, allowed=(2, 3)):
     jsonl_train_case("labelled", "classify", name, content, allowed, ["train.eval_every=0"])

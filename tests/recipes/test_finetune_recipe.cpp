@@ -1,9 +1,10 @@
 // Recipe finetune through the forge binary, from a tiny base GPT trained in SetUp: fixed-seed
 // losses for full and LoRA fine-tuning on record files, the initial evaluation equal to the
 // base's, adapter-only checkpoints, kill-and-resume of a LoRA run and a changed base, SFT on JSONL
-// (masking, resume, changed and bad lines; packed: resume and its config error), eval/generate on
-// a LoRA run, merged logits equal to the adapters', the errors of init_from, the trainable count
-// of `forge validate`, and the finetune: and lora: sections read into their structs.
+// (masking, resume, changed and bad lines; packed: resume and its config error), multi-turn SFT on
+// conversations (padded and packed) and generate --chat on its run, eval/generate on a LoRA run,
+// merged logits equal to the adapters', the errors of init_from, the trainable count of `forge
+// validate`, and the finetune: and lora: sections read into their structs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,8 +14,10 @@
 #include <map>
 
 #include "core/ops.h"
+#include "data/chat_sft.h"
 #include "data/sft.h"
 #include "data/tokenizer.h"
+#include "nn/generate.h"
 #include "nn/lora.h"
 #include "core/durable_file.h"
 #include "runtime/checkpoint.h"
@@ -307,6 +310,143 @@ TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
   EXPECT_EQ(bad_code, 3) << bad_out;
   EXPECT_NE(bad_out.find("bad.jsonl:2"), std::string::npos) << bad_out;
   EXPECT_NE(bad_out.find("prompt"), std::string::npos) << bad_out;
+}
+
+// Conversations short enough for the base's 32-token context, in a template of one letter a role.
+constexpr const char* kChatTemplate =
+    "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}a:{% endif %}";
+
+std::string chat_line(const std::vector<std::pair<std::string, std::string>>& turns) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const auto& [role, content] : turns)
+    messages.push_back({{"role", role}, {"content", content}});
+  return nlohmann::json{{"messages", messages}}.dump() + "\n";
+}
+
+std::string chat_records() {
+  std::string out;
+  const char* pairs[][4] = {{"France?", "Paris", "Italy?", "Rome"},
+                            {"Spain?", "Madrid", "Peru?", "Lima"},
+                            {"Up?", "down", "Hot?", "cold"},
+                            {"Old?", "new", "Wet?", "dry"},
+                            {"Snow?", "white", "Grass?", "green"},
+                            {"Sky?", "blue", "Coal?", "black"}};
+  for (const auto& p : pairs) {
+    out += chat_line({{"user", p[0]}, {"assistant", p[1]}, {"user", p[2]}, {"assistant", p[3]}});
+    out += chat_line({{"system", "Be brief."}, {"user", p[2]}, {"assistant", p[3]}});
+  }
+  return out;
+}
+
+// Multi-turn SFT: fixed-seed losses, kill-and-resume onto the same batches, a bad line, a config
+// without a template; then generate --chat answers with the reply alone, as the model continues
+// the rendered conversation greedily up to the template's end of turn.
+TEST_F(FinetuneRecipe, ChatSFTTrainsResumesAndGenerateAnswersAConversation) {
+  testing::write_file(dir_ / "chat.jinja", kChatTemplate);
+  const std::string jsonl = write_sft("chat", chat_records()).string();
+  const std::string with_template = " data.chat_template=" + (dir_ / "chat.jinja").string();
+  ASSERT_EQ(forge("train " + write_config("chat_run", 0, "", jsonl).string() + with_template), 0);
+  std::map<int64_t, double> train = losses(dir_ / "chat_run", "train"),
+                            val = losses(dir_ / "chat_run", "val");
+  ASSERT_EQ(train.size(), 12u);
+  ASSERT_EQ(val.size(), 3u);
+  // Values from this fixed seed (any ISA within 1e-3).
+  EXPECT_NEAR(train.at(1), 3.7504, 2e-3);
+  EXPECT_NEAR(train.at(12), 3.0306, 3e-3);
+  EXPECT_NEAR(val.at(0), 3.4623, 2e-3);
+  EXPECT_NEAR(val.at(12), 2.9321, 3e-3);
+
+  const std::string killed = write_config("chat_killed", 0, "", jsonl).string() + with_template;
+  EXPECT_EQ(forge("train " + killed, "FORGE_TEST_SIGKILL_AFTER_STEP=5"), 128 + SIGKILL);
+  ASSERT_EQ(forge("train " + killed), 0);
+  EXPECT_EQ(lines(dir_ / "chat_killed"), lines(dir_ / "chat_run"));
+  EXPECT_EQ(forge("train " + write_config("chat_packed", 0, "", jsonl).string() + with_template +
+                  " finetune.packing=true"),
+            0);
+
+  const std::string bad =
+      write_sft("bad_chat", chat_records() + R"({"messages": [{"role": "bot", "content": "x"}]})" +
+                                "\n")
+          .string();
+  auto [bad_code, bad_out] =
+      forge_output("train " + write_config("bad_chat", 0, "", bad).string() + with_template);
+  EXPECT_EQ(bad_code, 3) << bad_out;
+  EXPECT_NE(bad_out.find("bad_chat.jsonl:13: messages[0].role: unknown role \"bot\""),
+            std::string::npos) << bad_out;
+  auto [none_code, none_out] =
+      forge_output("train " + write_config("no_template", 0, "", jsonl).string());
+  EXPECT_EQ(none_code, 2) << none_out;
+  EXPECT_NE(none_out.find("set data.chat_template to a .jinja file"), std::string::npos)
+      << none_out;
+
+  // The reply generate --chat prints is the greedy continuation of the rendered conversation,
+  // cut before the end of turn ("\n"). The tiny model's greedy reply is often empty; a non-empty
+  // one is preferred when one of a few user messages gives it. Each must end within the tokens.
+  LoadedGPT loaded = load_gpt(resolve_checkpoint(dir_ / "chat_run"));
+  const ChatTemplate chat_template(kChatTemplate, "test", "", "");
+  auto bytes = make_tokenizer("bytes");
+  nn::SamplingOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 16;
+  std::string user, want;
+  for (const char* ask : {"Snow?", "Sky?", "Up?", "Old?", "France?", "Hot?", "Wet?", "Coal?"}) {
+    const std::vector<int32_t> prompt =
+        bytes->encode(chat_template.render({{"system", "Be brief."}, {"user", ask}}, true));
+    const std::vector<int64_t> ids =
+        nn::generate(*loaded.model, {prompt.begin(), prompt.end()}, greedy);
+    const std::string text = bytes->decode({ids.begin(), ids.end()});
+    ASSERT_NE(text.find('\n'), std::string::npos) << ask << ": " << text;
+    if (user.empty() || want == "\n") {
+      user = ask;
+      want = text.substr(0, text.find('\n')) + "\n";
+    }
+  }
+  testing::write_file(dir_ / "conversation.json",
+                      R"({"messages": [{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": ")" + user + R"("}]})");
+  const std::string generate = "generate --checkpoint " + (dir_ / "chat_run").string() +
+                               " --temperature 0 --max-new-tokens 16 ";
+  auto [c1, reply1] = forge_output(generate + "--chat " + (dir_ / "conversation.json").string());
+  EXPECT_EQ(c1, 0) << reply1;
+  EXPECT_EQ(reply1, want);
+  auto [c2, reply2] = forge_output(generate + "--user '" + user + "' --system 'Be brief.'");
+  EXPECT_EQ(c2, 0) << reply2;
+  EXPECT_EQ(reply2, want);
+  // The run exported as a hub directory whose tokenizer_config.json ends a turn with "$" and whose
+  // generation_config.json lists "\n" (id 10) as an end of turn: the reply stops at that id.
+  const fs::path hub = dir_ / "chat_hub";
+  ASSERT_EQ(forge("export --checkpoint " + (dir_ / "chat_run").string() + " --format hf --output " +
+                  hub.string()),
+            0);
+  const char* hub_template =
+      "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}${% endfor %}"
+      "{% if add_generation_prompt %}a:{% endif %}";
+  testing::write_file(hub / "tokenizer_config.json",
+                      nlohmann::json{{"chat_template", hub_template}}.dump());
+  testing::write_file(hub / "generation_config.json", R"({"eos_token_id": [10]})");
+  {
+    LoadedGPT from_hub = load_gpt(resolve_checkpoint(hub));
+    const std::vector<int32_t> prompt = bytes->encode(ChatTemplate(hub_template, "hub", "", "")
+                                                          .render({{"user", user}}, true));
+    const std::vector<int64_t> ids =
+        nn::generate(*from_hub.model, {prompt.begin(), prompt.end()}, greedy);
+    const std::string text = bytes->decode({ids.begin(), ids.end()});
+    ASSERT_NE(text.find('\n'), std::string::npos) << text;
+    ASSERT_LT(text.find('\n'), text.find('$')) << text;  // the id ends it, not the text
+    auto [c, reply] = forge_output("generate --checkpoint " + hub.string() + " --user '" + user +
+                                   "' --temperature 0 --max-new-tokens 16");
+    EXPECT_EQ(c, 0) << reply;
+    EXPECT_EQ(reply, text.substr(0, text.find('\n')) + "\n");
+  }
+  auto [c3, usage] = forge_output(generate + "--system 'Be brief.' --prompt x");
+  EXPECT_EQ(c3, 2) << usage;
+  testing::write_file(dir_ / "conversation.json",
+                      R"({"messages": [{"role": "user", "content": 3}]})");
+  auto [c4, bad_chat] = forge_output(generate + "--chat " + (dir_ / "conversation.json").string());
+  EXPECT_EQ(c4, 3) << bad_chat;
+  EXPECT_NE(bad_chat.find("conversation.json: messages[0].content: must be a string, got number"),
+            std::string::npos) << bad_chat;
 }
 
 // Packed SFT: short records, several to a row of the base's 32 positions, over four epochs. Killed
