@@ -45,6 +45,11 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> spelled_tokens() const;
   /// The merges in rank order as vocab.bpe spells them ("left right").
   std::vector<std::string> spelled_merges() const;
+  /// Every split of every mergeable token into two tokens, spelled "left right", in the order
+  /// encode() applies them: by the id of the token made (its vocab.bpe merge first, then by split
+  /// point). tiktoken-style merging as an explicit merge list, which Hugging Face's BPE with
+  /// ignore_merges follows (tokenizer.json).
+  std::vector<std::string> spelled_merge_pairs() const;
 
  private:
   struct StringHash {
