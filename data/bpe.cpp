@@ -526,15 +526,22 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 16);
-  std::unique_lock<std::mutex> lock(cache_mutex_, std::try_to_lock);
+  std::unique_lock<std::mutex> lock;
   Cache local;
-  Cache& cache = lock.owns_lock() ? cache_ : local;
+  Cache* cache = &local;
+  for (CacheSlot& slot : caches_) {
+    lock = std::unique_lock<std::mutex>(slot.mutex, std::try_to_lock);
+    if (lock.owns_lock()) {
+      cache = &slot.cache;
+      break;
+    }
+  }
   std::vector<int32_t> parts, ranks;
   detail::split_specials(
       text, specials_,
       [&](std::string_view segment) {
         for_each_piece(segment, [&](std::string_view piece) {
-          encode_piece(piece, ids, cache, parts, ranks);
+          encode_piece(piece, ids, *cache, parts, ranks);
         });
       },
       [&](int32_t id) { ids.push_back(id); });

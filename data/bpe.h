@@ -4,6 +4,7 @@
 // concatenation has the lowest rank, leftmost first; rank == id).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -99,8 +100,15 @@ class BpeTokenizer final : public Tokenizer {
   int32_t byte_ids_[256] = {};
   PairTable pairs_;
   std::vector<std::pair<int32_t, uint32_t>> merges_;  // (token made, left_bytes) in rank order
-  mutable std::mutex cache_mutex_;
-  mutable Cache cache_;  // piece -> ids, shared across calls; a call that can't lock uses its own
+  // piece -> ids, kept across calls. Concurrent calls (forge prepare encodes on every core) each
+  // take the first free slot, so every thread keeps a warm cache; a call finding none free uses
+  // its own.
+  struct CacheSlot {
+    std::mutex mutex;
+    Cache cache;
+  };
+  static constexpr size_t kCacheSlots = 8;
+  mutable std::array<CacheSlot, kCacheSlots> caches_;
 };
 
 }  // namespace forge
