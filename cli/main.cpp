@@ -156,7 +156,9 @@ const std::map<std::string, std::string> kCommandUsage = {
      "                     [--records file|percent|lines] [--force]\n"
      "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
      "files (default), '%'-separated records (the fortunes format) or lines. An existing output\n"
-     "is replaced only with --force, and never when it is one of the inputs.\n"},
+     "is replaced only with --force, and never when it is one of the inputs. Documents are\n"
+     "encoded on every core (OMP_NUM_THREADS) and written in order: any thread count gives the\n"
+     "same dataset.\n"},
     {"tokenizer",
      "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
      "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
