@@ -28,6 +28,7 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   /// Token ids of `text` (any bytes, UTF-8 or not); special tokens in the text become their ids.
+  /// Called from several threads at once (forge prepare encodes on every core).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   /// The text the ids stand for. Lossless for `bytes` and the byte-level BPEs: decode(encode(x))
   /// == x for every byte string x. WordPiece is lossy (case, accents, whitespace, unknown words):
