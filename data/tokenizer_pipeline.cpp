@@ -9,16 +9,18 @@
 #include <utf8proc.h>
 
 #include <algorithm>
-#include <climits>
-#include <map>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 
 #include "core/error.h"
 #include "data/bpe.h"
+#include "data/tokenizer_unicode_tables.h"
 #include "data/unicode.h"
 
 namespace forge::tokenizer_json {
+
+using nlohmann::json;
 
 JsonPlace JsonPlace::at(std::string_view key) const {
   return {file, path.empty() ? std::string(key) : path + "." + std::string(key)};
@@ -29,13 +31,16 @@ JsonPlace JsonPlace::at(size_t index) const {
 }
 
 void JsonPlace::fail(std::string_view what) const {
-  throw Error(ExitCode::data, file + ": " + (path.empty() ? std::string() : path + ": ") +
-                                  std::string(what));
+  throw Error(ExitCode::data,
+              file + ": " + (path.empty() ? std::string() : path + ": ") + std::string(what));
 }
 
 namespace {
 
 using Origin = std::pair<uint32_t, uint32_t>;
+
+// A value from the file, quoted and made printable for a one-line message.
+std::string shown(std::string_view s) { return "\"" + printable(s) + "\""; }
 
 // A byte that does not start valid UTF-8 stands for itself as a one-byte character whose code point
 // lies past Unicode, so no property holds for it and it is written back unchanged.
@@ -57,10 +62,6 @@ inline void append_cp(uint32_t cp, std::string& out) {
     unicode::append_utf8(cp, out);
 }
 
-inline int cp_length(uint32_t cp) {
-  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : cp < kRawByte ? 4 : 1;
-}
-
 // The span of the character holding byte i of an unchanged text that starts at `base`.
 Origin identity_origin(std::string_view s, size_t i, uint32_t base) {
   size_t j = i;
@@ -76,62 +77,41 @@ inline Origin origin_at(const NormalizedText& t, size_t i) {
   return t.is_identity() ? identity_origin(t.text, i, t.base) : t.origin[i];
 }
 
-// ---- Unicode properties, as Rust's char methods and the crates Hugging Face uses define them ----
+// ---- Unicode properties, as the Unicode tables inside Hugging Face's library answer ----
 
-// char::is_whitespace: the White_Space property.
+// char::is_whitespace: the White_Space property (stable since Unicode 6).
 inline bool is_whitespace(uint32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
   return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
          c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-inline utf8proc_category_t category(uint32_t c) {
-  return utf8proc_category(static_cast<utf8proc_int32_t>(c));
-}
-
-// char::is_numeric: general categories Nd, Nl and No.
 inline bool is_numeric(uint32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  return unicode::in_ranges(c, hf_unicode::kNumeric);
 }
 
-// BertPreTokenizer's and Punctuation's test: ASCII punctuation (which counts $ + < = > ^ ` | ~)
-// or a P* general category.
-inline bool is_punctuation(uint32_t c) {
-  if (c < 0x80)
-    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-           (c >= 123 && c <= 126);
-  const auto k = category(c);
-  return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
-}
+inline bool is_punctuation(uint32_t c) { return unicode::in_ranges(c, hf_unicode::kPunctuation); }
 
-// unicode_categories' is_other: Cc, Cf and Co (not Cn or Cs).
-inline bool is_other(uint32_t c) {
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO;
-}
-
-inline bool is_mark(uint32_t c) {
-  if (c < 0x80) return false;
-  const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
-}
+inline bool is_mark(uint32_t c) { return c >= 0x300 && unicode::in_ranges(c, hf_unicode::kMark); }
 
 inline bool is_nonspacing_mark(uint32_t c) {
-  return c >= 0x80 && category(c) == UTF8PROC_CATEGORY_MN;
+  return c >= 0x300 && unicode::in_ranges(c, hf_unicode::kNonspacingMark);
 }
 
-// char::to_lowercase: the simple mapping, except U+0130, whose full mapping has two characters.
+// char::to_lowercase: one character, except U+0130's two.
 template <class Emit>
 void lowercase(uint32_t c, Emit&& emit) {
   if (c < 0x80) return emit(c >= 'A' && c <= 'Z' ? c + 32 : c);
-  if (c >= kRawByte) return emit(c);
   if (c == 0x130) {
     emit(0x69);
     return emit(0x307);
   }
-  emit(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+  const auto* end = std::end(hf_unicode::kLowercase);
+  const auto* it =
+      std::lower_bound(std::begin(hf_unicode::kLowercase), end, c,
+                       [](const hf_unicode::LowerPair& p, uint32_t x) { return p.from < x; });
+  emit(it != end && it->from == c ? it->to : c);
 }
 
 // BertNormalizer's Chinese characters: the CJK ideograph blocks as Hugging Face lists them.
@@ -273,8 +253,7 @@ class Regex {
     if (r != ONIG_NORMAL) {
       OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
       onig_error_code_to_str(message, r, &info);
-      place.fail("invalid regex " + printable(pattern) + ": " +
-                 reinterpret_cast<const char*>(message));
+      place.fail("invalid regex " + shown(pattern) + ": " + reinterpret_cast<const char*>(message));
     }
   }
   ~Regex() { onig_free(regex_); }
@@ -296,8 +275,8 @@ class Regex {
       if (r < 0) {
         OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
         onig_error_code_to_str(message, r);
-        throw Error(ExitCode::data, std::string("regex search failed: ") +
-                                        reinterpret_cast<const char*>(message));
+        throw Error(ExitCode::data,
+                    std::string("regex search failed: ") + reinterpret_cast<const char*>(message));
       }
       const auto begin = static_cast<size_t>(region->beg[0]);
       const auto stop = static_cast<size_t>(region->end[0]);
@@ -413,15 +392,15 @@ void split(const NormalizedText& t, const Segments& segments, Behavior behavior,
       std::reverse(kept.begin(), kept.end());
       break;
   }
+  out.reserve(out.size() + kept.size());
   for (const auto& [begin, end] : kept)
     if (end > begin) out.push_back(t.slice(begin, end));
 }
 
-
 // ---- Unicode normalisation with alignments (the unicode-normalization-alignments crate) ----
 
 inline uint8_t combining_class(uint32_t c) {
-  return c < 0x300 || c >= kRawByte
+  return c < 0x300 || !unicode::in_ranges(c, hf_unicode::kCombining)
              ? 0
              : static_cast<uint8_t>(
                    utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class);
@@ -429,14 +408,13 @@ inline uint8_t combining_class(uint32_t c) {
 
 template <class Emit>
 void decompose(uint32_t c, bool compatible, Emit&& emit) {
-  if (c < 0xC0 && !(compatible && c >= 0xA0)) return emit(c);
-  if (c >= kRawByte) return emit(c);
+  if (c < 0xA0 || !unicode::in_ranges(c, hf_unicode::kDecomposable)) return emit(c);
   utf8proc_int32_t out[32];
   int boundclass = 0;
-  const auto options = static_cast<utf8proc_option_t>(
-      UTF8PROC_DECOMPOSE | (compatible ? UTF8PROC_COMPAT : 0));
-  const utf8proc_ssize_t n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), out, 32,
-                                                     options, &boundclass);
+  const auto options =
+      static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE | (compatible ? UTF8PROC_COMPAT : 0));
+  const utf8proc_ssize_t n =
+      utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), out, 32, options, &boundclass);
   if (n <= 0 || n > 32) return emit(c);
   for (utf8proc_ssize_t k = 0; k < n; ++k) emit(static_cast<uint32_t>(out[k]));
 }
@@ -448,18 +426,17 @@ uint32_t compose(uint32_t a, uint32_t b) {
   constexpr uint32_t s_base = 0xAC00, l_base = 0x1100, v_base = 0x1161, t_base = 0x11A7;
   if (a >= l_base && a < l_base + 19 && b >= v_base && b < v_base + 21)
     return s_base + ((a - l_base) * 21 + (b - v_base)) * 28;
-  if (a >= s_base && a < s_base + 11172 && (a - s_base) % 28 == 0 && b > t_base &&
-      b < t_base + 28)
+  if (a >= s_base && a < s_base + 11172 && (a - s_base) % 28 == 0 && b > t_base && b < t_base + 28)
     return a + (b - t_base);
   if (a >= kRawByte || b >= kRawByte || b < 0x300) return 0;
   const auto* pa = utf8proc_get_property(static_cast<utf8proc_int32_t>(a));
   const auto* pb = utf8proc_get_property(static_cast<utf8proc_int32_t>(b));
-  if (pa->comb_index >= 0x8000 || pb->comb_index == UINT16_MAX || pb->comb_index < 0x8000)
-    return 0;
+  if (pa->comb_index >= 0x8000 || pb->comb_index == UINT16_MAX || pb->comb_index < 0x8000) return 0;
   utf8proc_int32_t pair[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
   const auto n = utf8proc_normalize_utf32(
       pair, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
-  return n == 1 ? static_cast<uint32_t>(pair[0]) : 0;
+  const auto r = static_cast<uint32_t>(pair[0]);
+  return n == 1 && unicode::in_ranges(r, hf_unicode::kDecomposable) ? r : 0;
 }
 
 // Decompositions: each character's decomposition (its first character with change 0, the rest
@@ -512,7 +489,7 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
   out.reserve(decomposed.size());
   std::vector<Change> buffer;
   std::optional<Change> composee;
-  std::optional<uint8_t> last_ccc;
+  int last_ccc = -1;  // class of the last character held back, -1 for none
   for (const Change& ch : decomposed) {
     const uint8_t ch_class = combining_class(ch.cp);
     if (!composee) {
@@ -524,7 +501,7 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
       continue;
     }
     const Change k = *composee;
-    if (!last_ccc) {
+    if (last_ccc < 0) {
       if (const uint32_t r = compose(k.cp, ch.cp)) {
         composee = Change{r, k.change + ch.change - 1};
         continue;
@@ -538,10 +515,10 @@ std::vector<Change> recompositions(const std::vector<Change>& decomposed) {
       last_ccc = ch_class;
       continue;
     }
-    if (*last_ccc >= ch_class) {
+    if (last_ccc >= ch_class) {
       if (ch_class == 0) {
         composee = ch;
-        last_ccc.reset();
+        last_ccc = -1;
         out.push_back(k);
         out.insert(out.end(), buffer.begin(), buffer.end());
         buffer.clear();
@@ -615,7 +592,6 @@ void NormalizedText::materialize() {
   }
 }
 
-
 namespace {
 
 // ---- Reading a component's fields ----
@@ -654,7 +630,7 @@ std::string get_char(const nlohmann::json& node, const JsonPlace& place, std::st
   std::string s = get_string(node, place, key);
   uint32_t cp = 0;
   if (s.empty() || unicode::utf8_decode(s, 0, cp) != static_cast<int>(s.size()))
-    place.at(key).fail("expected a single character, got " + printable(s));
+    place.at(key).fail("expected a single character, got " + shown(s));
   return s;
 }
 
@@ -701,22 +677,31 @@ Behavior get_behavior(const nlohmann::json& v, const JsonPlace& place) {
   if (s == "MergedWithPrevious") return Behavior::merged_with_previous;
   if (s == "MergedWithNext") return Behavior::merged_with_next;
   if (s == "Contiguous") return Behavior::contiguous;
-  place.fail("unknown behavior " + printable(s) +
+  place.fail("unknown behavior " + shown(s) +
              " (expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
 }
 
 // ---- Normalizers ----
 
-class SequenceNormalizer final : public Normalizer {
+// Sequence, for any stage: its parts run in order, through the stage's own method.
+template <class Stage, class... Args>
+class SequenceOf : public Stage {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
-      : parts_(std::move(parts)) {}
-  void normalize(NormalizedText& text) const override {
-    for (const auto& p : parts_) p->normalize(text);
+  explicit SequenceOf(std::vector<std::unique_ptr<Stage>> parts) : parts_(std::move(parts)) {}
+
+ protected:
+  void run(void (Stage::*method)(Args...) const, Args... args) const {
+    for (const auto& p : parts_) ((*p).*method)(args...);
   }
 
  private:
-  std::vector<std::unique_ptr<Normalizer>> parts_;
+  std::vector<std::unique_ptr<Stage>> parts_;
+};
+
+class SequenceNormalizer final : public SequenceOf<Normalizer, NormalizedText&> {
+ public:
+  using SequenceOf::SequenceOf;
+  void normalize(NormalizedText& t) const override { run(&Normalizer::normalize, t); }
 };
 
 class UnicodeNormalizer final : public Normalizer {
@@ -812,8 +797,7 @@ class BertNormalizer final : public Normalizer {
   void normalize(NormalizedText& t) const override {
     if (clean_text_)
       map_chars(t, [](uint32_t c, auto&& emit) {
-        if (c == 0 || c == 0xFFFD || (c != '\t' && c != '\n' && c != '\r' && is_other(c)))
-          return;
+        if (unicode::in_ranges(c, hf_unicode::kCleanDropped)) return;
         emit(is_whitespace(c) ? ' ' : c);
       });
     if (chinese_ && !is_ascii(t.text))
@@ -836,16 +820,10 @@ class BertNormalizer final : public Normalizer {
 
 // ---- Pre-tokenizers ----
 
-class SequencePreTokenizer final : public PreTokenizer {
+class SequencePreTokenizer final : public SequenceOf<PreTokenizer, Pieces&> {
  public:
-  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
-      : parts_(std::move(parts)) {}
-  void pre_tokenize(Pieces& pieces) const override {
-    for (const auto& p : parts_) p->pre_tokenize(pieces);
-  }
-
- private:
-  std::vector<std::unique_ptr<PreTokenizer>> parts_;
+  using SequenceOf::SequenceOf;
+  void pre_tokenize(Pieces& pieces) const override { run(&PreTokenizer::pre_tokenize, pieces); }
 };
 
 // Replaces every piece by what split_one appends for it.
@@ -891,14 +869,18 @@ void split_on_chars(Pieces& pieces, Pred&& pred, Behavior behavior) {
 
 // GPT-2's bytes_to_unicode spelling of each byte.
 struct ByteAlphabet {
-  std::string spelling[256];
+  char spelling[256][2];
+  uint8_t length[256];
   int byte_of[324];  // code point of the alphabet -> byte, -1 for code points outside it
   ByteAlphabet() {
     std::fill(std::begin(byte_of), std::end(byte_of), -1);
     for (int b = 0; b < 256; ++b) {
-      spelling[b] = gpt2_spelling(std::string(1, static_cast<char>(b)));
+      const std::string s = gpt2_spelling(std::string(1, static_cast<char>(b)));
+      // Every code point of the alphabet is below U+0800.
+      length[b] = static_cast<uint8_t>(s.size());
+      std::copy(s.begin(), s.end(), spelling[b]);
       uint32_t cp = 0;
-      unicode::utf8_decode(spelling[b], 0, cp);
+      unicode::utf8_decode(s, 0, cp);
       byte_of[cp] = b;
     }
   }
@@ -921,18 +903,26 @@ const Regex& gpt2_regex() {
 // the byte belongs to.
 void to_byte_alphabet(NormalizedText& t) {
   const ByteAlphabet& alphabet = byte_alphabet();
-  std::string text;
-  std::vector<Origin> origin;
-  text.reserve(t.text.size() * 2);
-  origin.reserve(t.text.size() * 2);
+  std::string text(t.text.size() * 2, '\0');
+  std::vector<Origin> origin(text.size());
+  size_t out = 0;
   for (size_t i = 0; i < t.text.size();) {
     uint32_t cp = 0;
     const auto n = static_cast<size_t>(char_at(t.text, i, cp));
-    const Origin o = origin_at(t, i);
-    for (size_t k = i; k < i + n; ++k) text += alphabet.spelling[static_cast<unsigned char>(t.text[k])];
-    origin.resize(text.size(), o);
+    const Origin o =
+        t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)} : t.origin[i];
+    const size_t start = out;
+    for (size_t k = i; k < i + n; ++k) {
+      const auto b = static_cast<unsigned char>(t.text[k]);
+      text[out++] = alphabet.spelling[b][0];
+      if (alphabet.length[b] == 2) text[out++] = alphabet.spelling[b][1];
+    }
+    std::fill(origin.begin() + static_cast<ptrdiff_t>(start),
+              origin.begin() + static_cast<ptrdiff_t>(out), o);
     i += n;
   }
+  text.resize(out);
+  origin.resize(out);
   t.text = std::move(text);
   t.origin = std::move(origin);
 }
@@ -974,7 +964,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
     Segments segments;
     std::vector<std::pair<uint32_t, uint32_t>> scratch;
     split_each(pieces, [&](NormalizedText& piece, Pieces& out) {
-      find_char_matches(piece.text, [](uint32_t c) { return c == ' '; }, segments);
+      find_char_matches(
+          piece.text, [](uint32_t c) { return c == ' '; }, segments);
       replace_matches(piece, segments, replacement_);
       const bool starts = piece.text.compare(0, replacement_.size(), replacement_) == 0;
       if (!starts && (scheme_ == PrependScheme::always ||
@@ -985,7 +976,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         return;
       }
       const uint32_t r = replacement_cp_;
-      find_char_matches(piece.text, [r](uint32_t c) { return c == r; }, segments);
+      find_char_matches(
+          piece.text, [r](uint32_t c) { return c == r; }, segments);
       split(piece, segments, Behavior::merged_with_next, out, scratch);
     });
   }
@@ -1118,16 +1110,10 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
-class SequenceDecoder final : public Decoder {
+class SequenceDecoder final : public SequenceOf<Decoder, Tokens&> {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
-      : parts_(std::move(parts)) {}
-  void decode_chain(Tokens& tokens) const override {
-    for (const auto& p : parts_) p->decode_chain(tokens);
-  }
-
- private:
-  std::vector<std::unique_ptr<Decoder>> parts_;
+  using SequenceOf::SequenceOf;
+  void decode_chain(Tokens& tokens) const override { run(&Decoder::decode_chain, tokens); }
 };
 
 // Each token's characters back to bytes (a token with a character outside the byte alphabet stays
@@ -1307,8 +1293,8 @@ class WordPieceDecoder final : public Decoder {
  private:
   static std::string cleanup(std::string s) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."},   {" ?", "?"},     {" !", "!"},   {" ,", ","},
-        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
         {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (const auto& [from, to] : kRules) s = replace_all(s, from, to);
     return s;
@@ -1364,17 +1350,14 @@ void surround(Encoding& encoding, int32_t before, int32_t after) {
   encoding.offsets.push_back({0, 0});
 }
 
-class SequenceProcessor final : public PostProcessor {
+class SequenceProcessor final
+    : public SequenceOf<PostProcessor, Encoding&, bool, const TokenText&> {
  public:
-  explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> parts)
-      : parts_(std::move(parts)) {}
+  using SequenceOf::SequenceOf;
   void process(Encoding& encoding, bool add_special_tokens,
                const TokenText& token_text) const override {
-    for (const auto& p : parts_) p->process(encoding, add_special_tokens, token_text);
+    run(&PostProcessor::process, encoding, add_special_tokens, token_text);
   }
-
- private:
-  std::vector<std::unique_ptr<PostProcessor>> parts_;
 };
 
 class ByteLevelProcessor final : public PostProcessor {
@@ -1441,8 +1424,7 @@ int32_t get_token_id(const nlohmann::json& node, const JsonPlace& place, std::st
 }
 
 std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
-                                                    const JsonPlace& place,
-                                                    std::string_view key) {
+                                                    const JsonPlace& place, std::string_view key) {
   const nlohmann::json& specials = field(node, place, "special_tokens");
   if (!specials.is_object())
     place.at("special_tokens").fail("expected an object, got " + type_name(specials));
@@ -1460,15 +1442,14 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
     get_uint(body, inner, "type_id", UINT32_MAX);
     const std::string id = get_string(body, inner, "id");
     if (is_sequence) {
-      if (id != "A" && id != "B") inner.at("id").fail("expected \"A\" or \"B\", got " + printable(id));
+      if (id != "A" && id != "B") inner.at("id").fail("expected \"A\" or \"B\", got " + shown(id));
       if (key == "single" && id == "B")
         inner.at("id").fail("the single template cannot use sequence B");
       out.push_back({true, {}});
       continue;
     }
     const auto it = specials.find(id);
-    if (it == specials.end())
-      inner.at("id").fail(printable(id) + " is not in special_tokens");
+    if (it == specials.end()) inner.at("id").fail(shown(id) + " is not in special_tokens");
     const JsonPlace sp = place.at("special_tokens").at(id);
     if (!it->is_object()) sp.fail("expected an object, got " + type_name(*it));
     const nlohmann::json& ids = get_array(*it, sp, "ids");
@@ -1492,7 +1473,7 @@ PrependScheme get_prepend_scheme(const nlohmann::json& node, const JsonPlace& pl
       scheme = PrependScheme::never;
     else if (s != "always")
       place.at("prepend_scheme")
-          .fail("unknown prepend_scheme " + printable(s) + " (expected first, always or never)");
+          .fail("unknown prepend_scheme " + shown(s) + " (expected first, always or never)");
   }
   // The legacy add_prefix_space: false means never (and contradicts any other scheme).
   if (node.contains("add_prefix_space") && !node["add_prefix_space"].is_null() &&
@@ -1518,92 +1499,113 @@ std::vector<std::unique_ptr<Part>> sequence_parts(const nlohmann::json& node,
   return parts;
 }
 
+// What each builder reads, for the message that refuses anything else.
+constexpr const char* kNormalizers =
+    "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip, StripAccents and "
+    "BertNormalizer";
+constexpr const char* kPreTokenizers =
+    "Sequence, Split, ByteLevel, Metaspace, Digits, BertPreTokenizer, Whitespace, "
+    "WhitespaceSplit and Punctuation";
+constexpr const char* kDecoders =
+    "Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece and BPEDecoder";
+constexpr const char* kPostProcessors =
+    "Sequence, TemplateProcessing, ByteLevel, BertProcessing and RobertaProcessing";
+
+// The start of every builder: null is no stage (nothing, no type), a Sequence is built from its
+// parts; anything else gives its type to build.
+template <class Sequence, class Stage>
+std::pair<std::unique_ptr<Stage>, std::string> start(
+    const nlohmann::json& node, const JsonPlace& place, std::string_view parts,
+    std::unique_ptr<Stage> (*make)(const nlohmann::json&, const JsonPlace&)) {
+  if (node.is_null()) return {};
+  std::string type = component_type(node, place);
+  if (type != "Sequence") return {nullptr, std::move(type)};
+  return {std::make_unique<Sequence>(sequence_parts<Stage>(node, place, parts, make)), type};
+}
+
+// A type Hugging Face has but Forge refuses, with the reason; else one it does not know.
 [[noreturn]] void unknown_type(const JsonPlace& place, const std::string& type, const char* kind,
                                const char* known) {
-  place.at("type").fail("unknown " + std::string(kind) + " " + printable(type) +
-                        " (Forge reads " + known + ")");
+  if (type == "Precompiled")
+    place.at("type").fail(
+        "Precompiled is not supported: it applies a SentencePiece normalisation charsmap; use the "
+        "model's tokenizer.model instead");
+  if (type == "CTC")
+    place.at("type").fail("CTC is not supported: it decodes speech models' outputs");
+  place.at("type").fail("unknown " + std::string(kind) + " " + shown(type) + " (Forge reads " +
+                        known + ")");
 }
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& node, const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceNormalizer>(
-        sequence_parts<Normalizer>(node, place, "normalizers", make_normalizer));
+std::unique_ptr<Normalizer> make_normalizer(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceNormalizer>(node, place, "normalizers", make_normalizer);
+  if (out || type.empty()) return std::move(out);
   if (type == "NFC") return std::make_unique<UnicodeNormalizer>(Form::nfc);
   if (type == "NFD") return std::make_unique<UnicodeNormalizer>(Form::nfd);
   if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(Form::nfkc);
   if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(Form::nfkd);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
-  if (type == "Replace")
-    return std::make_unique<ReplaceNormalizer>(get_pattern(node, place),
+  if (type == "Replace") {
+    auto pattern = get_pattern(node, place);
+    return std::make_unique<ReplaceNormalizer>(std::move(pattern),
                                                get_string(node, place, "content"));
+  }
   if (type == "Prepend") return std::make_unique<Prepend>(get_string(node, place, "prepend"));
-  if (type == "Strip")
-    return std::make_unique<Strip>(get_bool(node, place, "strip_left"),
-                                   get_bool(node, place, "strip_right"));
+  if (type == "Strip") {
+    const bool left = get_bool(node, place, "strip_left");
+    return std::make_unique<Strip>(left, get_bool(node, place, "strip_right"));
+  }
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "BertNormalizer") {
+    const bool clean_text = get_bool(node, place, "clean_text");
+    const bool chinese = get_bool(node, place, "handle_chinese_chars");
+    // An Option in Hugging Face's struct: missing or null means "as lowercase".
+    const bool unset = !node.contains("strip_accents") || node["strip_accents"].is_null();
+    const bool strip_accents = !unset && get_bool(node, place, "strip_accents");
     const bool lowercase = get_bool(node, place, "lowercase");
-    const nlohmann::json& strip = field(node, place, "strip_accents");
-    return std::make_unique<BertNormalizer>(
-        get_bool(node, place, "clean_text"), get_bool(node, place, "handle_chinese_chars"),
-        strip.is_null() ? lowercase : get_bool(node, place, "strip_accents"), lowercase);
+    return std::make_unique<BertNormalizer>(clean_text, chinese,
+                                            unset ? lowercase : strip_accents, lowercase);
   }
-  if (type == "Precompiled")
-    place.at("type").fail(
-        "Precompiled is not supported: it applies a SentencePiece normalisation charsmap; use the "
-        "model's tokenizer.model instead");
-  unknown_type(place, type, "normalizer",
-               "Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip, "
-               "StripAccents and BertNormalizer");
+  unknown_type(place, type, "normalizer", kNormalizers);
 }
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& node,
-                                                 const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequencePreTokenizer>(
-        sequence_parts<PreTokenizer>(node, place, "pretokenizers", make_pre_tokenizer));
-  if (type == "Split")
-    return std::make_unique<SplitPreTokenizer>(
-        get_pattern(node, place), get_behavior(field(node, place, "behavior"), place.at("behavior")),
-        get_bool(node, place, "invert"));
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequencePreTokenizer>(node, place, "pretokenizers", make_pre_tokenizer);
+  if (out || type.empty()) return std::move(out);
+  if (type == "Split") {
+    auto pattern = get_pattern(node, place);
+    const Behavior behavior = get_behavior(field(node, place, "behavior"), place.at("behavior"));
+    return std::make_unique<SplitPreTokenizer>(std::move(pattern), behavior,
+                                               get_bool(node, place, "invert"));
+  }
   if (type == "ByteLevel") {
+    const bool add_prefix_space = get_bool(node, place, "add_prefix_space");
     get_bool(node, place, "trim_offsets");
-    return std::make_unique<ByteLevelPreTokenizer>(get_bool(node, place, "add_prefix_space"),
+    return std::make_unique<ByteLevelPreTokenizer>(add_prefix_space,
                                                    get_bool_or(node, place, "use_regex", true));
   }
   if (type == "Metaspace") {
-    const bool split = node.contains("split") && !node["split"].is_null()
-                           ? get_bool(node, place, "split")
-                           : true;
-    return std::make_unique<MetaspacePreTokenizer>(get_char(node, place, "replacement"),
-                                                   get_prepend_scheme(node, place), split);
+    std::string replacement = get_char(node, place, "replacement");
+    const PrependScheme scheme = get_prepend_scheme(node, place);
+    const bool split =
+        node.contains("split") && !node["split"].is_null() ? get_bool(node, place, "split") : true;
+    return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme, split);
   }
-  if (type == "Digits")
-    return std::make_unique<Digits>(get_bool(node, place, "individual_digits"));
+  if (type == "Digits") return std::make_unique<Digits>(get_bool(node, place, "individual_digits"));
   if (type == "BertPreTokenizer") return std::make_unique<BertPreTokenizer>();
   if (type == "Whitespace") return std::make_unique<Whitespace>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplit>();
   if (type == "Punctuation")
-    return std::make_unique<Punctuation>(
-        node.contains("behavior") ? get_behavior(node["behavior"], place.at("behavior"))
-                                  : Behavior::isolated);
-  unknown_type(place, type, "pre-tokenizer",
-               "Sequence, Split, ByteLevel, Metaspace, Digits, BertPreTokenizer, Whitespace, "
-               "WhitespaceSplit and Punctuation");
+    return std::make_unique<Punctuation>(node.contains("behavior")
+                                             ? get_behavior(node["behavior"], place.at("behavior"))
+                                             : Behavior::isolated);
+  unknown_type(place, type, "pre-tokenizer", kPreTokenizers);
 }
 
-std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceDecoder>(
-        sequence_parts<Decoder>(node, place, "decoders", make_decoder));
+std::unique_ptr<Decoder> make_decoder(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceDecoder>(node, place, "decoders", make_decoder);
+  if (out || type.empty()) return std::move(out);
   if (type == "ByteLevel") {
     get_bool(node, place, "add_prefix_space");
     get_bool(node, place, "trim_offsets");
@@ -1611,55 +1613,53 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPlac
     return std::make_unique<ByteLevelDecoder>();
   }
   if (type == "Metaspace") {
-    get_char(node, place, "replacement");
-    return std::make_unique<MetaspaceDecoder>(get_char(node, place, "replacement"),
+    std::string replacement = get_char(node, place, "replacement");
+    return std::make_unique<MetaspaceDecoder>(std::move(replacement),
                                               get_prepend_scheme(node, place));
   }
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<Fuse>();
-  if (type == "Strip")
-    return std::make_unique<StripDecoder>(get_char(node, place, "content"),
-                                          get_uint(node, place, "start", UINT32_MAX),
+  if (type == "Strip") {
+    std::string content = get_char(node, place, "content");
+    const uint64_t start = get_uint(node, place, "start", UINT32_MAX);
+    return std::make_unique<StripDecoder>(std::move(content), start,
                                           get_uint(node, place, "stop", UINT32_MAX));
-  if (type == "Replace")
-    return std::make_unique<ReplaceDecoder>(get_pattern(node, place),
-                                            get_string(node, place, "content"));
-  if (type == "WordPiece")
-    return std::make_unique<WordPieceDecoder>(get_string(node, place, "prefix"),
-                                              get_bool(node, place, "cleanup"));
+  }
+  if (type == "Replace") {
+    auto pattern = get_pattern(node, place);
+    return std::make_unique<ReplaceDecoder>(std::move(pattern), get_string(node, place, "content"));
+  }
+  if (type == "WordPiece") {
+    std::string prefix = get_string(node, place, "prefix");
+    return std::make_unique<WordPieceDecoder>(std::move(prefix), get_bool(node, place, "cleanup"));
+  }
   if (type == "BPEDecoder") return std::make_unique<BpeDecoder>(get_string(node, place, "suffix"));
-  if (type == "CTC")
-    place.at("type").fail("CTC is not supported: it decodes speech models' outputs");
-  unknown_type(place, type, "decoder",
-               "Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece "
-               "and BPEDecoder");
+  unknown_type(place, type, "decoder", kDecoders);
 }
 
-std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& node,
-                                                   const JsonPlace& place) {
-  if (node.is_null()) return nullptr;
-  const std::string type = component_type(node, place);
-  if (type == "Sequence")
-    return std::make_unique<SequenceProcessor>(
-        sequence_parts<PostProcessor>(node, place, "processors", make_post_processor));
+std::unique_ptr<PostProcessor> make_post_processor(const json& node, const JsonPlace& place) {
+  auto [out, type] = start<SequenceProcessor>(node, place, "processors", make_post_processor);
+  if (out || type.empty()) return std::move(out);
   if (type == "TemplateProcessing") {
     read_template(node, place, "pair");
     return std::make_unique<TemplateProcessor>(read_template(node, place, "single"));
   }
   if (type == "ByteLevel") {
+    const bool add_prefix_space = get_bool(node, place, "add_prefix_space");
+    const bool trim = get_bool(node, place, "trim_offsets");
     get_bool_or(node, place, "use_regex", true);
-    return std::make_unique<ByteLevelProcessor>(get_bool(node, place, "add_prefix_space"),
-                                                get_bool(node, place, "trim_offsets"));
+    return std::make_unique<ByteLevelProcessor>(add_prefix_space, trim);
   }
-  if (type == "BertProcessing")
-    return std::make_unique<SurroundProcessor>(get_token_id(node, place, "cls"),
-                                               get_token_id(node, place, "sep"), false, false);
-  if (type == "RobertaProcessing")
-    return std::make_unique<SurroundProcessor>(
-        get_token_id(node, place, "cls"), get_token_id(node, place, "sep"),
-        get_bool(node, place, "trim_offsets"), get_bool(node, place, "add_prefix_space"));
-  unknown_type(place, type, "post-processor",
-               "Sequence, TemplateProcessing, ByteLevel, BertProcessing and RobertaProcessing");
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    const int32_t sep = get_token_id(node, place, "sep");
+    const int32_t cls = get_token_id(node, place, "cls");
+    if (type == "BertProcessing")
+      return std::make_unique<SurroundProcessor>(cls, sep, false, false);
+    const bool trim = get_bool(node, place, "trim_offsets");
+    return std::make_unique<SurroundProcessor>(cls, sep, trim,
+                                               get_bool(node, place, "add_prefix_space"));
+  }
+  unknown_type(place, type, "post-processor", kPostProcessors);
 }
 
 }  // namespace forge::tokenizer_json
