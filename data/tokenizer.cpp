@@ -117,10 +117,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
   if (name.empty()) name = dir.lexically_normal().parent_path().filename().string();
   // Either file of a pair picks that format, so that a missing partner is named in the error.
   auto has = [&](const char* file) { return fs::exists(dir / file); };
-  if (has("tokenizer.json"))
-    return std::make_unique<TokenizerJson>(dir / "tokenizer.json", name, specials);
   if (has("encoder.json") || has("vocab.bpe"))
     return std::make_unique<BpeTokenizer>(dir / "encoder.json", dir / "vocab.bpe", name, specials);
+  // A hub directory's vocab.json + merges.txt or vocab.txt say less than its tokenizer.json (the
+  // normalizer, pre-tokenizer, added tokens); Forge's own encoder.json + vocab.bpe, which
+  // `forge tokenizer train` writes beside a tokenizer.json for other libraries, stay first.
+  if (has("tokenizer.json"))
+    return std::make_unique<TokenizerJson>(dir / "tokenizer.json", name, specials);
   if (has("vocab.json") || has("merges.txt"))
     return std::make_unique<BpeTokenizer>(dir / "vocab.json", dir / "merges.txt", name, specials);
   if (has("vocab.txt")) return std::make_unique<WordPieceTokenizer>(dir, name, specials);

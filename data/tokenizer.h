@@ -76,8 +76,9 @@ class ByteTokenizer final : public Tokenizer {
 std::filesystem::path shipped_tokenizer_dir(const std::string& name);
 
 /// "bytes", "gpt2" (shipped_tokenizer_dir), a path to a tokenizer.json file (TokenizerJson) or a
-/// directory, named after it, with tokenizer.json (TokenizerJson), else encoder.json + vocab.bpe
-/// or vocab.json + merges.txt (BpeTokenizer), or else vocab.txt (WordPieceTokenizer). `specials` are extra special tokens appended after the
+/// directory, named after it, with encoder.json + vocab.bpe (BpeTokenizer), else tokenizer.json
+/// (TokenizerJson), else vocab.json + merges.txt (BpeTokenizer), else vocab.txt
+/// (WordPieceTokenizer). `specials` are extra special tokens appended after the
 /// vocabulary (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep
 /// their id).
 /// Throws Error(data) naming the path for an unknown name, a missing directory or a corrupt file.
