@@ -191,22 +191,37 @@ TEST(BpeTrain, TokenizerJsonListsEverySplitOfAToken) {
   EXPECT_TRUE(hf["added_tokens"].empty());
 }
 
+// Tiny Shakespeare and the parity texts (tests/golden/tokenizers/texts.jsonl: CJK, emoji, control
+// characters, whitespace runs, special tokens inside text).
+struct ParityCorpus {
+  std::filesystem::path source = FORGE_SOURCE_DIR;
+  std::string shakespeare = testing::read_file(source / "data/samples/tinyshakespeare.txt");
+  std::vector<std::string> texts;
+  ParityCorpus() {
+    std::istringstream lines(testing::read_file(source / "tests/golden/tokenizers/texts.jsonl"));
+    for (std::string line; std::getline(lines, line);)
+      texts.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
+  }
+  /// Trains on `shakespeare_bytes` of Shakespeare then the parity texts twenty times over, so
+  /// merges reach inside multi-byte characters.
+  void train(size_t shakespeare_bytes, int32_t vocab_size, const std::filesystem::path& dir,
+             const std::vector<std::string>& specials = {"<|endoftext|>"}) const {
+    std::string corpus = shakespeare.substr(0, shakespeare_bytes);
+    for (int repeat = 0; repeat < 20; ++repeat)
+      for (const std::string& t : texts) corpus += t + "\n";
+    testing::write_file(dir / "corpus.txt", corpus);
+    train_bpe({dir / "corpus.txt"}, vocab_size, dir / "tok", specials);
+  }
+};
+
 // Forge reads the tokenizer.json it writes back to the same ids (TokenizerJson, Hugging Face's
 // semantics); the directory itself still loads as BpeTokenizer, which takes any bytes.
 TEST(BpeTrain, ForgeReadsTheTokenizerJsonItWrites) {
   testing::TempDir dir;
-  const std::filesystem::path source = FORGE_SOURCE_DIR;
-  const std::string shakespeare = testing::read_file(source / "data/samples/tinyshakespeare.txt");
-  std::vector<std::string> texts;
-  std::istringstream lines(testing::read_file(source / "tests/golden/tokenizers/texts.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    texts.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
-  std::string corpus = shakespeare.substr(0, 200000);
-  for (int repeat = 0; repeat < 20; ++repeat)
-    for (const std::string& t : texts) corpus += t + "\n";
-  testing::write_file(dir.path() / "corpus.txt", corpus);
-  train_bpe({dir.path() / "corpus.txt"}, 1500, dir.path() / "tok", {"<|endoftext|>", "[PAD]"});
-  texts.push_back(shakespeare.substr(500000, 30000));
+  const ParityCorpus parity;
+  parity.train(200000, 1500, dir.path(), {"<|endoftext|>", "[PAD]"});
+  std::vector<std::string> texts = parity.texts;
+  texts.push_back(parity.shakespeare.substr(500000, 30000));
   texts.push_back("a[PAD]b<|endoftext|>[PAD]");
 
   const BpeTokenizer bpe(dir.path() / "tok/encoder.json", dir.path() / "tok/vocab.bpe", "tok");
@@ -272,20 +287,12 @@ TEST(BpeTrain, TokenizerJsonGivesForgesIdsInHuggingFaceTokenizers) {
     GTEST_SKIP() << "no node with the npm package tokenizers (NODE_PATH, or run scripts/bench "
                     "tokenizer once): tokenizer.json is not checked against Hugging Face here";
   testing::TempDir dir;
-  const std::filesystem::path source = FORGE_SOURCE_DIR;
-  const std::string shakespeare = testing::read_file(source / "data/samples/tinyshakespeare.txt");
-  std::vector<std::string> texts;
-  std::istringstream lines(testing::read_file(source / "tests/golden/tokenizers/texts.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    texts.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
-  ASSERT_GT(texts.size(), 40u);
-  std::string corpus = shakespeare.substr(0, 300000);
-  for (int repeat = 0; repeat < 20; ++repeat)
-    for (const std::string& t : texts) corpus += t + "\n";
-  testing::write_file(dir.path() / "corpus.txt", corpus);
-  train_bpe({dir.path() / "corpus.txt"}, 2000, dir.path() / "tok");
-
-  for (size_t start : {0u, 400000u, 900000u}) texts.push_back(shakespeare.substr(start, 20000));
+  const ParityCorpus parity;
+  ASSERT_GT(parity.texts.size(), 40u);
+  parity.train(300000, 2000, dir.path());
+  std::vector<std::string> texts = parity.texts;
+  for (size_t start : {0u, 400000u, 900000u})
+    texts.push_back(parity.shakespeare.substr(start, 20000));
   texts.push_back("the end<|endoftext|>next<|endoftext|>");
   const BpeTokenizer tok(dir.path() / "tok/encoder.json", dir.path() / "tok/vocab.bpe", "trained");
   const std::vector<nlohmann::json> hf =
