@@ -1,7 +1,8 @@
 // BPE training: merges hand-checked on a tiny corpus (Sennrich et al.'s low/lower/newest/widest),
 // byte-identical output run to run, the written vocabulary loading with make_tokenizer and round
 // tripping any bytes, vocab_size respected, usage errors, Tiny Shakespeare compressing, and the
-// written tokenizer.json giving Forge's ids in Hugging Face's own `tokenizers`.
+// written tokenizer.json giving Forge's ids in Hugging Face's own `tokenizers` and in Forge's
+// tokenizer.json reader.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "data/bpe.h"
 #include "data/bpe_train.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_json.h"
 #include "tests/test_util.h"
 
 namespace forge {
@@ -189,6 +191,53 @@ TEST(BpeTrain, TokenizerJsonListsEverySplitOfAToken) {
   EXPECT_TRUE(hf["added_tokens"].empty());
 }
 
+// Tiny Shakespeare and the parity texts (tests/golden/tokenizers/texts.jsonl: CJK, emoji, control
+// characters, whitespace runs, special tokens inside text).
+struct ParityCorpus {
+  std::filesystem::path source = FORGE_SOURCE_DIR;
+  std::string shakespeare = testing::read_file(source / "data/samples/tinyshakespeare.txt");
+  std::vector<std::string> texts;
+  ParityCorpus() {
+    std::istringstream lines(testing::read_file(source / "tests/golden/tokenizers/texts.jsonl"));
+    for (std::string line; std::getline(lines, line);)
+      texts.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
+  }
+  /// Trains on `shakespeare_bytes` of Shakespeare then the parity texts twenty times over, so
+  /// merges reach inside multi-byte characters.
+  void train(size_t shakespeare_bytes, int32_t vocab_size, const std::filesystem::path& dir,
+             const std::vector<std::string>& specials = {"<|endoftext|>"}) const {
+    std::string corpus = shakespeare.substr(0, shakespeare_bytes);
+    for (int repeat = 0; repeat < 20; ++repeat)
+      for (const std::string& t : texts) corpus += t + "\n";
+    testing::write_file(dir / "corpus.txt", corpus);
+    train_bpe({dir / "corpus.txt"}, vocab_size, dir / "tok", specials);
+  }
+};
+
+// Forge reads the tokenizer.json it writes back to the same ids (TokenizerJson, Hugging Face's
+// semantics); the directory itself still loads as BpeTokenizer, which takes any bytes.
+TEST(BpeTrain, ForgeReadsTheTokenizerJsonItWrites) {
+  testing::TempDir dir;
+  const ParityCorpus parity;
+  parity.train(200000, 1500, dir.path(), {"<|endoftext|>", "[PAD]"});
+  std::vector<std::string> texts = parity.texts;
+  texts.push_back(parity.shakespeare.substr(500000, 30000));
+  texts.push_back("a[PAD]b<|endoftext|>[PAD]");
+
+  const BpeTokenizer bpe(dir.path() / "tok/encoder.json", dir.path() / "tok/vocab.bpe", "tok");
+  const TokenizerJson json(dir.path() / "tok/tokenizer.json", "tok");
+  EXPECT_EQ(json.vocab_size(), bpe.vocab_size());
+  EXPECT_EQ(json.specials(), bpe.specials());
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = bpe.encode(text);
+    EXPECT_EQ(json.encode(text), ids) << nlohmann::json(text).dump();
+    EXPECT_EQ(json.decode(ids), text);
+  }
+  const auto loaded = make_tokenizer((dir.path() / "tok").string());
+  EXPECT_NE(dynamic_cast<const BpeTokenizer*>(loaded.get()), nullptr);
+  EXPECT_EQ(loaded->decode(loaded->encode("\xff\xfe bytes")), "\xff\xfe bytes");
+}
+
 // NODE_PATH (or, failing that, the directory scripts/bench tokenizer installs npm packages into)
 // when node there finds Hugging Face's `tokenizers`; empty otherwise.
 std::string hf_tokenizers_node_path() {
@@ -238,20 +287,12 @@ TEST(BpeTrain, TokenizerJsonGivesForgesIdsInHuggingFaceTokenizers) {
     GTEST_SKIP() << "no node with the npm package tokenizers (NODE_PATH, or run scripts/bench "
                     "tokenizer once): tokenizer.json is not checked against Hugging Face here";
   testing::TempDir dir;
-  const std::filesystem::path source = FORGE_SOURCE_DIR;
-  const std::string shakespeare = testing::read_file(source / "data/samples/tinyshakespeare.txt");
-  std::vector<std::string> texts;
-  std::istringstream lines(testing::read_file(source / "tests/golden/tokenizers/texts.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    texts.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
-  ASSERT_GT(texts.size(), 40u);
-  std::string corpus = shakespeare.substr(0, 300000);
-  for (int repeat = 0; repeat < 20; ++repeat)
-    for (const std::string& t : texts) corpus += t + "\n";
-  testing::write_file(dir.path() / "corpus.txt", corpus);
-  train_bpe({dir.path() / "corpus.txt"}, 2000, dir.path() / "tok");
-
-  for (size_t start : {0u, 400000u, 900000u}) texts.push_back(shakespeare.substr(start, 20000));
+  const ParityCorpus parity;
+  ASSERT_GT(parity.texts.size(), 40u);
+  parity.train(300000, 2000, dir.path());
+  std::vector<std::string> texts = parity.texts;
+  for (size_t start : {0u, 400000u, 900000u})
+    texts.push_back(parity.shakespeare.substr(start, 20000));
   texts.push_back("the end<|endoftext|>next<|endoftext|>");
   const BpeTokenizer tok(dir.path() / "tok/encoder.json", dir.path() / "tok/vocab.bpe", "trained");
   const std::vector<nlohmann::json> hf =

@@ -119,40 +119,27 @@ auto with_threads(int threads, F&& f) {
   return f();
 }
 
-// Four threads (more than this machine's cores, so they interleave) write the documents one
-// thread writes, in the same order; one thread's batches (4 MB) end after the large file, four
-// threads' take every file at once. The one-thread dataset is each document's encode() in turn.
-TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
-  TempDir dir;
-  const std::string shakespeare = testing::read_file("data/samples/tinyshakespeare.txt");
-  std::vector<std::filesystem::path> inputs;
-  for (int k = 0; k < 6; ++k) {
-    inputs.push_back(dir.path() / ("part" + std::to_string(k) + ".txt"));
-    write_file(inputs.back(), shakespeare.substr(size_t(k) * 150000, 150000 + size_t(k) * 1000));
-    if (k == 2) {
-      std::string big;
-      while (big.size() < (size_t(5) << 20)) big += shakespeare;
-      inputs.push_back(dir.path() / "big.txt");
-      write_file(inputs.back(), big);
-    }
-  }
-  const auto tok = make_tokenizer("gpt2");
-  const TokenizerInfo info{tok->name(), tok->vocab_size(), vocabulary_hash(*tok)};
-
+// Prepares `inputs` (lines) with one thread and with four (more than this machine's cores, so they
+// interleave) and expects the same documents, tokens and progress, and the one-thread dataset to
+// be each document's encode() in turn.
+void expect_thread_count_independent(const Tokenizer& tok,
+                                     const std::vector<std::filesystem::path>& inputs,
+                                     const std::filesystem::path& dir) {
+  const TokenizerInfo info{tok.name(), tok.vocab_size(), vocabulary_hash(tok)};
   std::vector<int64_t> serial_progress, parallel_progress;
   const PrepareStats serial = with_threads(1, [&] {
-    return prepare_dataset(*tok, inputs, RecordFormat::lines, dir.path() / "serial.h5",
+    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "serial.h5",
                            [&](int64_t done, int64_t) { serial_progress.push_back(done); });
   });
   const PrepareStats parallel = with_threads(4, [&] {
-    return prepare_dataset(*tok, inputs, RecordFormat::lines, dir.path() / "parallel.h5",
+    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "parallel.h5",
                            [&](int64_t done, int64_t) { parallel_progress.push_back(done); });
   });
   EXPECT_EQ(parallel.documents, serial.documents);
   EXPECT_EQ(parallel.tokens, serial.tokens);
   EXPECT_EQ(parallel_progress, serial_progress);
-  const TokenDataset a = open_token_dataset(dir.path() / "serial.h5", &info, 50257);
-  const TokenDataset b = open_token_dataset(dir.path() / "parallel.h5", &info, 50257);
+  const TokenDataset a = open_token_dataset(dir / "serial.h5", &info, tok.vocab_size());
+  const TokenDataset b = open_token_dataset(dir / "parallel.h5", &info, tok.vocab_size());
   EXPECT_EQ(a.doc_offsets(), b.doc_offsets());
   EXPECT_TRUE(*a.tokens() == *b.tokens());
 
@@ -161,13 +148,38 @@ TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
   for (const auto& in : inputs) {
     const std::string text = testing::read_file(in);
     for (std::string_view doc : split_records(text, RecordFormat::lines)) {
-      const std::vector<int32_t> ids = tok->encode(doc);
+      const std::vector<int32_t> ids = tok.encode(doc);
       expected.insert(expected.end(), ids.begin(), ids.end());
       ++documents;
     }
   }
   EXPECT_EQ(a.num_documents(), documents);
   EXPECT_TRUE(*a.tokens() == expected);
+}
+
+// gpt2 over files where one thread's batches (4 MB) end after the large file and four threads'
+// take every file at once; a tokenizer.json tokenizer (the llama3 fixture) over the small files.
+TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
+  TempDir dir;
+  const std::string shakespeare = testing::read_file("data/samples/tinyshakespeare.txt");
+  std::vector<std::filesystem::path> small, all;
+  for (int k = 0; k < 6; ++k) {
+    small.push_back(dir.path() / ("part" + std::to_string(k) + ".txt"));
+    write_file(small.back(), shakespeare.substr(size_t(k) * 150000, 150000 + size_t(k) * 1000));
+    all.push_back(small.back());
+    if (k == 2) {
+      std::string big;
+      while (big.size() < (size_t(5) << 20)) big += shakespeare;
+      all.push_back(dir.path() / "big.txt");
+      write_file(all.back(), big);
+    }
+  }
+  std::filesystem::create_directories(dir.path() / "gpt2");
+  std::filesystem::create_directories(dir.path() / "llama3");
+  expect_thread_count_independent(*make_tokenizer("gpt2"), all, dir.path() / "gpt2");
+  expect_thread_count_independent(
+      *make_tokenizer(std::string(FORGE_SOURCE_DIR) + "/tests/golden/tokenizers/llama3"), small,
+      dir.path() / "llama3");
 }
 
 // Fails on every document holding "BAD", naming it.
