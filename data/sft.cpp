@@ -2,6 +2,7 @@
 // prompt ends, so that only the completion is scored.
 #include "data/sft.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/checksum.h"
@@ -9,6 +10,7 @@
 #include "core/file_io.h"
 #include "data/batch.h"
 #include "data/jsonl.h"
+#include "data/lm_data.h"
 
 namespace forge {
 
@@ -55,6 +57,15 @@ SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& 
   return out;
 }
 
+std::vector<int32_t> sft_targets(const SFTDataset& dataset, int64_t i) {
+  const std::vector<int32_t>& row = dataset.tokens[size_t(i)];
+  std::vector<int32_t> targets(row.begin() + 1, row.end());
+  const int64_t unscored = std::min(dataset.prompt_len[size_t(i)] - 1, int64_t(targets.size()));
+  std::fill(targets.begin(), targets.begin() + std::max<int64_t>(unscored, 0),
+            int32_t(LMWindows::kIgnoreTarget));
+  return targets;
+}
+
 uint64_t fingerprint(const SFTDataset& dataset) {
   const uint64_t h = fingerprint_rows(dataset.tokens);
   return fnv1a64(dataset.prompt_len.data(), dataset.prompt_len.size() * sizeof(int64_t), h);
@@ -91,6 +102,7 @@ SFTBatch SFTLoader::make_batch(const SFTDataset& dataset, std::vector<int64_t> r
   SFTBatch batch{std::move(scored.ids), std::move(scored.targets), std::move(scored.mask), 0,
                  std::move(rows)};
   for (int64_t n : scored.targets_per_row) batch.num_targets += n;
+  for (const std::span<const int32_t>& row : tokens) batch.num_tokens += int64_t(row.size()) - 1;
   return batch;
 }
 

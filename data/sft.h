@@ -64,14 +64,21 @@ struct SFTSplit {
 /// dataset order. The rules and errors of split_records_by_fraction.
 SFTSplit split_sft_by_fraction(const SFTDataset& dataset, double val_fraction, uint64_t seed);
 
+/// Row i's next-token targets, one per input (its length - 1): tokens[j+1] where j+1 >= prompt_len,
+/// else LMWindows::kIgnoreTarget (-100, data/lm_data.h). What every batch of the row scores.
+std::vector<int32_t> sft_targets(const SFTDataset& dataset, int64_t i);
+
 /// A batch of B rows, L the longest row: ids i64 [B, L-1] (the inputs, right-padded with 0);
-/// targets i64 [B, L-1] with targets[b][j] = row[j+1] where j+1 >= prompt_len and j+1 < the row's
-/// length, else LMWindows::kIgnoreTarget (-100, data/lm_data.h); mask i64 [B, L-1], 1 on real
-/// input tokens; num_targets = the scored positions; indices = the dataset rows used.
+/// targets i64 [B, L-1], row b's sft_targets then kIgnoreTarget on padding; mask i64 [B, L-1], 1 on
+/// real input tokens; num_targets = the scored positions; num_tokens = the real input tokens;
+/// indices = the dataset rows used. Packed batches (data/packing.h) hold several records a row and
+/// say where each is: positions and segments i64 [B, W] (undefined in padded batches).
 struct SFTBatch {
   Tensor ids, targets, mask;
   int64_t num_targets = 0;
   std::vector<int64_t> indices;
+  int64_t num_tokens = 0;
+  Tensor positions = {}, segments = {};
 };
 
 /// Batches of an SFTDataset, epoch after epoch, in the order of an EpochSampler named "sft" (each

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/bpe.h"
+#include "data/sentencepiece.h"
 #include "data/tokenizer_json.h"
 #include "data/wordpiece.h"
 
@@ -105,11 +106,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
   const fs::path dir =
       name_or_dir == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name_or_dir);
   constexpr const char* kLookedFor =
-      "\"bytes\", \"gpt2\", a tokenizer.json file or a directory with tokenizer.json, "
-      "vocab.txt (WordPiece), encoder.json + vocab.bpe or vocab.json + merges.txt (byte-level BPE)";
+      "\"bytes\", \"gpt2\", a SentencePiece .model file, a tokenizer.json file or a directory "
+      "with tokenizer.json, tokenizer.model (SentencePiece), vocab.txt (WordPiece), encoder.json + "
+      "vocab.bpe or vocab.json + merges.txt (byte-level BPE)";
   if (dir.extension() == ".json" && fs::is_regular_file(dir))  // named after its directory
     return std::make_unique<TokenizerJson>(
         dir, fs::absolute(dir).lexically_normal().parent_path().filename().string(), specials);
+  if (dir.extension() == ".model" && !fs::is_directory(dir))
+    return std::make_unique<SentencePieceTokenizer>(dir, dir.filename().string(), specials);
   if (!fs::is_directory(dir))
     throw Error(ExitCode::data, detail::concat(quoted_path(dir.string()),
                                                ": not a tokenizer (expected ", kLookedFor, ")"));
@@ -125,6 +129,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
   // normalizer, pre-tokenizer, added tokens).
   if (has("tokenizer.json"))
     return std::make_unique<TokenizerJson>(dir / "tokenizer.json", name, specials);
+  if (has("tokenizer.model"))
+    return std::make_unique<SentencePieceTokenizer>(dir / "tokenizer.model", name, specials);
   if (has("vocab.json") || has("merges.txt"))
     return std::make_unique<BpeTokenizer>(dir / "vocab.json", dir / "merges.txt", name, specials);
   if (has("vocab.txt")) return std::make_unique<WordPieceTokenizer>(dir, name, specials);

@@ -1,8 +1,8 @@
 // The tokenizer interface shared by data preparation, loaders and the CLI, and the factory that
 // builds one by name: `bytes` (256 byte values plus configured special tokens), `gpt2` (the GPT-2
 // byte-level BPE shipped in data/tokenizers/gpt2) or a directory holding Hugging Face's
-// tokenizer.json, a byte-level BPE (encoder.json + vocab.bpe, or Hugging Face's vocab.json +
-// merges.txt) or a BERT WordPiece vocabulary (vocab.txt).
+// tokenizer.json, a SentencePiece model (tokenizer.model), a byte-level BPE (encoder.json +
+// vocab.bpe, or Hugging Face's vocab.json + merges.txt) or a BERT WordPiece vocabulary (vocab.txt).
 #pragma once
 
 #include <cstdint>
@@ -75,10 +75,11 @@ class ByteTokenizer final : public Tokenizer {
 /// working directory.
 std::filesystem::path shipped_tokenizer_dir(const std::string& name);
 
-/// "bytes", "gpt2" (shipped_tokenizer_dir), a path to a tokenizer.json file (TokenizerJson) or a
-/// directory, named after it, with encoder.json + vocab.bpe (BpeTokenizer), else tokenizer.json
-/// (TokenizerJson), else vocab.json + merges.txt (BpeTokenizer), else vocab.txt
-/// (WordPieceTokenizer). `specials` are extra special tokens appended after the
+/// "bytes", "gpt2" (shipped_tokenizer_dir), a path to a tokenizer.json file (TokenizerJson), a
+/// SentencePiece model file NAME.model (SentencePieceTokenizer) or a directory, named after it,
+/// with encoder.json + vocab.bpe (BpeTokenizer), else tokenizer.json (TokenizerJson), else
+/// tokenizer.model (SentencePieceTokenizer), else vocab.json + merges.txt (BpeTokenizer), or else
+/// vocab.txt (WordPieceTokenizer). `specials` are extra special tokens appended after the
 /// vocabulary (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep
 /// their id).
 /// Throws Error(data) naming the path for an unknown name, a missing directory or a corrupt file.

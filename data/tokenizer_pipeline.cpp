@@ -77,6 +77,25 @@ inline Origin origin_at(const NormalizedText& t, size_t i) {
   return t.is_identity() ? identity_origin(t.text, i, t.base) : t.origin[i];
 }
 
+// The origin of the `n`-byte character at byte i, without looking for its start.
+inline Origin char_origin(const NormalizedText& t, size_t i, size_t n) {
+  return t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)} : t.origin[i];
+}
+
+// Appends the origins of bytes [begin, end), which start and end on character boundaries.
+void append_origins(const NormalizedText& t, size_t begin, size_t end, std::vector<Origin>& out) {
+  if (!t.is_identity()) {
+    out.insert(out.end(), t.origin.begin() + ptrdiff_t(begin), t.origin.begin() + ptrdiff_t(end));
+    return;
+  }
+  for (size_t i = begin; i < end;) {
+    uint32_t cp = 0;
+    const auto n = static_cast<size_t>(char_at(t.text, i, cp));
+    out.insert(out.end(), n, char_origin(t, i, n));
+    i += n;
+  }
+}
+
 // ---- Unicode properties, as the Unicode tables inside Hugging Face's library answer ----
 
 // char::is_whitespace: the White_Space property (stable since Unicode 6).
@@ -135,13 +154,13 @@ void map_chars(NormalizedText& t, Map&& map) {
   origin.reserve(t.text.size());
   for (size_t i = 0; i < t.text.size();) {
     uint32_t cp = 0;
-    const int n = char_at(t.text, i, cp);
-    const Origin o = origin_at(t, i);
+    const auto n = static_cast<size_t>(char_at(t.text, i, cp));
+    const Origin o = char_origin(t, i, n);
     map(cp, [&](uint32_t c) {
       append_cp(c, text);
       origin.resize(text.size(), o);
     });
-    i += static_cast<size_t>(n);
+    i += n;
   }
   t.text = std::move(text);
   t.origin = std::move(origin);
@@ -210,7 +229,7 @@ void replace_matches(NormalizedText& t, const Segments& segments, std::string_vi
   for (const Segment& s : segments) {
     if (!s.is_match) {
       text.append(t.text, s.begin, s.end - s.begin);
-      for (uint32_t i = s.begin; i < s.end; ++i) origin.push_back(origin_at(t, i));
+      append_origins(t, s.begin, s.end, origin);
       continue;
     }
     const Origin o = s.end < 1 ? Origin{t.base, t.base} : origin_at(t, s.end - 1);
@@ -232,12 +251,41 @@ void prepend(NormalizedText& t, std::string_view s) {
 // ---- Patterns ----
 
 // An Oniguruma regex compiled as the onig crate compiles one (Regex::new: UTF-8, the Oniguruma
-// syntax, no options); searched as its find_iter searches.
+// syntax, no options); searched as its find_iter searches. A String pattern, which Hugging Face
+// escapes into a regex, is searched for as the literal it is: the same matches, without a regex
+// search per match.
 class Regex {
  public:
-  Regex(const std::string& pattern, const JsonPlace& place) {
+  struct Literal {};
+  Regex(Literal, std::string text, const JsonPlace& place) : literal_(std::move(text)) {
+    if (literal_.empty()) compile("", place);  // matches the empty string everywhere
+  }
+  Regex(const std::string& pattern, const JsonPlace& place) { compile(pattern, place); }
+  ~Regex() {
+    if (regex_) onig_free(regex_);
+  }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  /// Fills `out` with the matches in `s` and the text between them. A match may be empty, but
+  /// not right where the previous match ended (there the search moves one character on).
+  void find_matches(std::string_view s, OnigRegion* region, Segments& out) const {
+    if (regex_) return search(s, region, out);
+    out.clear();
+    if (s.empty()) return out.push_back({0, 0, false});
+    size_t prev = 0;
+    for (size_t at; (at = s.find(literal_, prev)) != std::string_view::npos;) {
+      if (at != prev) out.push_back({uint32_t(prev), uint32_t(at), false});
+      prev = at + literal_.size();
+      out.push_back({uint32_t(at), uint32_t(prev), true});
+    }
+    if (prev != s.size()) out.push_back({uint32_t(prev), uint32_t(s.size()), false});
+  }
+
+ private:
+  void compile(const std::string& pattern, const JsonPlace& place) {
     static std::once_flag init;
-    static std::mutex compile;  // onig_new is not thread-safe (the onig crate locks it too)
+    static std::mutex lock;  // onig_new is not thread-safe (the onig crate locks it too)
     std::call_once(init, [] {
       OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
       onig_initialize(encodings, 1);
@@ -246,7 +294,7 @@ class Regex {
     OnigErrorInfo info{};
     int r = 0;
     {
-      std::lock_guard<std::mutex> lock(compile);
+      std::lock_guard<std::mutex> held(lock);
       r = onig_new(&regex_, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8,
                    ONIG_SYNTAX_ONIGURUMA, &info);
     }
@@ -256,13 +304,7 @@ class Regex {
       place.fail("invalid regex " + shown(pattern) + ": " + reinterpret_cast<const char*>(message));
     }
   }
-  ~Regex() { onig_free(regex_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  /// Fills `out` with the matches in `s` and the text between them. A match may be empty, but
-  /// not right where the previous match ended (there the search moves one character on).
-  void find_matches(std::string_view s, OnigRegion* region, Segments& out) const {
+  void search(std::string_view s, OnigRegion* region, Segments& out) const {
     out.clear();
     if (s.empty()) return out.push_back({0, 0, false});
     const auto* str = reinterpret_cast<const OnigUChar*>(s.data());
@@ -294,7 +336,7 @@ class Regex {
     if (prev != s.size()) out.push_back({uint32_t(prev), uint32_t(s.size()), false});
   }
 
- private:
+  std::string literal_;
   regex_t* regex_ = nullptr;
 };
 
@@ -310,17 +352,6 @@ class Region {
  private:
   OnigRegion* region_;
 };
-
-// A String pattern as Hugging Face compiles it: regex::escape's escaping, then Oniguruma.
-std::string escape_regex(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (std::string_view("\\.+*?()|[]{}^$#&-~").find(c) != std::string_view::npos)
-      out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
 
 // Pattern::find_matches for a character predicate: each matching character is a match.
 template <class Pred>
@@ -666,7 +697,7 @@ std::unique_ptr<Regex> get_pattern(const nlohmann::json& node, const JsonPlace& 
   if (!v.is_object() || v.size() != 1 || !(v.contains("String") || v.contains("Regex")))
     at.fail("expected {\"String\": ...} or {\"Regex\": ...}");
   if (v.contains("String"))
-    return std::make_unique<Regex>(escape_regex(get_string(v["String"], at.at("String"))), at);
+    return std::make_unique<Regex>(Regex::Literal{}, get_string(v["String"], at.at("String")), at);
   return std::make_unique<Regex>(get_string(v["Regex"], at.at("Regex")), at.at("Regex"));
 }
 
@@ -909,8 +940,7 @@ void to_byte_alphabet(NormalizedText& t) {
   for (size_t i = 0; i < t.text.size();) {
     uint32_t cp = 0;
     const auto n = static_cast<size_t>(char_at(t.text, i, cp));
-    const Origin o =
-        t.is_identity() ? Origin{t.base + uint32_t(i), t.base + uint32_t(i + n)} : t.origin[i];
+    const Origin o = char_origin(t, i, n);
     const size_t start = out;
     for (size_t k = i; k < i + n; ++k) {
       const auto b = static_cast<unsigned char>(t.text[k]);
@@ -1449,6 +1479,9 @@ std::vector<TemplateProcessor::Piece> read_template(const nlohmann::json& node,
       continue;
     }
     const auto it = specials.find(id);
+    // Hugging Face loads a pair template naming a token it lacks (and fails only on a pair);
+    // only the single template is applied here.
+    if (it == specials.end() && key == "pair") continue;
     if (it == specials.end()) inner.at("id").fail(shown(id) + " is not in special_tokens");
     const JsonPlace sp = place.at("special_tokens").at(id);
     if (!it->is_object()) sp.fail("expected an object, got " + type_name(*it));
@@ -1564,8 +1597,8 @@ std::unique_ptr<Normalizer> make_normalizer(const json& node, const JsonPlace& p
     const bool unset = !node.contains("strip_accents") || node["strip_accents"].is_null();
     const bool strip_accents = !unset && get_bool(node, place, "strip_accents");
     const bool lowercase = get_bool(node, place, "lowercase");
-    return std::make_unique<BertNormalizer>(clean_text, chinese,
-                                            unset ? lowercase : strip_accents, lowercase);
+    return std::make_unique<BertNormalizer>(clean_text, chinese, unset ? lowercase : strip_accents,
+                                            lowercase);
   }
   unknown_type(place, type, "normalizer", kNormalizers);
 }

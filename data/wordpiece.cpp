@@ -4,15 +4,12 @@
 // pass over UTF-8 that builds each word in a reused buffer and hands it to WordPiece at once.
 #include "data/wordpiece.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <climits>
-#include <optional>
 
-#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer_config.h"
 #include "data/unicode.h"
 
 namespace forge {
@@ -244,33 +241,14 @@ void WordPieceTokenizer::read_vocabulary(const std::filesystem::path& path) {
 }
 
 void WordPieceTokenizer::read_config(const std::filesystem::path& path) {
-  const std::string where = quoted_path(path.string());
-  nlohmann::json j;
-  try {
-    j = parse_bounded_json(read_input_file(path.string(), kTokenizerInput));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ExitCode::data,
-                detail::concat(where, ": not valid JSON (", printable(e.what()), ")"));
-  }
-  if (!j.is_object())
-    throw Error(ExitCode::data,
-                detail::concat(where, ": expected a JSON object, got ", j.type_name()));
-  auto flag = [&](const char* key, bool null_allowed) -> std::optional<bool> {
-    const auto it = j.find(key);
-    if (it == j.end() || (null_allowed && it->is_null())) return std::nullopt;
-    if (!it->is_boolean())
-      throw Error(ExitCode::data,
-                  detail::concat(where, ": \"", key, "\" must be true or false",
-                                 null_allowed ? " or null" : "", ", got ", it->type_name()));
-    return it->get<bool>();
-  };
-  if (!flag("do_basic_tokenize", false).value_or(true))
-    throw Error(ExitCode::data, where +
+  const TokenizerConfig config(path);
+  if (!config.flag("do_basic_tokenize", false).value_or(true))
+    throw Error(ExitCode::data, config.where() +
                                     ": \"do_basic_tokenize\": false is not supported (Forge "
                                     "always cleans and splits text as BERT does)");
-  options_.lower_case = flag("do_lower_case", false).value_or(true);
-  options_.split_chinese = flag("tokenize_chinese_chars", false).value_or(true);
-  options_.strip_accents = flag("strip_accents", true).value_or(options_.lower_case);
+  options_.lower_case = config.flag("do_lower_case", false).value_or(true);
+  options_.split_chinese = config.flag("tokenize_chinese_chars", false).value_or(true);
+  options_.strip_accents = config.flag("strip_accents", true).value_or(options_.lower_case);
 }
 
 std::string_view WordPieceTokenizer::token(int32_t id) const {

@@ -255,6 +255,14 @@ SpelledVocabulary spelled_vocabulary(const Tokenizer& tokenizer) {
 void add_tokenizer(Metadata& meta, const RunConfig& config, const fs::path& file) {
   const std::unique_ptr<Tokenizer> tokenizer =
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
+  // Any other tokenizer spelled as bytes would be a vocabulary the model was not trained with.
+  if (!dynamic_cast<const BpeTokenizer*>(tokenizer.get()) &&
+      !dynamic_cast<const ByteTokenizer*>(tokenizer.get()))
+    throw Error(ExitCode::usage,
+                detail::concat(file.string(), ": GGUF export writes the vocabulary as GPT-2's "
+                               "byte-level BPE (tokenizer.ggml.model gpt2); tokenizer '",
+                               config.data.tokenizer, "' is not one (a SentencePiece or WordPiece "
+                               "vocabulary is not written)"));
   auto [tokens, merges] = spelled_vocabulary(*tokenizer);
   const int64_t vocab = config.model.vocab_size;
   if (int64_t(tokens.size()) > vocab)

@@ -270,19 +270,23 @@ class JsonConfig {
 enum class Family { gpt2, bert, llama };
 
 // The tokenizer a directory carries, by Forge's name for it: the directory itself when it holds
+// Hugging Face's tokenizer.json, else SentencePiece's tokenizer.model (Llama 2's, Mistral's), else
 // BERT's vocab.txt or GPT-2's vocab.json + merges.txt (Forge writes the latter for its byte
-// tokenizer, for either family; Qwen2 ships them beside tokenizer.json); the shipped gpt2
-// vocabulary for a GPT-2 without its files but with its vocabulary size. Llama and Mistral ship
-// only tokenizer.json (and SentencePiece's tokenizer.model), which Forge does not read yet: their
-// ids 0-255 are taken as bytes, so that the model loads, scores token files and fine-tunes on
-// byte-level text (docs/interop.md). `note` says which, for inspect and validate.
+// tokenizer, for either family), make_tokenizer's order; the shipped gpt2 vocabulary for a GPT-2
+// without its files but with its vocabulary size. A Llama with none of them gets ids 0-255 taken
+// as bytes, so that the model loads, scores token files and fine-tunes on byte-level text
+// (docs/interop.md). `note` says which, for inspect and validate.
 std::string directory_tokenizer(const fs::path& dir, const JsonConfig& config, Family family,
                                 int64_t vocab_size, std::string& note) {
   auto has = [&](const char* name) { return fs::is_regular_file(dir / name); };
-  if (has("vocab.txt") || (has("vocab.json") && has("merges.txt"))) {
-    note = has("vocab.txt") ? "the directory's vocab.txt"
-                            : "the directory's vocab.json and merges.txt";
-    if (has("tokenizer.json")) note += " (its tokenizer.json is not read)";
+  for (const char* file : {"tokenizer.json", "tokenizer.model", "vocab.txt"})
+    if (has(file)) {
+      note = std::string("the directory's ") + file;
+      if (std::string_view(file) == "tokenizer.model") note += " (SentencePiece)";
+      return dir.string();
+    }
+  if (has("vocab.json") && has("merges.txt")) {
+    note = "the directory's vocab.json and merges.txt";
     return dir.string();
   }
   if (family == Family::gpt2 && vocab_size == 50257) {
@@ -290,17 +294,14 @@ std::string directory_tokenizer(const fs::path& dir, const JsonConfig& config, F
     return "gpt2";
   }
   if (family == Family::llama && vocab_size >= 256) {
-    note =
-        "bytes: ids 0-255 stand for bytes, as Forge does not read tokenizer.json or "
-        "tokenizer.model yet";
+    note = "bytes: ids 0-255 stand for bytes, as the directory has no tokenizer files";
     return "bytes";
   }
-  fail(config.file(), std::string("no tokenizer beside it (expected ") +
-                          (family == Family::bert ? "vocab.txt, or " : "") +
-                          "vocab.json and merges.txt in " + quoted_path(dir.string()) +
-                          (family == Family::llama ? "; tokenizer.json is not read yet, and "
-                                                     "vocab_size is too small for bytes)"
-                                                   : ")"));
+  fail(config.file(), std::string("no tokenizer beside it (expected tokenizer.json, ") +
+                          (family == Family::bert ? "vocab.txt, " : "") +
+                          (family == Family::llama ? "tokenizer.model, " : "") +
+                          "or vocab.json and merges.txt in " + quoted_path(dir.string()) +
+                          (family == Family::llama ? "; vocab_size is too small for bytes)" : ")"));
 }
 
 std::string yaml_string(const std::string& s) { return json(s).dump(); }  // JSON strings are YAML
@@ -1027,11 +1028,21 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
     write_file_atomic(out / "merges.txt", "#version: 0.2\n", ExitCode::checkpoint);
     return;
   }
-  const fs::path dir = name == "gpt2" ? shipped_tokenizer_dir("gpt2") : fs::path(name);
-  auto copy = [&](const char* from, const char* to) {
+  const bool model_file = fs::path(name).extension() == ".model" && !fs::is_directory(name);
+  const fs::path dir = name == "gpt2"  ? shipped_tokenizer_dir("gpt2")
+                       : model_file    ? fs::path(name).parent_path()
+                                       : fs::path(name);
+  auto copy = [&](const fs::path& from, const char* to) {
     write_file_atomic(out / to, read_input_file((dir / from).string(), kTokenizerInput),
                       ExitCode::checkpoint);
   };
+  if (model_file) {
+    // A SentencePiece model named by its file, with the tokenizer_config.json it was read with.
+    copy(fs::path(name).filename(), "tokenizer.model");
+    if (fs::exists(dir / "tokenizer_config.json"))
+      copy("tokenizer_config.json", "tokenizer_config.json");
+    return;
+  }
   if (fs::exists(dir / "encoder.json")) {
     copy("encoder.json", "vocab.json");
     copy("vocab.bpe", "merges.txt");
@@ -1041,8 +1052,9 @@ void copy_tokenizer(const RunConfig& c, const fs::path& out) {
   } else if (fs::exists(dir / "vocab.txt")) {
     copy("vocab.txt", "vocab.txt");
   }
-  // A hub model's tokenizer settings, and transformers' fast tokenizer, go along unchanged.
-  for (const char* file : {"tokenizer_config.json", "tokenizer.json", "special_tokens_map.json"})
+  // A hub model's tokenizer, its settings and its generation defaults go along unchanged.
+  for (const char* file : {"tokenizer.model", "tokenizer_config.json", "tokenizer.json",
+                           "special_tokens_map.json", "generation_config.json"})
     if (fs::exists(dir / file)) copy(file, file);
 }
 

@@ -169,9 +169,19 @@ SelfAttention::SelfAttention(const AttentionConfig& config, Generator& gen,
   }
 }
 
-// x [B, T, C], key_padding_mask [B, S] or undefined -> [B, T, C]
 Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache,
                               size_t layer) const {
+  return attend(x, key_padding_mask, cache, layer, nullptr);
+}
+
+Tensor SelfAttention::forward(const Tensor& x, const PackedRows& packed) const {
+  return attend(x, Tensor(), nullptr, 0, &packed);
+}
+
+// x [B, T, C], key_padding_mask [B, S] or undefined, packed positions and segments [B, T] or null
+// -> [B, T, C]
+Tensor SelfAttention::attend(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache,
+                             size_t layer, const PackedRows* packed) const {
   FORGE_CHECK(x.dim() == 3 && x.size(2) == config_.d_model, "attention: x must be [B, T, ",
               config_.d_model, "], got ", shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), H = n_heads(), Hkv = n_kv_heads(),
@@ -196,8 +206,8 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, K
     FORGE_CHECK(int64_t(cache->start.size()) == B && !key_padding_mask.defined(),
                 "attention: a padded cache needs one start per row (", cache->start.size(),
                 " for ", B, " rows) and masks its padding itself (no key_padding_mask)");
-  if (config_.rotary && padded) {
-    Tensor positions = cache->positions(T);
+  if (config_.rotary && (padded || packed)) {
+    Tensor positions = packed ? packed->positions : cache->positions(T);
     qh = apply_rotary(qh, rope_, positions);
     kh = apply_rotary(kh, rope_, positions);
   } else if (config_.rotary) {
@@ -224,6 +234,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask, K
   }
   AttentionOptions options;
   options.causal = config_.causal;
+  if (packed) options.segments = packed->segments;
   Tensor mask = padded ? cache->key_mask(pos0 + T) : key_padding_mask;
   Tensor y = scaled_dot_product_attention(qh, kh, vh, mask, options);  // [B, H, T, D]
   y = reshape(transpose(y, 1, 2), {B, T, H * D});

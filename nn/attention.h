@@ -18,6 +18,14 @@
 
 namespace forge::nn {
 
+/// Rows packed with several records (data/packing.h), i64 [B, T] each: the position of every token
+/// within its record (0 at the record's start) and its record's id, non-decreasing along a row.
+/// Attention then stays within each record, so each computes what it would alone.
+struct PackedRows {
+  Tensor positions;
+  Tensor segments;
+};
+
 /// Keys and values of every layer for generation: k[l] and v[l] are [B, Hkv, capacity, D] and
 /// slots [0, length) hold the prefix decoded so far.
 struct KVCache {
@@ -123,6 +131,9 @@ class SelfAttention : public Module {
   /// so key_padding_mask must then be undefined.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache = nullptr,
                  size_t layer = 0) const;
+  /// Packed rows: each query attends causally to its own record's keys (the fused kernel skips
+  /// the others), rotated by its position within the record.
+  Tensor forward(const Tensor& x, const PackedRows& packed) const;
 
   int64_t n_heads() const { return config_.n_heads; }
   int64_t n_kv_heads() const { return config_.n_kv_heads; }
@@ -136,6 +147,9 @@ class SelfAttention : public Module {
   std::shared_ptr<Dropout> resid_drop;
 
  private:
+  Tensor attend(const Tensor& x, const Tensor& key_padding_mask, KVCache* cache, size_t layer,
+                const PackedRows* packed) const;
+
   AttentionConfig config_;
   RotaryTables rope_;
 };

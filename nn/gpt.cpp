@@ -251,6 +251,11 @@ Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
   return h + mlp->forward(ln2->forward(h));
 }
 
+Tensor Block::forward(const Tensor& x, const PackedRows& packed) const {
+  Tensor h = x + attn->forward(ln1->forward(x), packed);
+  return h + mlp->forward(ln2->forward(h));
+}
+
 GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
   check_config(c);
   tok_emb = register_module(
@@ -273,8 +278,9 @@ GPT::GPT(const GPTConfig& c, Generator& gen) : config_(c) {
                     lm_head);
 }
 
-// ids [B, T] -> hidden [B, T, C] after ln_f; positions start at the cache's length.
-Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
+// ids [B, T] -> hidden [B, T, C] after ln_f; positions start at the cache's length, or are the
+// packed rows' own.
+Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache, const PackedRows* packed) const {
   FORGE_CHECK(ids.dim() == 2 && ids.dtype() == DType::i64 && ids.size(1) > 0,
               "GPT: ids must be a non-empty [B, T] i64 tensor, got ", shape_str(ids.shape()), " ",
               dtype_name(ids.dtype()));
@@ -282,8 +288,15 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
   if (pos0 + T > config_.context)
     throw Error(ExitCode::usage, detail::concat("GPT: positions up to ", pos0 + T,
                                                 " exceed the model context ", config_.context));
+  if (packed)
+    FORGE_CHECK(packed->positions.defined() && packed->positions.shape() == ids.shape() &&
+                    packed->segments.defined() && packed->segments.shape() == ids.shape(),
+                "GPT: packed positions and segments must be ", shape_str(ids.shape()),
+                " like the ids");
   Tensor x = tok_emb->forward(ids);  // [B, T, C]
-  if (pos_emb && cache && cache->padded())
+  if (pos_emb && packed)
+    x = x + pos_emb->forward(packed->positions);  // [B, T, C]: positions within each record
+  else if (pos_emb && cache && cache->padded())
     x = x + pos_emb->forward(cache->positions(T));  // [B, T, C]: each row's own positions
   else if (pos_emb)
     x = x + slice(pos_emb->weight, 0, pos0, pos0 + T);  // [T, C] broadcasts over B
@@ -291,7 +304,14 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache) const {
   for (size_t l = 0; l < blocks->size(); ++l) {
     const std::shared_ptr<Block>& block = (*blocks)[l];
     if (checkpointing_ && !cache && grad_enabled() && !block->has_moe) {
-      x = checkpoint([block](const std::vector<Tensor>& in) { return block->forward(in[0]); }, {x});
+      // The recomputation runs in backward, after the caller's PackedRows is gone: hold a copy.
+      x = checkpoint(
+          [block, rows = packed ? *packed : PackedRows{}](const std::vector<Tensor>& in) {
+            return rows.segments.defined() ? block->forward(in[0], rows) : block->forward(in[0]);
+          },
+          {x});
+    } else if (packed) {
+      x = block->forward(x, *packed);
     } else {
       x = block->forward(x, cache, l);
     }
@@ -313,7 +333,11 @@ Tensor GPT::output(const Tensor& hidden, GPTOutput what) const {
 }
 
 Tensor GPT::forward(const Tensor& ids, GPTOutput what) const {
-  return output(hidden_states(ids, nullptr), what);
+  return output(hidden_states(ids, nullptr, nullptr), what);
+}
+
+Tensor GPT::forward(const Tensor& ids, const PackedRows& packed, GPTOutput what) const {
+  return output(hidden_states(ids, nullptr, &packed), what);
 }
 
 KVCache GPT::make_cache(int64_t batch, int64_t capacity) const {
@@ -325,7 +349,7 @@ Tensor GPT::forward_incremental(const Tensor& ids_new, KVCache& cache, GPTOutput
   FORGE_CHECK(int64_t(cache.k.size()) == config_.n_layers, "GPT: cache has ", cache.k.size(),
               " layers, the model ", config_.n_layers, " (build it with make_cache)");
   NoGradGuard no_grad;
-  Tensor out = output(hidden_states(ids_new, &cache), what);
+  Tensor out = output(hidden_states(ids_new, &cache, nullptr), what);
   cache.length += ids_new.size(1);
   return out;
 }

@@ -119,6 +119,8 @@ class Block : public Module {
         const RotaryTables* tables = nullptr);
   /// x [B, T, C] -> [B, T, C]; cache and layer as in SelfAttention::forward.
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+  /// Packed rows: attention confined to each record (SelfAttention::forward).
+  Tensor forward(const Tensor& x, const PackedRows& packed) const;
 
   std::shared_ptr<UnaryModule> ln1;  ///< LayerNorm or RMSNorm
   std::shared_ptr<SelfAttention> attn;
@@ -146,6 +148,10 @@ class GPT : public Module {
 
   /// ids [B, T] i64 with T <= context -> see GPTOutput.
   Tensor forward(const Tensor& ids, GPTOutput what = GPTOutput::logits) const;
+  /// Rows packed with several records: positions (learned or rotary) restart at each record and
+  /// attention stays within it, so every record gets the outputs it gets alone.
+  Tensor forward(const Tensor& ids, const PackedRows& packed,
+                 GPTOutput what = GPTOutput::logits) const;
   /// Final hidden state [B, T, C] -> logits [B, T, V] through the (possibly tied) LM head.
   Tensor head(const Tensor& hidden) const;
 
@@ -173,7 +179,7 @@ class GPT : public Module {
   std::shared_ptr<UnaryModule> lm_head;  ///< a Linear without bias as built; null when tied
 
  private:
-  Tensor hidden_states(const Tensor& ids, KVCache* cache) const;
+  Tensor hidden_states(const Tensor& ids, KVCache* cache, const PackedRows* packed) const;
   Tensor output(const Tensor& hidden, GPTOutput what) const;
 
   GPTConfig config_;

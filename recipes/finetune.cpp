@@ -4,7 +4,8 @@
 //   - a directory of record files (the fortunes): records split by record into train and val,
 //     each followed by finetune.end_of_text, LM loss over the concatenated stream;
 //   - a .jsonl file of {"prompt", "completion"} records (SFT): loss on completion tokens only,
-//     padded batches from a shuffling loader whose cursor (and data fingerprint) is checkpointed.
+//     padded batches from a shuffling loader whose cursor (and data fingerprint) is checkpointed,
+//     or with finetune.packing batches of full rows packed with records (data/packing.h).
 // The trainer logs the initial model's validation loss at step 0, so the base's number stands next
 // to the fine-tuned one in every run.
 #include "recipes/finetune.h"
@@ -15,6 +16,7 @@
 
 #include "core/ops.h"
 #include "data/lm_data.h"
+#include "data/packing.h"
 #include "data/prepare.h"
 #include "data/records.h"
 #include "data/sft.h"
@@ -146,21 +148,37 @@ Metrics sft_eval(const nn::GPT& model, const SFTLoader& val, int64_t batch_size,
   return {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", targets}};
 }
 
+// Training batches from an SFT loader, padded or packed, whose cursor is checkpointed.
+template <class Loader>
+void train_sft_from(Loader& loader, const nn::GPT& model, Recipe& recipe) {
+  recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, loader.next()); };
+  recipe.skip_micro_batch = [&](int64_t, int64_t) { loader.skip(); };
+  recipe.data_state = [&] { return loader.cursor().to_counters("data."); };
+  recipe.restore_data_state = [&](const DataState& state) {
+    loader.restore(LoaderCursor::from_counters(state, "data.", loader.fingerprint()));
+  };
+}
+
 }  // namespace
 
 MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch) {
-  Tensor logits = model.forward(batch.ids);
+  Tensor logits = batch.segments.defined()
+                      ? model.forward(batch.ids, nn::PackedRows{batch.positions, batch.segments})
+                      : model.forward(batch.ids);
   const int64_t V = logits.size(-1);
   CrossEntropyOptions ce;
   ce.reduction = Reduction::sum;
   ce.ignore_index = LMWindows::kIgnoreTarget;
-  return {cross_entropy(reshape(logits, {-1, V}), reshape(batch.targets, {-1}), ce),
-          batch.num_targets};
+  return {.loss_sum = cross_entropy(reshape(logits, {-1, V}), reshape(batch.targets, {-1}), ce),
+          .num_targets = batch.num_targets,
+          .sums = {},
+          .num_tokens = batch.num_tokens};
 }
 
 FinetuneSection finetune_settings(const RunConfig& config) {
   return {.end_of_text = config.get<std::string>("finetune.end_of_text"),
-          .records = parse_record_format(config.get<std::string>("finetune.records"))};
+          .records = parse_record_format(config.get<std::string>("finetune.records")),
+          .packing = config.get<bool>("finetune.packing")};
 }
 
 ConfigSection finetune_section() {
@@ -171,7 +189,11 @@ ConfigSection finetune_section() {
                        "tokenizer, else this text itself (e.g. \"\\n\" for bytes)"),
            section_key("finetune.records", choice_key("percent", {"percent", "lines", "file"}),
                        "how the files of a data.train directory split into records: '%' lines "
-                       "(the fortunes format), lines, or whole files")}};
+                       "(the fortunes format), lines, or whole files"),
+           section_key("finetune.packing", boolean_key(false),
+                       "JSONL instruction records packed first-fit into rows of model.context "
+                       "(train.batch_size rows a batch), each attending only to itself with "
+                       "positions from 0; false: one record a row, padded")}};
 }
 
 RecipeSpec finetune_recipe() {
@@ -180,7 +202,16 @@ RecipeSpec finetune_recipe() {
                  "fully or with LoRA adapters",
           .families = {"gpt"},
           .sections = {"lora", "finetune"},
-          .check = [](ConfigChecker& c) { check_policy(c, "a trained model"); },
+          .check =
+              [](ConfigChecker& c) {
+                check_policy(c, "a trained model");
+                const RunConfig& config = c.config();
+                c.cross({"finetune.packing", "data.train"},
+                        !config.get<bool>("finetune.packing") ||
+                            data_kind(config.data.train) == DataKind::sft,
+                        "finetune.packing packs JSONL instruction records, but data.train '" +
+                            config.data.train + "' is not a .jsonl file");
+              },
           .train = train_finetune,
           .eval = eval_finetune,
           .estimate = [](const RunConfig& c) { return estimate_policy_memory(c); },
@@ -201,18 +232,20 @@ int train_finetune(const RunConfig& config) {
   recipe.eval_at_start = true;
   recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
   std::unique_ptr<SFTLoader> train_loader, val_loader;
+  std::unique_ptr<PackedSFTLoader> packed_loader;
   if (data.kind == DataKind::sft) {
-    train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
+    if (finetune_settings(config).packing) {
+      packed_loader =
+          std::make_unique<PackedSFTLoader>(data.sft_train, B, config.model.context, seed);
+      train_sft_from(*packed_loader, model, recipe);
+    } else {
+      train_loader = std::make_unique<SFTLoader>(data.sft_train, B, seed);
+      train_sft_from(*train_loader, model, recipe);
+    }
+    // Validation stays padded, one record a row: the same numbers with or without packing.
     val_loader = std::make_unique<SFTLoader>(data.sft_val, B, seed, /*shuffle=*/false);
-    recipe.micro_batch = [&](int64_t, int64_t) { return sft_loss(model, train_loader->next()); };
-    recipe.skip_micro_batch = [&](int64_t, int64_t) { train_loader->skip(); };
     recipe.evaluate = [&](bool full) {
       return sft_eval(model, *val_loader, B, config.train.eval_batches, full);
-    };
-    recipe.data_state = [&] { return train_loader->cursor().to_counters("data."); };
-    recipe.restore_data_state = [&](const DataState& state) {
-      train_loader->restore(
-          LoaderCursor::from_counters(state, "data.", train_loader->fingerprint()));
     };
   } else {
     recipe.micro_batch = [&](int64_t step, int64_t micro) {

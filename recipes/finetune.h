@@ -21,6 +21,7 @@ ConfigSection finetune_section();
 struct FinetuneSection {
   std::string end_of_text;
   RecordFormat records{};
+  bool packing = false;
 };
 /// What `config` says in its finetune: section.
 FinetuneSection finetune_settings(const RunConfig& config);
@@ -30,7 +31,8 @@ int eval_finetune(const RunConfig& config, const std::filesystem::path& checkpoi
                  const CommandOptions& options = {});
 
 /// Summed cross-entropy over the scored targets of an SFT batch (the completion and its
-/// end-of-text; prompt and padding positions are ignored), and their count.
+/// end-of-text; prompt and padding positions are ignored), their count and the batch's real
+/// tokens. A packed batch (data/packing.h) runs with its records' positions and segments.
 MicroBatchLoss sft_loss(const nn::GPT& model, const SFTBatch& batch);
 
 }  // namespace forge

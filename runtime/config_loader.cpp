@@ -639,12 +639,16 @@ class Loader : public ConfigChecker {
     if (bad_.count("data.tokenizer") || bad_.count("data.special_tokens")) return std::nullopt;
     if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && files_ == ConfigFiles::skip)
       return std::nullopt;
-    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" &&
-        !std::filesystem::is_directory(d.tokenizer)) {
+    const std::filesystem::path named(d.tokenizer);
+    const bool file = (named.extension() == ".model" || named.extension() == ".json") &&
+                      std::filesystem::is_regular_file(named);
+    if (d.tokenizer != "bytes" && d.tokenizer != "gpt2" && !std::filesystem::is_directory(named) &&
+        !file) {
       error(blame({"data.tokenizer"}),
             "data.tokenizer: '" + d.tokenizer +
-                "' is not bytes, gpt2 or a directory with vocab.txt, encoder.json + vocab.bpe "
-                "or vocab.json + merges.txt");
+                "' is not bytes, gpt2, a tokenizer.json or SentencePiece .model file or a "
+                "directory with tokenizer.json, tokenizer.model, vocab.txt, encoder.json + "
+                "vocab.bpe or vocab.json + merges.txt");
       return std::nullopt;
     }
     try {

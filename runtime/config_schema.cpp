@@ -253,7 +253,8 @@ std::vector<ConfigKey> common_keys() {
 
   add("data.tokenizer", string_key("bytes").fixes_architecture(), in(data, &D::tokenizer),
       "how text becomes token ids: bytes (one token per byte, vocabulary 256), gpt2 (GPT-2's "
-      "byte-level BPE, vocabulary 50257) or a directory from `forge tokenizer train`");
+      "byte-level BPE, vocabulary 50257), a directory from `forge tokenizer train`, a hub "
+      "model's directory, a tokenizer.json or a SentencePiece .model file");
   add("data.special_tokens", string_list_key().aka({"specials"}).fixes_architecture(), in(data, &D::special_tokens),
       "special tokens added after the tokenizer's vocabulary, e.g. [\"[PAD]\", \"[CLS]\", "
       "\"[SEP]\", \"[MASK]\"] for bert");

@@ -426,7 +426,8 @@ class TrainingRun {
     window_.skipped_updates += updates.skipped;
     if (updates.applied == 0) return false;
     const UpdateResult& last = updates.last_applied;
-    window_.tokens += recipe_.tokens_per_step;
+    const int64_t tokens = last.accumulated.num_tokens;
+    window_.tokens += tokens > 0 ? tokens : recipe_.tokens_per_step;
     window_.wait_s += last.accumulated.allreduce_wait_s;
     window_.exposed_s += last.accumulated.allreduce_exposed_s;
     window_.steps++;
@@ -562,7 +563,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
   Comm& comm = arena.comm();
   const int64_t ranks = comm.size(), rank = comm.rank();
   double loss_sum = 0.0, aux_sum = 0.0;
-  int64_t targets = 0;
+  int64_t targets = 0, tokens = 0;
   bool has_aux = false;
   std::map<std::string, double> sums;
   std::map<std::string, std::pair<double, int64_t>> stats;
@@ -591,6 +592,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
     objective.backward();
     loss_sum += mb.loss_sum.item();
     targets += mb.num_targets;
+    tokens += mb.num_tokens;
     for (const auto& [key, value] : mb.sums) sums[key] += value;
     for (const auto& [key, stat] : report.stats) {
       stats[key].first += stat.first;
@@ -608,7 +610,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
     int64_t same[2] = {h, -h};
     comm.allreduce_max(same, 2);
     FORGE_CHECK(same[0] == -same[1], "the ranks' micro-batches reported different metrics: ", keys);
-    std::vector<double> v = {loss_sum, double(targets), aux_sum, double(has_aux)};
+    std::vector<double> v = {loss_sum, double(targets), aux_sum, double(has_aux), double(tokens)};
     for (const auto& [key, value] : sums) v.push_back(value);
     for (const auto& [key, stat] : stats) {
       v.push_back(stat.first);
@@ -620,6 +622,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
     targets = int64_t(v[i++]);
     aux_sum = v[i++];
     has_aux = v[i++] > 0;
+    tokens = int64_t(v[i++]);
     for (auto& [key, value] : sums) value = v[i++];
     for (auto& [key, stat] : stats) {
       stat.first = v[i++];
@@ -632,7 +635,7 @@ AccumulatedLoss accumulate_gradients(optim::GradArena& arena, int64_t n,
   if (has_aux) aux.push_back({"aux_loss", aux_sum * scale});
   for (const auto& [key, stat] : stats) aux.push_back({key, stat.first / double(stat.second)});
   return {targets > 0 ? loss_sum / double(targets) : 0.0, targets, std::move(sums),
-          std::move(aux), sum_squares, waited.waited, waited.exposed};
+          std::move(aux), sum_squares, waited.waited, waited.exposed, tokens};
 }
 
 int run_training(const RunConfig& config, nn::Module& model, optim::Optimizer& optimizer,

@@ -30,6 +30,9 @@ struct MicroBatchLoss {
   /// Recipe-specific sums for the train line (correct predictions, their counts, partial losses):
   /// added up over the step's micro-batches and handed to Recipe::train_metrics.
   std::map<std::string, double> sums = {};
+  /// The real (not padding) input tokens behind the loss, for tokens_per_s; 0: the step counts
+  /// Recipe::tokens_per_step instead.
+  int64_t num_tokens = 0;
 };
 
 /// State a recipe's data pipeline needs to resume (a loader cursor), stored in checkpoints as
@@ -66,6 +69,8 @@ struct AccumulatedLoss {
   /// Under mpirun: seconds spent after backward waiting for the gradients' all-reduce, and the
   /// part of them after the last rank's backward ended (optim::GradArena::Wait).
   double allreduce_wait_s = 0, allreduce_exposed_s = 0;
+  /// MicroBatchLoss::num_tokens added up over the micro-batches and ranks.
+  int64_t num_tokens = 0;
 };
 
 /// What one optimizer update did.
@@ -126,7 +131,8 @@ struct Recipe {
   /// neither): the state to checkpoint after a step, and how to restore it on resume.
   std::function<DataState()> data_state;
   std::function<void(const DataState&)> restore_data_state;
-  /// Tokens consumed per optimizer step (for tokens_per_s).
+  /// Tokens consumed per optimizer step (for tokens_per_s), unless the micro-batches count their
+  /// own (MicroBatchLoss::num_tokens).
   int64_t tokens_per_step = 0;
   /// Evaluate the initial model before a fresh run's first step, logged as step 0 (for a
   /// fine-tune: the base model's numbers on the same split).

@@ -618,6 +618,40 @@ tokenizer_json_case("added-id-clash", {**good_tokenizer_json, "added_tokens": [
 tokenizer_json_case("text-not-utf8", good_tokenizer_json, text_bytes=b"abc \xff\xfe ab")
 
 
+# --- hostile SentencePiece models and text ------------------------------------------------------
+# tokenizer.model files cut, emptied or replaced, in a directory and named as a file; text that is
+# not UTF-8 (libsentencepiece would encode it as U+FFFD).
+SPM_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                         "golden", "sentencepiece", "bpe.model")
+spm_good = open(SPM_MODEL, "rb").read()
+not_utf8 = write(path("sentencepiece", "not-utf8.txt"), b"to be or \xff\xfe not\n")
+
+
+def sentencepiece_case(name, model, allowed=(3,), text_file=tiny_txt, config=None):
+    d = os.path.dirname(path("sentencepiece", name, "tokenizer.model"))
+    write(os.path.join(d, "tokenizer.model"), model)
+    if config is not None:
+        write(os.path.join(d, "tokenizer_config.json"), config)
+    files = [os.path.join(d, f) for f in os.listdir(d)] + [text_file]
+    for how, named in (("dir", d), ("file", os.path.join(d, "tokenizer.model"))):
+        case("sentencepiece", f"{name}/{how}/tokenize", ["FORGE", "tokenize", "--tokenizer", named,
+                                                         "--input", text_file], allowed, files)
+    case("sentencepiece", name + "/prepare", ["FORGE", "prepare", "--tokenizer", d, "--input",
+                                              text_file, "--output", os.path.join(d, "out.h5")],
+         allowed, files)
+
+
+sentencepiece_case("valid", spm_good, (0,))
+sentencepiece_case("empty", b"")
+for cut in (1, 2, 16, len(spm_good) // 3, len(spm_good) // 2, len(spm_good) - 1):
+    sentencepiece_case(f"truncated-{cut}", spm_good[:cut])
+sentencepiece_case("garbage", bytes(range(256)) * 16)
+sentencepiece_case("gpt2-vocab", json.dumps(good_encoder).encode())
+sentencepiece_case("no-pieces", b"\x12\x00")  # well-formed protobuf, an empty trainer_spec
+sentencepiece_case("bad-config", spm_good, config=b'{"add_bos_token": "yes"}')
+sentencepiece_case("config-not-json", spm_good, config=b'{"add_bos_token": tru')
+sentencepiece_case("not-utf8-text", spm_good, text_file=not_utf8)
+
 # --- Hugging Face model directories (config.json + model.safetensors) ---------------------------
 # BASE/hf is BASE/run exported with `forge export --format hf`. Nothing in a safetensors file is
 # checksummed, so only what the header claims can be checked: every claim against the file.

@@ -5,13 +5,16 @@
 // call does about half the work of a full one. Forward is split over (batch, head, query block),
 // backward over (batch, head) so each thread owns its dK/dV; each thread takes one scratch block per
 // call. Grouped-query heads read their key/value head in place; their backward writes dK/dV per
-// query head and sums each group afterwards (see attention_backward). oneDNN's sgemm
+// query head and sums each group afterwards (see attention_backward). Packed rows (segments) narrow
+// each query's keys to its record's [start, end): tiles wholly outside every record of a query
+// block are skipped, which is where packing saves its work. oneDNN's sgemm
 // (single-threaded inside our parallel region) was measured 2.4x slower per 64×64×64 tile than the
 // micro-kernel: call overhead and packing dominate at this size.
 #include "core/kernels/attention.h"
 #include "core/kernels/isa.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -43,6 +46,28 @@ const T* row_ptr(const T* base, RowStrides s, int64_t b, int64_t h, int64_t i) {
 
 // The key/value head of query head h: groups of H / Hkv consecutive query heads share one.
 int64_t kv_head(const AttentionShape& n, int64_t h) { return h / (n.H / n.Hkv); }
+
+// Each position's record as a key range [start, end) of its packed row, from the non-decreasing
+// segment ids [B, T]; empty without segments.
+struct Records {
+  std::vector<int64_t> start, end;
+  Records(const AttentionShape& n, const int64_t* segments) {
+    if (!segments) return;
+    start.resize(size_t(n.B * n.T));
+    end.resize(start.size());
+    for (int64_t b = 0; b < n.B; ++b) {
+      const int64_t* id = segments + b * n.T;
+      for (int64_t t0 = 0, t1 = 0; t0 < n.T; t0 = t1) {
+        for (t1 = t0 + 1; t1 < n.T && id[t1] == id[t0];) ++t1;
+        assert(t1 == n.T || id[t1] > id[t0]);
+        std::fill(start.begin() + b * n.T + t0, start.begin() + b * n.T + t1, t0);
+        std::fill(end.begin() + b * n.T + t0, end.begin() + b * n.T + t1, t1);
+      }
+    }
+  }
+  const int64_t* starts() const { return start.empty() ? nullptr : start.data(); }
+  const int64_t* ends() const { return end.empty() ? nullptr : end.data(); }
+};
 
 // ---- GEMM micro-kernel ----
 // C (+)= A·B for the small products inside one tile. A(i, k) = a[i*ars + k*acs], so the same kernel
@@ -274,9 +299,10 @@ struct Ctx {
   AttentionShape n;
   bool causal;
   float scale;
-  const uint8_t* mask;  // [B, S] or null
-  int64_t off;          // S - T: query t sees keys s <= t + off when causal
-  int64_t Dp, Sp;       // D and S rounded up to 16 (padded scratch rows and columns)
+  const uint8_t* mask;         // [B, S] or null
+  const int64_t *start, *end;  // [B, T]: each query's record, keys [start, end); or null
+  int64_t off;                 // S - T: query t sees keys s <= t + off when causal
+  int64_t Dp, Sp;              // D and S rounded up to 16 (padded scratch rows and columns)
   const float *q, *k, *v;
   RowStrides qs, ks, vs;
 };
@@ -293,6 +319,11 @@ Keys classify_keys(const uint8_t* mask, int64_t s0, int64_t sk) {
 [[gnu::always_inline]] inline void mask_scores(float* sr, const uint8_t* mask, int64_t n) {
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) sr[c] = mask[c] ? sr[c] : -kInf;
+}
+
+// Scores of keys before column `first` (an earlier record's, in a packed row) become -inf.
+[[gnu::always_inline]] inline void hide_before(float* sr, int64_t first, int64_t n) {
+  std::fill(sr, sr + std::clamp(first, int64_t(0), n), -kInf);
 }
 
 // e^x for softmax arguments (scores minus their max or log-sum-exp, so x <= ~0); x < -87
@@ -324,8 +355,13 @@ void forward_block(const Ctx& c, int64_t bh, int64_t qb, ForwardBuffers& w, floa
   const int64_t b = bh / c.n.H, h = bh % c.n.H, hk = kv_head(c.n, h);
   const int64_t T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp, Sp = c.Sp;
   const int64_t t0 = qb * kBlockQ, tq = std::min(kBlockQ, T - t0);
-  // Causal rows stop at t + off, so later key blocks are skipped outright.
-  const int64_t s_end = c.causal ? std::clamp(t0 + tq + c.off, int64_t(0), S) : S;
+  // Causal rows stop at t + off, and packed rows at their record's end, so later key blocks are
+  // skipped outright; records start no earlier than the first row's, so earlier ones are too.
+  int64_t s_end = c.causal ? std::clamp(t0 + tq + c.off, int64_t(0), S) : S;
+  const int64_t* start = c.start ? c.start + b * T : nullptr;
+  const int64_t* end = c.end ? c.end + b * T : nullptr;
+  if (end) s_end = std::min(s_end, end[t0 + tq - 1]);
+  const int64_t s_begin = start ? start[t0] / kBlockK * kBlockK : 0;
   const uint8_t* mask = c.mask ? c.mask + b * S : nullptr;
 
   // Query heads of one group reuse the packed keys and values of their shared head.
@@ -354,7 +390,7 @@ void forward_block(const Ctx& c, int64_t bh, int64_t qb, ForwardBuffers& w, floa
   const Band band_cols = c.causal ? Band::columns : Band::none;
   const Band band_k_upto = c.causal ? Band::k_upto : Band::none;
 
-  for (int64_t s0 = 0; s0 < s_end; s0 += kBlockK) {
+  for (int64_t s0 = s_begin; s0 < s_end; s0 += kBlockK) {
     const int64_t sk = std::min(kBlockK, S - s0);
     const Keys keys = classify_keys(mask, s0, sk);
     if (keys == Keys::none) continue;
@@ -362,7 +398,11 @@ void forward_block(const Ctx& c, int64_t bh, int64_t qb, ForwardBuffers& w, floa
     gemm({tq, round16(sk), D, w.qs, Dp, 1, w.kt + s0, Sp, w.s, kBlockK, false, band_cols, delta});
     for (int64_t r = 0; r < tq; ++r) {
       float* sr = w.s + r * kBlockK;
-      const int64_t n = c.causal ? std::clamp(t0 + r + c.off - s0 + 1, int64_t(0), sk) : sk;
+      int64_t n = c.causal ? std::clamp(t0 + r + c.off - s0 + 1, int64_t(0), sk) : sk;
+      if (end) {
+        n = std::clamp(end[t0 + r] - s0, int64_t(0), n);
+        hide_before(sr, start[t0 + r] - s0, n);
+      }
       if (keys == Keys::some) mask_scores(sr, mask + s0, n);
       float mx = -kInf;
 #pragma omp simd reduction(max : mx)
@@ -437,6 +477,8 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
   const int64_t T = c.n.T, S = c.n.S, D = c.n.D, Dp = c.Dp;
   const float* lse_h = lse + bh * T;
   const uint8_t* mask = c.mask ? c.mask + b * S : nullptr;
+  const int64_t* start = c.start ? c.start + b * T : nullptr;
+  const int64_t* end = c.end ? c.end + b * T : nullptr;
   const bool want_ds = dq || dk;
 
   for (int64_t t = 0; t < T; ++t) {
@@ -458,11 +500,17 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
 
   for (int64_t s0 = 0; s0 < S; s0 += kBlockK) {
     const int64_t sk = std::min(kBlockK, S - s0);
-    const int64_t t_first = c.causal ? std::max<int64_t>(0, s0 - c.off) : 0;
+    // Queries that can see these keys: causal ones from s0 - off, packed ones within the records
+    // of the block's first and last keys (T == S there).
+    int64_t t_first = c.causal ? std::max<int64_t>(0, s0 - c.off) : 0, t_end = T;
+    if (start) {
+      t_first = std::max(t_first, start[s0]);
+      t_end = end[s0 + sk - 1];
+    }
     const Keys keys = classify_keys(mask, s0, sk);
     float* dk_out = dk ? dk + (bh * S + s0) * D : nullptr;
     float* dv_out = dv ? dv + (bh * S + s0) * D : nullptr;
-    if (t_first >= T || keys == Keys::none) {  // no query sees these keys
+    if (t_first >= t_end || keys == Keys::none) {  // no query sees these keys
       if (dk_out) std::fill(dk_out, dk_out + sk * D, 0.f);
       if (dv_out) std::fill(dv_out, dv_out + sk * D, 0.f);
       continue;
@@ -476,7 +524,7 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
     std::fill(w.dk, w.dk + sk * Dp, 0.f);
     std::fill(w.dv, w.dv + sk * Dp, 0.f);
 
-    for (int64_t t0 = t_first / kBlockQ * kBlockQ; t0 < T; t0 += kBlockQ) {
+    for (int64_t t0 = t_first / kBlockQ * kBlockQ; t0 < t_end; t0 += kBlockQ) {
       const int64_t tq = std::min(kBlockQ, T - t0), delta = t0 + c.off - s0;
       const Band band_cols = c.causal ? Band::columns : Band::none;
       const Band band_k_upto = c.causal ? Band::k_upto : Band::none;
@@ -484,7 +532,8 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
       // Keys [0, live(r)) of the tile can carry probability for row r.
       auto live = [&](int64_t r) {
         if (lse_h[t0 + r] == kInf) return int64_t(0);  // empty row: no probability, no gradient
-        return c.causal ? std::clamp(r + delta + 1, int64_t(0), sk) : sk;
+        const int64_t n = c.causal ? std::clamp(r + delta + 1, int64_t(0), sk) : sk;
+        return end ? std::clamp(end[t0 + r] - s0, int64_t(0), n) : n;
       };
       // P = exp(Q·Kᵀ·scale - lse), the forward's probabilities recomputed.
       gemm({tq, round16(sk), D, w.qs + t0 * Dp, Dp, 1, w.kt, kBlockK, w.p, kBlockK, false,
@@ -492,6 +541,7 @@ void backward_head(const Ctx& c, int64_t bh, const BackwardBuffers& w, const flo
       for (int64_t r = 0; r < tq; ++r) {
         float* pr = w.p + r * kBlockK;
         const int64_t n = live(r);
+        if (start) hide_before(pr, start[t0 + r] - s0, n);
         if (keys == Keys::some) mask_scores(pr, mask + s0, n);
         exp_scores(pr, n, lse_h[t0 + r]);
         std::fill(pr + n, pr + sk, 0.f);
@@ -547,19 +597,33 @@ void backward_f32(const Ctx& c, const float* out, const float* dout, const float
   }
 }
 
-Ctx make_ctx(const AttentionShape& n, const AttentionParams& p, const float* q, RowStrides qs,
-             const float* k, RowStrides ks, const float* v, RowStrides vs) {
-  return Ctx{n, p.causal, float(p.scale), p.key_mask, n.S - n.T, round16(n.D), round16(n.S),
-             q, k, v, qs, ks, vs};
+Ctx make_ctx(const AttentionShape& n, const AttentionParams& p, const Records& records,
+             const float* q, RowStrides qs, const float* k, RowStrides ks, const float* v,
+             RowStrides vs) {
+  return Ctx{n, p.causal, float(p.scale), p.key_mask, records.starts(), records.ends(), n.S - n.T,
+             round16(n.D), round16(n.S), q, k, v, qs, ks, vs};
 }
 
 // ---- f64, and f32 decode steps: the same algorithm unblocked, one query row at a time ----
 
+// The keys [begin, end) query t of row b may attend before the padding mask: causal ones end at
+// t + S - T, a packed row's at its record's bounds.
+std::pair<int64_t, int64_t> key_range(const AttentionShape& n, const AttentionParams& p,
+                                      const Records& records, int64_t b, int64_t t) {
+  int64_t begin = 0, end = p.causal ? std::clamp(t + n.S - n.T + 1, int64_t(0), n.S) : n.S;
+  if (const int64_t* starts = records.starts()) {
+    begin = starts[b * n.T + t];
+    end = std::min(end, records.ends()[b * n.T + t]);
+  }
+  return {begin, end};
+}
+
 template <class T>
-void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
-                    const T* k, RowStrides ks, const T* v, RowStrides vs, T* out, T* lse) {
+void simple_forward(const AttentionShape& n, const AttentionParams& p, const Records& records,
+                    const T* q, RowStrides qs, const T* k, RowStrides ks, const T* v, RowStrides vs,
+                    T* out, T* lse) {
   const T inf = std::numeric_limits<T>::infinity();
-  const int64_t D = n.D, S = n.S, off = n.S - n.T;
+  const int64_t D = n.D, S = n.S;
 #pragma omp parallel if (worth_threads(n))
   {
     std::vector<T> score(static_cast<size_t>(S));
@@ -569,9 +633,9 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
       for (int64_t t = 0; t < n.T; ++t) {
         const T* qr = row_ptr(q, qs, b, h, t);
         T* orow = out + (bh * n.T + t) * D;
-        const int64_t end = p.causal ? std::clamp(t + off + 1, int64_t(0), S) : S;
+        const auto [begin, end] = key_range(n, p, records, b, t);
         T mx = -inf;
-        for (int64_t s = 0; s < end; ++s) {
+        for (int64_t s = begin; s < end; ++s) {
           if (p.key_mask && !p.key_mask[b * S + s]) {
             score[size_t(s)] = -inf;
             continue;
@@ -589,7 +653,7 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
           continue;
         }
         T sum = 0;
-        for (int64_t s = 0; s < end; ++s) {
+        for (int64_t s = begin; s < end; ++s) {
           if (score[size_t(s)] == -inf) continue;
           const T e = std::exp(score[size_t(s)] - mx);
           const T* vr = row_ptr(v, vs, b, hk, s);
@@ -607,10 +671,11 @@ void simple_forward(const AttentionShape& n, const AttentionParams& p, const T* 
 
 // dk and dv per query head, [B, H, S, D], as backward_head writes them.
 template <class T>
-void simple_backward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
-                     const T* k, RowStrides ks, const T* v, RowStrides vs, const T* out,
-                     const T* dout, const T* lse, T* dq, T* dk, T* dv) {
-  const int64_t D = n.D, S = n.S, T_ = n.T, off = n.S - n.T;
+void simple_backward(const AttentionShape& n, const AttentionParams& p, const Records& records,
+                     const T* q, RowStrides qs, const T* k, RowStrides ks, const T* v,
+                     RowStrides vs, const T* out, const T* dout, const T* lse, T* dq, T* dk,
+                     T* dv) {
+  const int64_t D = n.D, S = n.S, T_ = n.T;
   const T scale = T(p.scale);
 #pragma omp parallel for schedule(static) if (worth_threads(n))
   for (int64_t bh = 0; bh < n.B * n.H; ++bh) {
@@ -626,8 +691,8 @@ void simple_backward(const AttentionShape& n, const AttentionParams& p, const T*
       const T* orow = out + (bh * T_ + t) * D;
       T di = 0;
       for (int64_t d = 0; d < D; ++d) di += gr[d] * orow[d];
-      const int64_t end = p.causal ? std::clamp(t + off + 1, int64_t(0), S) : S;
-      for (int64_t s = 0; s < end; ++s) {
+      const auto [begin, end] = key_range(n, p, records, b, t);
+      for (int64_t s = begin; s < end; ++s) {
         if (p.key_mask && !p.key_mask[b * S + s]) continue;
         const T* kr = row_ptr(k, ks, b, hk, s);
         const T* vr = row_ptr(v, vs, b, hk, s);
@@ -694,20 +759,23 @@ void attention_forward(const AttentionShape& n, const AttentionParams& p, const 
                        const T* k, RowStrides ks, const T* v, RowStrides vs, T* out, T* lse) {
   // One query a head (a decode step through a KV cache) takes the unblocked path: packing the
   // head's keys and values into tiles would cost as much as attending to them.
+  const Records records(n, p.segments);
   if constexpr (std::is_same_v<T, float>)
-    if (n.T > 1) return forward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, lse);
-  simple_forward(n, p, q, qs, k, ks, v, vs, out, lse);
+    if (n.T > 1) return forward_f32(make_ctx(n, p, records, q, qs, k, ks, v, vs), out, lse);
+  simple_forward(n, p, records, q, qs, k, ks, v, vs, out, lse);
 }
 
 template <class T>
 void attention_backward(const AttentionShape& n, const AttentionParams& p, const T* q, RowStrides qs,
                         const T* k, RowStrides ks, const T* v, RowStrides vs, const T* out,
                         const T* dout, const T* lse, T* dq, T* dk, T* dv) {
+  const Records records(n, p.segments);
   auto per_query_head = [&](T* dk_heads, T* dv_heads) {
     if constexpr (std::is_same_v<T, float>)
-      backward_f32(make_ctx(n, p, q, qs, k, ks, v, vs), out, dout, lse, dq, dk_heads, dv_heads);
+      backward_f32(make_ctx(n, p, records, q, qs, k, ks, v, vs), out, dout, lse, dq, dk_heads,
+                   dv_heads);
     else
-      simple_backward(n, p, q, qs, k, ks, v, vs, out, dout, lse, dq, dk_heads, dv_heads);
+      simple_backward(n, p, records, q, qs, k, ks, v, vs, out, dout, lse, dq, dk_heads, dv_heads);
   };
   if (n.Hkv == n.H) return per_query_head(dk, dv);
   // Grouped heads: every query head's share of dK and dV goes to its own buffer and each group is
@@ -739,6 +807,7 @@ namespace {
 
 bool attends(const AttentionShape& n, const AttentionParams& p, int64_t b, int64_t t, int64_t s) {
   if (p.causal && s > t + n.S - n.T) return false;
+  if (p.segments && p.segments[b * n.T + s] != p.segments[b * n.T + t]) return false;
   return !p.key_mask || p.key_mask[b * n.S + s] != 0;
 }
 

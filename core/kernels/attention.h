@@ -27,6 +27,10 @@ struct AttentionParams {
   bool causal = false;                ///< query t attends key s iff s <= t + (S - T)
   double scale = 1.0;                 ///< scores are q·k * scale
   const uint8_t* key_mask = nullptr;  ///< [B, S] dense, nonzero = attend; null = every key
+  /// [B, T] dense record ids of packed rows (T == S), non-decreasing along each row: query t
+  /// attends only keys of its own record. Null = one record a row. Other records' key tiles are
+  /// skipped.
+  const int64_t* segments = nullptr;
 };
 
 /// q [B, H, T, D], k and v [B, Hkv, S, D] (strided as RowStrides says) -> out [B, H, T, D] (dense)

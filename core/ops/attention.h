@@ -9,6 +9,9 @@ namespace forge {
 struct AttentionOptions {
   bool causal = false;  ///< query t attends to keys s <= t + (S - T) (aligned at the end, for KV caches)
   double scale = 0.0;   ///< 0 means 1/sqrt(D)
+  /// [B, T] i64 record ids of packed rows (self-attention: T == S), non-decreasing along each row:
+  /// query t attends only keys of its own record. Undefined: each row is one record.
+  Tensor segments = {};
 };
 
 /// q [B, H, T, D], k and v [B, Hkv, S, D] -> [B, H, T, D]. Hkv dividing H is grouped-query

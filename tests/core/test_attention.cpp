@@ -2,8 +2,10 @@
 // the f64 kernel with the reference loops over odd shapes, strided layouts and masks, the rule that a
 // query with nothing to attend gives zeros (never NaN), and equality with the unfused composition.
 // Grouped-query heads are checked the same ways, against repeated keys and values, and against
-// PyTorch (tests/golden/llama_kernels.txt, written by make_llama_kernel_goldens.py).
+// PyTorch (tests/golden/llama_kernels.txt, written by make_llama_kernel_goldens.py). Packed rows
+// (segment ids) against the reference and against each record attended alone.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -145,6 +147,31 @@ FORGE_GRADCHECK(attention, grouped_query_fused_kv_views) {
       {randn({1, 4, 2, 3}, 1), randn({1, 5, 2, 2, 3}, 2)});
 }
 
+// Packed rows: queries attend only their own record's keys. Row 0 holds records of 3, 1 and 2
+// tokens; row 1 one record and padding keys inside it.
+AttentionOptions packed(const Tensor& segments, bool causal = true) {
+  AttentionOptions o = opts(causal);
+  o.segments = segments;
+  return o;
+}
+FORGE_GRADCHECK(attention, packed_records_grouped_query) {
+  Tensor segments = testing::ids({0, 0, 0, 1, 2, 2, 5, 5, 5, 5, 5, 5}, {2, 6});
+  Tensor mask = testing::constant({1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1}, {2, 6});
+  EXPECT_GRADCHECK(
+      [=](const In& v) {
+        return scaled_dot_product_attention(v[0], v[1], v[2], mask, packed(segments));
+      },
+      qkv(2, 4, 6, 6, 3, 2));
+}
+FORGE_GRADCHECK(attention, packed_records_bidirectional) {
+  Tensor segments = testing::ids({0, 0, 1, 1, 1}, {1, 5});
+  EXPECT_GRADCHECK(
+      [=](const In& v) {
+        return scaled_dot_product_attention(v[0], v[1], v[2], {}, packed(segments, false));
+      },
+      qkv(1, 2, 5, 5, 4));
+}
+
 // ---- kernel parity with the reference ----
 
 // [B,H,T,D], [B,T,H,D], one [B,T,H+2Hkv,D] buffer (q, k, v heads side by side: a fused projection)
@@ -154,13 +181,15 @@ struct KernelCase {
   int64_t B, H, T, S, D;
   bool causal, masked;
   Layout layout;
-  int64_t Hkv = 0;  // key/value heads; 0 means H
+  int64_t Hkv = 0;     // key/value heads; 0 means H
+  int64_t record = 0;  // > 0: packed rows (T == S) of records of 1 to `record` tokens
   int64_t kv_heads() const { return Hkv == 0 ? H : Hkv; }
   std::string str() const {
     return "B=" + std::to_string(B) + " H=" + std::to_string(H) +
            " Hkv=" + std::to_string(kv_heads()) + " T=" + std::to_string(T) +
            " S=" + std::to_string(S) + " D=" + std::to_string(D) + (causal ? " causal" : "") +
-           (masked ? " masked" : "") + " layout=" + std::to_string(int(layout));
+           (masked ? " masked" : "") + " layout=" + std::to_string(int(layout)) +
+           (record ? " records<=" + std::to_string(record) : "");
   }
 };
 
@@ -216,6 +245,20 @@ std::vector<uint8_t> make_mask(const KernelCase& c, uint64_t seed) {
   return m;
 }
 
+// Record ids [B, T] of packed rows: consecutive records of 1 to c.record tokens, the last one cut
+// at the row's end.
+std::vector<int64_t> make_segments(const KernelCase& c, uint64_t seed) {
+  Generator gen(seed);
+  Tensor u = uniform({c.B * c.T}, 0, 1, gen);
+  std::vector<int64_t> ids(size_t(c.B * c.T));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t t = 0, id = 0; t < c.T; ++id) {
+      const int64_t len = 1 + int64_t(u.data<float>()[b * c.T + t] * float(c.record));
+      for (int64_t i = 0; i < len && t < c.T; ++i, ++t) ids[size_t(b * c.T + t)] = id;
+    }
+  return ids;
+}
+
 template <class T>
 double max_abs(const std::vector<T>& x) {
   double m = 0;
@@ -261,9 +304,11 @@ void check_parity(const KernelCase& c, double tol) {
   SCOPED_TRACE(c.str());
   Operands<T> o = make_operands<T>(c, 7);
   std::vector<uint8_t> mask = c.masked ? make_mask(c, 8) : std::vector<uint8_t>();
+  std::vector<int64_t> segments = c.record ? make_segments(c, 10) : std::vector<int64_t>();
   const kernels::AttentionShape n{c.B, c.H, c.kv_heads(), c.T, c.S, c.D};
   const kernels::AttentionParams p{c.causal, 1.0 / std::sqrt(double(c.D)),
-                                   c.masked ? mask.data() : nullptr};
+                                   c.masked ? mask.data() : nullptr,
+                                   c.record ? segments.data() : nullptr};
   const size_t nq = size_t(c.B * c.H * c.T * c.D), nk = size_t(c.B * c.kv_heads() * c.S * c.D);
   const size_t nrows = size_t(c.B * c.H * c.T);
   // Outputs start as NaN, so an element a kernel forgets to write fails the comparison.
@@ -367,6 +412,27 @@ TEST(AttentionKernel, GroupedQueryF64MatchesReference) {
   for (const KernelCase& c : kGroupedCases) check_parity<double>(c, 1e-12);
 }
 
+// Packed rows: records shorter than a tile (whole key blocks skipped in both passes), about a tile
+// (records straddling tile edges), longer than one, non-causal as an encoder would pack, padded
+// keys inside records, grouped heads, each layout.
+const std::vector<KernelCase> kPackedCases = {
+    {2, 2, 7, 7, 16, true, false, Layout::dense, 0, 3},
+    {2, 2, 300, 300, 32, true, false, Layout::dense, 0, 40},
+    {1, 4, 300, 300, 24, true, true, Layout::transposed, 2, 150},
+    {2, 4, 130, 130, 64, true, false, Layout::fused, 1, 70},
+    {1, 2, 400, 400, 16, false, false, Layout::dense, 0, 90},
+    {2, 3, 65, 65, 5, false, true, Layout::fused, 0, 20},
+    {1, 2, 260, 260, 80, true, true, Layout::dense, 0, 300},
+};
+
+TEST(AttentionKernel, PackedF32MatchesReference) {
+  for (const KernelCase& c : kPackedCases) check_parity<float>(c, 1e-5);
+}
+
+TEST(AttentionKernel, PackedF64MatchesReference) {
+  for (const KernelCase& c : kPackedCases) check_parity<double>(c, 1e-12);
+}
+
 // ---- the op ----
 
 bool any_nan(const Tensor& t) {
@@ -438,6 +504,76 @@ TEST(Attention, TransposedViewsMatchContiguousInputs) {
   }
   EXPECT_EQ(results[0], results[2]);
   EXPECT_EQ(results[1], results[3]);
+}
+
+// A packed row gives each record what it gives alone: outputs and gradients of records of 50, 130,
+// 7 and 69 tokens (across 64-row and 128-key tiles) in one row of 256 equal those of each record
+// attended by itself, f64 to rounding, f32 within 1e-5; and the f32 kernel gives the same bits for
+// any thread count.
+TEST(Attention, PackedRowEqualsRecordsAlone) {
+  const int64_t H = 4, Hkv = 2, D = 16, lengths[] = {50, 130, 7, 69}, T = 256;
+  std::vector<double> ids;
+  for (size_t r = 0; r < 4; ++r) ids.insert(ids.end(), size_t(lengths[r]), double(r));
+  const Tensor segments = testing::ids(ids, {1, T});
+  for (DType dt : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator gen(21);
+    const Tensor q0 = normal({1, H, T, D}, 0, 1, gen, dt),
+                 k0 = normal({1, Hkv, T, D}, 0, 1, gen, dt),
+                 v0 = normal({1, Hkv, T, D}, 0, 1, gen, dt),
+                 dy = normal({1, H, T, D}, 0, 1, gen, dt);
+    auto run = [&](int64_t from, int64_t to, const AttentionOptions& o) {
+      auto part = [&](const Tensor& x) { return slice(x, 2, from, to).contiguous(); };
+      Tensor q = part(q0).set_requires_grad(true), k = part(k0).set_requires_grad(true),
+             v = part(v0).set_requires_grad(true);
+      Tensor out = scaled_dot_product_attention(q, k, v, {}, o);
+      out.backward(part(dy));
+      std::vector<std::vector<double>> got;
+      for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()})
+        got.push_back(t.to_vector<double>());
+      return got;
+    };
+    const auto whole = run(0, T, packed(segments));
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    const char* what[] = {"out", "dq", "dk", "dv"};
+    int64_t from = 0;
+    for (int64_t len : lengths) {
+      SCOPED_TRACE(from);
+      const auto alone = run(from, from + len, opts(true));
+      for (size_t i = 0; i < 4; ++i) {
+        const int64_t heads = i == 0 || i == 1 ? H : Hkv;
+        std::vector<double> mine;
+        for (int64_t h = 0; h < heads; ++h)
+          mine.insert(mine.end(), whole[i].begin() + (h * T + from) * D,
+                      whole[i].begin() + (h * T + from + len) * D);
+        expect_close(mine, alone[i], tol, what[i]);
+      }
+      from += len;
+    }
+    if (dt == DType::f32) {
+      const int saved = omp_get_max_threads();
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        EXPECT_EQ(run(0, T, packed(segments)), whole) << threads << " threads";
+      }
+      omp_set_num_threads(saved);
+    }
+  }
+}
+
+TEST(Attention, RejectsBadSegments) {
+  Tensor q = zeros({1, 2, 3, 4}), k = zeros({1, 2, 3, 4});
+  testing::expect_error(ExitCode::internal, "segments must not decrease along a row; row 0 goes "
+                        "from 1 to 0 at 2", [&] {
+    scaled_dot_product_attention(q, k, k, {}, packed(testing::ids({0, 1, 0}, {1, 3})));
+  });
+  testing::expect_error(ExitCode::internal, "segments must be i64 [B, T] = [1, 3]", [&] {
+    scaled_dot_product_attention(q, k, k, {}, packed(testing::ids({0, 1}, {1, 2})));
+  });
+  testing::expect_error(ExitCode::internal, "of self-attention (T == S, got S 5)", [&] {
+    Tensor kv = zeros({1, 2, 5, 4});
+    scaled_dot_product_attention(q, kv, kv, {}, packed(testing::ids({0, 1, 1}, {1, 3})));
+  });
 }
 
 TEST(Attention, RejectsMismatchedShapes) {

@@ -348,6 +348,19 @@ TEST(TokenizerPipeline, ErrorsNameTheJsonPath) {
   }
 }
 
+// Hugging Face loads a pair template that names a token special_tokens lacks.
+TEST(TokenizerPipeline, PairTemplateMayNameAnAbsentToken) {
+  const json node = json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<x>", "type_id": 1}},
+               {"Sequence": {"id": "B", "type_id": 1}}],
+      "special_tokens": {}})");
+  Encoding encoding{{4, 5}, {{0, 1}, {1, 2}}};
+  make_post_processor(node, kPlace.at("post_processor"))
+      ->process(encoding, true, [](int32_t) { return std::string_view(); });
+  EXPECT_EQ(encoding.ids, (std::vector<int32_t>{4, 5}));
+}
+
 TEST(TokenizerPipeline, NullIsNoStage) {
   EXPECT_EQ(make_normalizer(nullptr, kPlace), nullptr);
   EXPECT_EQ(make_pre_tokenizer(nullptr, kPlace), nullptr);

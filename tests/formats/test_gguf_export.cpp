@@ -510,6 +510,19 @@ TEST_F(GgufExport, WritesALoRARunWithItsAdaptersMerged) {
   expect_string(f, "general.name", "lora");
 }
 
+// A SentencePiece tokenizer is not spelled as GPT-2's byte-level BPE: refused, not written as the
+// 256 bytes.
+TEST_F(GgufExport, RefusesATokenizerItCannotSpell) {
+  const std::string model = std::string(FORGE_SOURCE_DIR) + "/tests/golden/sentencepiece/bpe.model";
+  const fs::path file = save_gpt(dir_,
+                                 "vocab_size: 1000, context: 8, d_model: 8, n_layers: 1, n_heads: "
+                                 "2, norm: rmsnorm, position: rotary, mlp: swiglu, bias: false",
+                                 "tokenizer: " + model);
+  testing::expect_error(ExitCode::usage, "tokenizer '" + model + "' is not one",
+                        [&] { export_gguf(file, dir_ / "refused.gguf"); });
+  EXPECT_FALSE(fs::exists(dir_ / "refused.gguf"));
+}
+
 TEST_F(GgufExport, RefusesModelsNoLlamaCppArchitectureRuns) {
   const std::string llama = "norm: rmsnorm, position: rotary, mlp: swiglu, bias: false";
   const std::pair<std::string, std::string> cases[] = {

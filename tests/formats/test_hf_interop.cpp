@@ -242,7 +242,7 @@ TEST_F(HFInterop, BrokenDirectoriesAreRefusedNamingTheFileAndKeyOrTensor) {
   // No tokenizer files, and a vocabulary that is not GPT-2's.
   fs::path no_tokenizer = edited([](json&) {});
   fs::remove(no_tokenizer / "merges.txt");
-  refused(no_tokenizer, "no tokenizer beside it (expected vocab.json and merges.txt");
+  refused(no_tokenizer, "no tokenizer beside it (expected tokenizer.json, or vocab.json and merges.txt");
 }
 
 // Sizes in config.json are bounded as the Forge keys they become before a layout is looped over

@@ -151,7 +151,7 @@ TEST_F(HFLlama, ConfigJsonBecomesGptOptions) {
   EXPECT_EQ(qwen2.data.tokenizer, (kGolden / "qwen2").string());
   EXPECT_EQ(hf_load_summary(kGolden / "qwen2"),
             "weights BF16 in 2 files, 46.3 KiB stored, 92.6 KiB as f32 once loaded; tokenizer "
-            "the directory's vocab.json and merges.txt (its tokenizer.json is not read)");
+            "the directory's tokenizer.json");
 
   const ModelConfig mistral = stored_config(kGolden / "mistral").model;
   EXPECT_EQ(mistral.n_kv_heads, 4);

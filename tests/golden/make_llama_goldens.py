@@ -166,10 +166,26 @@ def random_weights(shapes, seed, dtype):
 
 def write_tokenizer(out):
     """A Qwen2 directory's vocab.json and merges.txt (GPT-2's byte-level vocabulary without
-    merges) and tokenizer.json beside them, which Forge does not read."""
+    merges) and the same tokenizer as Qwen2's tokenizer.json spells it beside them (which Forge
+    reads first): the 256 bytes as a byte-level BPE, <|endoftext|> an added special token."""
     write_byte_vocab(out)
+    with open(os.path.join(out, "vocab.json")) as f:
+        vocab = json.load(f)
+    endoftext = vocab.pop("<|endoftext|>")
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                  "use_regex": True}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": endoftext, "content": "<|endoftext|>", "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False,
+                          "special": True}],
+        "normalizer": None, "pre_tokenizer": byte_level, "post_processor": byte_level,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+                  "byte_fallback": False, "vocab": vocab, "merges": []}}
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
-        json.dump({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}, f)
+        json.dump(tokenizer, f, ensure_ascii=False)
 
 
 def write_directory(out, cfg, w, shards):

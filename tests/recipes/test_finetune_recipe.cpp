@@ -1,9 +1,9 @@
 // Recipe finetune through the forge binary, from a tiny base GPT trained in SetUp: fixed-seed
 // losses for full and LoRA fine-tuning on record files, the initial evaluation equal to the
 // base's, adapter-only checkpoints, kill-and-resume of a LoRA run and a changed base, SFT on JSONL
-// (masking, resume, changed and bad lines), eval/generate on a LoRA run, merged logits equal to
-// the adapters', the errors of init_from, the trainable count of `forge validate`, and the
-// finetune: and lora: sections read into their structs.
+// (masking, resume, changed and bad lines; packed: resume and its config error), eval/generate on
+// a LoRA run, merged logits equal to the adapters', the errors of init_from, the trainable count
+// of `forge validate`, and the finetune: and lora: sections read into their structs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -309,6 +309,33 @@ TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
   EXPECT_NE(bad_out.find("prompt"), std::string::npos) << bad_out;
 }
 
+// Packed SFT: short records, several to a row of the base's 32 positions, over four epochs. Killed
+// after step 5 and resumed from step 4, the record cursor packs the same batches. Packing other
+// data than JSONL records is a config error.
+TEST_F(FinetuneRecipe, PackedSFTRunResumesExactlyAndPackingNeedsJSONL) {
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += R"({"prompt": "q)" + std::to_string(i) + R"(?", "completion": " )" +
+            std::string(size_t(1 + i % 7), char('a' + i % 5)) + "\"}\n";
+  const std::string jsonl = write_sft("short", text).string();
+  const std::string packing = " finetune.packing=true";
+  ASSERT_EQ(forge("train " + write_config("packed", 0, "", jsonl).string() + packing), 0);
+  const std::vector<std::string> uninterrupted = lines(dir_ / "packed");
+  ASSERT_EQ(uninterrupted.size(), 12u);
+  fs::path killed = write_config("packed_killed", 0, "", jsonl);
+  EXPECT_EQ(forge("train " + killed.string() + packing, "FORGE_TEST_SIGKILL_AFTER_STEP=5"),
+            128 + SIGKILL);
+  ASSERT_EQ(forge("train " + killed.string() + packing), 0);
+  EXPECT_EQ(lines(dir_ / "packed_killed"), uninterrupted);
+
+  auto [code, out] =
+      forge_output("validate " + write_config("packed_records", 0).string() + packing);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("finetune.packing packs JSONL instruction records, but data.train '"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(FinetuneRecipe, EvalAndGenerateTakeALoRARunAndMergingKeepsTheLogits) {
   ASSERT_EQ(forge("train " + write_config("lora", 8).string()), 0);
   auto [code, out] = forge_output("eval " + (dir_ / "lora").string());
@@ -480,14 +507,15 @@ TEST_F(FinetuneRecipe, ValidateCountsTheAdapterParameters) {
 TEST(FinetuneSection, HoldsEveryKeyOfTheSection) {
   testing::expect_every_key_reaches_its_field<FinetuneSection>(
       finetune_section(),
-      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: records}\n",
+      "recipe: finetune\nmodel: {init_from: base}\ndata: {tokenizer: bytes, train: sft.jsonl}\n",
       finetune_settings,
       {{{"finetune.end_of_text=<|im_end|>"},
         [](const FinetuneSection& s) { EXPECT_EQ(s.end_of_text, "<|im_end|>"); }},
        {{"finetune.records=lines"},
         [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::lines); }},
        {{"finetune.records=file"},
-        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::file); }}});
+        [](const FinetuneSection& s) { EXPECT_EQ(s.records, RecordFormat::file); }},
+       {{"finetune.packing=true"}, [](const FinetuneSection& s) { EXPECT_TRUE(s.packing); }}});
 }
 
 TEST(LoRASection, HoldsEveryKeyOfTheSection) {

@@ -435,9 +435,10 @@ TEST(ConfigCrossField, TheRecipeFixesTheModelFamily) {
 
 TEST(ConfigCrossField, TokenizerIsANameOrATrainedDirectory) {
   EXPECT_EQ(errors_of(minimal("  tokenizer: nope/dir\n")),
-            line("x.yaml:4:14", "data.tokenizer: 'nope/dir' is not bytes, gpt2 or a directory "
-                                "with vocab.txt, encoder.json + vocab.bpe or vocab.json + "
-                                "merges.txt"));
+            line("x.yaml:4:14", "data.tokenizer: 'nope/dir' is not bytes, gpt2, a tokenizer.json "
+                                "or SentencePiece .model file or a directory with tokenizer.json, "
+                                "tokenizer.model, vocab.txt, encoder.json + vocab.bpe or "
+                                "vocab.json + merges.txt"));
   // gpt2's own <|endoftext|> is not counted twice.
   RunConfig c = load_config_string(
       minimal("  tokenizer: gpt2\n  special_tokens: ['<|endoftext|>', '[MASK]']\n"
@@ -450,6 +451,19 @@ TEST(ConfigCrossField, TokenizerIsANameOrATrainedDirectory) {
   std::string error = errors_of(minimal("  tokenizer: " + dir.path().string() + "\n"));
   EXPECT_NE(error.find("data.tokenizer: "), std::string::npos) << error;
   EXPECT_NE(error.find("encoder.json"), std::string::npos) << error;
+  // A SentencePiece model file is a tokenizer too, and its 1000 pieces bound model.vocab_size.
+  const std::string spm = std::string(FORGE_SOURCE_DIR) + "/tests/golden/sentencepiece/bpe.model";
+  EXPECT_EQ(load_config_string(minimal("  tokenizer: " + spm + "\nmodel: {vocab_size: 1000}\n"),
+                               "x.yaml")
+                .data.tokenizer,
+            spm);
+  error = errors_of(minimal("  tokenizer: " + spm + "\nmodel: {vocab_size: 999}\n"));
+  EXPECT_NE(error.find("must be >= 1000"), std::string::npos) << error;
+  // So is a tokenizer.json named as a file.
+  const std::string json =
+      std::string(FORGE_SOURCE_DIR) + "/tests/golden/tokenizers/sp_bpe/tokenizer.json";
+  error = errors_of(minimal("  tokenizer: " + json + "\nmodel: {vocab_size: 999}\n"));
+  EXPECT_NE(error.find("must be >= 1565"), std::string::npos) << error;
 }
 
 TEST(ConfigCrossField, SkippedWhenAKeyItReadsWasRejected) {

@@ -42,22 +42,34 @@ struct CursorRun {
   int64_t stop_after_step = -1;  // raise SIGTERM inside this step
 };
 
-// Trains a bias-only Linear for 6 steps of 2 micro-batches; "batch" k is the number k.
-int train_with_cursor(const std::string& dir, CursorRun& run) {
+// A run into `dir` of `steps` steps of 2 micro-batches, each logged, none saved.
+RunConfig two_micro_batch_config(const std::string& dir, int64_t steps) {
   RunConfig config = default_config();
   config.recipe = "gpt_pretrain";
   config.output_dir = dir;
   config.data.train = "tests/recipes/configs/tiny.txt";
   config.model.norm_placement = "pre";
-  config.train.max_steps = 6;
+  config.train.max_steps = steps;
   config.train.grad_accum = 2;
   config.train.log_every = 1;
   config.train.save_every = 0;
   config.train.keep_last = 0;
-  Generator gen(1);
-  nn::Linear model(1, 1, true, gen);
-  auto optimizer = optim::make_optimizer(optim::OptimizerSpec{},
-                                         {optim::ParamGroup{model.named_parameters()}});
+  return config;
+}
+
+// A bias-only Linear and its optimizer: runs of it take milliseconds.
+struct OneParameterModel {
+  Generator gen{1};
+  nn::Linear model{1, 1, true, gen};
+  std::unique_ptr<optim::Optimizer> optimizer = optim::make_optimizer(
+      optim::OptimizerSpec{}, {optim::ParamGroup{model.named_parameters()}});
+};
+
+// Trains a bias-only Linear for 6 steps of 2 micro-batches; "batch" k is the number k.
+int train_with_cursor(const std::string& dir, CursorRun& run) {
+  const RunConfig config = two_micro_batch_config(dir, 6);
+  OneParameterModel one;
+  nn::Linear& model = one.model;
   Recipe recipe;
   recipe.tokens_per_step = 2;
   recipe.micro_batch = [&](int64_t step, int64_t) {
@@ -73,7 +85,7 @@ int train_with_cursor(const std::string& dir, CursorRun& run) {
   };
   recipe.data_state = [&] { return DataState{{"data.cursor", run.cursor}}; };
   recipe.restore_data_state = [&](const DataState& state) { run.cursor = state.at("data.cursor"); };
-  return run_training(config, model, *optimizer, recipe);
+  return run_training(config, model, *one.optimizer, recipe);
 }
 
 // An auxiliary loss (nn/aux_loss.h) joins its micro-batch's objective weighted by the
@@ -105,8 +117,37 @@ TEST(AccumulateGradients, AuxiliaryLossesAreWeightedByTheirMicroBatchTargets) {
   EXPECT_TRUE(plain.aux.empty());
 }
 
+// Micro-batches that count their real tokens (padding left out) set tokens_per_s: each train line's
+// rate times the seconds since the previous line is the tokens of the steps between, not
+// Recipe::tokens_per_step.
+TEST(Trainer, TokensPerSecondCountsTheMicroBatchesRealTokens) {
+  testing::TempDir dir;
+  const RunConfig config = two_micro_batch_config(dir.path().string(), 5);
+  OneParameterModel one;
+  nn::Linear& model = one.model;
+  Recipe recipe;
+  recipe.tokens_per_step = 1000;
+  recipe.micro_batch = [&](int64_t step, int64_t micro) {
+    Tensor x = from_vector(std::vector<double>{1.0}, {1, 1});
+    return MicroBatchLoss{.loss_sum = sum(model.forward(x)), .num_targets = 1, .sums = {},
+                          .num_tokens = 3 + step + micro};
+  };
+  recipe.evaluate = [](bool) { return Metrics{{"loss", 0.0}}; };
+  ASSERT_EQ(run_training(config, model, *one.optimizer, recipe), 0);
+  std::vector<MetricsRecord> train;
+  for (const MetricsRecord& r : read_metrics(dir.path() / "metrics.jsonl"))
+    if (r.split == "train") train.push_back(r);
+  ASSERT_EQ(train.size(), 5u);
+  for (size_t i = 1; i < train.size(); ++i) {
+    const double seconds = *train[i].number("elapsed_s") - *train[i - 1].number("elapsed_s");
+    const double tokens = *train[i].number("tokens_per_s") * seconds;
+    const auto step = int64_t(i);  // 0-based index of the step logged on line i
+    EXPECT_NEAR(tokens, double((3 + step) + (4 + step)), 1e-6 * tokens) << "line " << i;
+  }
+}
+
 // Rank 1 of 2 runs micro-batches 1 and 3, skips 0 and 2 in order (a loader cursor stays in step),
-// and reports the global number of targets.
+// and reports the global numbers of targets and tokens.
 TEST(AccumulateGradients, EachRankRunsItsShareOfTheMicroBatches) {
   Tensor a = ones({2, 3}).set_requires_grad(true);
   testing::FakeComm comm(1, 2);
@@ -117,7 +158,7 @@ TEST(AccumulateGradients, EachRankRunsItsShareOfTheMicroBatches) {
       [&](int64_t m) {
         ran.push_back(m);
         order.push_back(m);
-        return MicroBatchLoss{mul(sum(a), double(m)), 3};
+        return MicroBatchLoss{mul(sum(a), double(m)), 3, {}, 5};
       },
       [&](int64_t m) {
         skipped.push_back(m);
@@ -127,6 +168,7 @@ TEST(AccumulateGradients, EachRankRunsItsShareOfTheMicroBatches) {
   EXPECT_EQ(skipped, (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(acc.num_targets, 12);
+  EXPECT_EQ(acc.num_tokens, 20);
   // This rank's sum (1 + 3) * 6 and the other rank's equal one, over 12 targets.
   EXPECT_DOUBLE_EQ(acc.loss, 2 * 4 * 6.0 / 12);
   EXPECT_FLOAT_EQ(a.grad().data<float>()[0], 2 * 4 / 12.0f);
