@@ -168,12 +168,15 @@ const std::map<std::string, std::string> kCommandUsage = {
      "                     [--records file|percent|lines] [--force]\n"
      "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
      "files (default), '%'-separated records (the fortunes format) or lines. An existing output\n"
-     "is replaced only with --force, and never when it is one of the inputs.\n"},
+     "is replaced only with --force, and never when it is one of the inputs. Documents are\n"
+     "encoded on every core (OMP_NUM_THREADS) and written in order: any thread count gives the\n"
+     "same dataset.\n"},
     {"tokenizer",
      "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
      "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
      "vocab.bpe to DIR; the result loads wherever a tokenizer is named (--tokenizer DIR). The same\n"
-     "input gives the same files.\n"},
+     "vocabulary also goes to DIR/tokenizer.json, which Hugging Face's tokenizers library loads\n"
+     "and which gives the same ids. The same input gives the same files.\n"},
     {"export",
      "usage: forge export --checkpoint RUN-DIR-or-FILE --merge --output FILE.h5\n"
      "       forge export --checkpoint RUN-DIR-or-FILE --format hf|peft [--dtype f32|bf16|f16]\n"
@@ -723,8 +726,8 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
                     {inputs.begin(), inputs.end()}, OutputShape::directory);
   train_bpe({inputs.begin(), inputs.end()}, int32_t(vocab), p.options.at("output"));
   std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("output"));
-  std::printf("%s: vocabulary %d (encoder.json, vocab.bpe)\n", p.options.at("output").c_str(),
-              tok->vocab_size());
+  std::printf("%s: vocabulary %d (encoder.json, vocab.bpe, tokenizer.json)\n",
+              p.options.at("output").c_str(), tok->vocab_size());
   return 0;
 }
 

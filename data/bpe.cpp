@@ -421,15 +421,22 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 16);
-  std::unique_lock<std::mutex> lock(cache_mutex_, std::try_to_lock);
+  std::unique_lock<std::mutex> lock;
   bpe::PieceCache local;
-  bpe::PieceCache& cache = lock.owns_lock() ? cache_ : local;
+  bpe::PieceCache* cache = &local;
+  for (CacheSlot& slot : caches_) {
+    lock = std::unique_lock<std::mutex>(slot.mutex, std::try_to_lock);
+    if (lock.owns_lock()) {
+      cache = &slot.cache;
+      break;
+    }
+  }
   std::vector<int32_t> parts, ranks;
   detail::split_specials(
       text, specials_,
       [&](std::string_view segment) {
         for_each_piece(segment, [&](std::string_view piece) {
-          encode_piece(piece, ids, cache, parts, ranks);
+          encode_piece(piece, ids, *cache, parts, ranks);
         });
       },
       [&](int32_t id) { ids.push_back(id); });
@@ -451,6 +458,28 @@ std::vector<std::string> BpeTokenizer::spelled_merges() const {
     const std::string_view joined = bytes_of(id);
     out.push_back(gpt2_spelling(joined.substr(0, left_bytes)) + " " +
                   gpt2_spelling(joined.substr(left_bytes)));
+  }
+  return out;
+}
+
+std::vector<std::string> BpeTokenizer::spelled_merge_pairs() const {
+  // merges_ lists each token's vocab.bpe split; by token id, the left part's length.
+  std::vector<uint32_t> listed(static_cast<size_t>(num_tokens_), 0);
+  for (const auto& [id, left_bytes] : merges_) listed[static_cast<size_t>(id)] = left_bytes;
+  std::vector<std::string> out;
+  out.reserve(merges_.size() * 2);
+  auto spell = [&](std::string_view joined, size_t k) {
+    out.push_back(gpt2_spelling(joined.substr(0, k)) + " " + gpt2_spelling(joined.substr(k)));
+  };
+  for (int32_t id = 0; id < num_tokens_; ++id) {
+    const std::string_view joined = bytes_of(id);
+    const auto it = token_ids_.find(joined);
+    if (joined.size() < 2 || it == token_ids_.end() || it->second != id) continue;  // special
+    const size_t first = listed[static_cast<size_t>(id)];
+    if (first > 0) spell(joined, first);
+    for (size_t k = 1; k < joined.size(); ++k)
+      if (k != first && token_ids_.count(joined.substr(0, k)) && token_ids_.count(joined.substr(k)))
+        spell(joined, k);
   }
   return out;
 }

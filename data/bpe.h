@@ -4,6 +4,7 @@
 // concatenation has the lowest rank, leftmost first; rank == id).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -46,6 +47,11 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> spelled_tokens() const;
   /// The merges in rank order as vocab.bpe spells them ("left right").
   std::vector<std::string> spelled_merges() const;
+  /// Every split of every mergeable token into two tokens, spelled "left right", in the order
+  /// encode() applies them: by the id of the token made (its vocab.bpe merge first, then by split
+  /// point). tiktoken-style merging as an explicit merge list, which Hugging Face's BPE with
+  /// ignore_merges follows (tokenizer.json).
+  std::vector<std::string> spelled_merge_pairs() const;
 
  private:
   struct Merge {
@@ -73,9 +79,15 @@ class BpeTokenizer final : public Tokenizer {
   int32_t byte_ids_[256] = {};
   bpe::MergeTable pairs_;  // rank == the id made, as in tiktoken
   std::vector<std::pair<int32_t, uint32_t>> merges_;  // (token made, left_bytes) in rank order
-  mutable std::mutex cache_mutex_;
-  // piece -> ids, shared across calls; a call that can't lock uses its own
-  mutable bpe::PieceCache cache_;
+  // piece -> ids, kept across calls. Concurrent calls (forge prepare encodes on every core) each
+  // take the first free slot, so every thread keeps a warm cache; a call finding none free uses
+  // its own.
+  struct CacheSlot {
+    std::mutex mutex;
+    bpe::PieceCache cache;
+  };
+  static constexpr size_t kCacheSlots = 8;
+  mutable std::array<CacheSlot, kCacheSlots> caches_;
 };
 
 }  // namespace forge

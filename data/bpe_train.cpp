@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/bpe.h"
@@ -252,7 +254,64 @@ void write_atomically(const std::filesystem::path& path, const std::string& cont
   }
 }
 
+// `s` as a JSON string literal, raw UTF-8 kept (as Hugging Face writes tokenizer.json).
+std::string json_quoted(const std::string& s) {
+  try {
+    return nlohmann::json(s).dump();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(ExitCode::data,
+                detail::concat("tokenizer.json: token \"", printable(s), "\" is not UTF-8"));
+  }
+}
+
 }  // namespace
+
+std::string bpe_tokenizer_json(const BpeTokenizer& tokenizer) {
+  // GPT-2's layout; tokenizers >= 0.20 reads ignore_merges, which makes a piece that is itself a
+  // token one id, as encode() does.
+  std::string out =
+      "{\n"
+      "  \"version\": \"1.0\",\n"
+      "  \"truncation\": null,\n"
+      "  \"padding\": null,\n"
+      "  \"added_tokens\": [";
+  const auto& specials = tokenizer.specials();
+  for (size_t i = 0; i < specials.size(); ++i) {
+    out += i ? ",\n" : "\n";
+    out += detail::concat("    {\"id\": ", specials[i].second,
+                          ", \"content\": ", json_quoted(specials[i].first),
+                          ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                          "\"normalized\": false, \"special\": true}");
+  }
+  out += specials.empty() ? "],\n" : "\n  ],\n";
+  out +=
+      "  \"normalizer\": null,\n"
+      "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+      "\"trim_offsets\": true, \"use_regex\": true},\n"
+      "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+      "\"trim_offsets\": false, \"use_regex\": true},\n"
+      "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+      "\"trim_offsets\": true, \"use_regex\": true},\n"
+      "  \"model\": {\n"
+      "    \"type\": \"BPE\",\n"
+      "    \"dropout\": null,\n"
+      "    \"unk_token\": null,\n"
+      "    \"continuing_subword_prefix\": \"\",\n"
+      "    \"end_of_word_suffix\": \"\",\n"
+      "    \"fuse_unk\": false,\n"
+      "    \"byte_fallback\": false,\n"
+      "    \"ignore_merges\": true,\n"
+      "    \"vocab\": {";
+  const std::vector<std::string> tokens = tokenizer.spelled_tokens();
+  for (size_t id = 0; id < tokens.size(); ++id)
+    out += detail::concat(id ? ",\n      " : "\n      ", json_quoted(tokens[id]), ": ", id);
+  out += "\n    },\n    \"merges\": [";
+  const std::vector<std::string> merges = tokenizer.spelled_merge_pairs();
+  for (size_t k = 0; k < merges.size(); ++k)
+    out += (k ? ",\n      " : "\n      ") + json_quoted(merges[k]);
+  out += merges.empty() ? "]\n  }\n}\n" : "\n    ]\n  }\n}\n";
+  return out;
+}
 
 std::vector<std::pair<std::string, std::string>> learn_bpe_merges(
     std::string_view text, int32_t vocab_size, const std::vector<std::string>& specials) {
@@ -309,6 +368,10 @@ void train_bpe(const std::vector<std::filesystem::path>& inputs, int32_t vocab_s
                 out_dir.string() + ": cannot create directory (" + ec.message() + ")");
   write_atomically(out_dir / "vocab.bpe", merges);
   write_atomically(out_dir / "encoder.json", encoder);
+  // Built from the files just written, so tokenizer.json lists the merges encode() applies.
+  const BpeTokenizer written(out_dir / "encoder.json", out_dir / "vocab.bpe",
+                             out_dir.filename().string());
+  write_atomically(out_dir / "tokenizer.json", bpe_tokenizer_json(written));
 }
 
 }  // namespace forge

@@ -1,7 +1,12 @@
-// One document at a time: the corpus is read file by file and never held tokenized in memory; the
-// writer streams ids into the dataset.
+// Files are read one at a time into batches of documents; each batch is encoded on every core
+// (OpenMP) and written in input order, so the dataset is byte for byte what one thread writes,
+// and memory holds one batch's text and ids rather than the corpus.
 #include "data/prepare.h"
 
+#include <omp.h>
+
+#include <deque>
+#include <exception>
 #include <fstream>
 #include <sstream>
 
@@ -48,6 +53,51 @@ std::vector<std::string_view> split_records(std::string_view text, RecordFormat 
   return docs;
 }
 
+namespace {
+
+// Text per thread in a batch: enough that every core has documents to take (dynamic scheduling
+// evens out their lengths), little enough that a batch's text and ids stay a small fraction of
+// memory. A batch ends with the file that fills it, however large.
+constexpr int64_t kBatchBytesPerThread = int64_t(4) << 20;
+
+// Documents waiting to be encoded: views into the files' texts, which the batch owns (in a deque:
+// adding a text never moves the others, whose short strings a move would relocate).
+struct Batch {
+  std::deque<std::string> texts;
+  std::vector<std::string_view> docs;
+  std::vector<int64_t> done;  // bytes of input behind each document, for progress
+  int64_t bytes = 0;
+};
+
+// Encodes the batch's documents in parallel, then writes them in order. An exception in a
+// document is rethrown for the first such document, as a serial loop would meet it.
+void encode_and_write(const Tokenizer& tokenizer, Batch& batch, TokenDatasetWriter& writer,
+                      PrepareStats& stats, int64_t total,
+                      const std::function<void(int64_t, int64_t)>& progress) {
+  const int64_t n = int64_t(batch.docs.size());
+  std::vector<std::vector<int32_t>> ids(batch.docs.size());
+  std::vector<std::exception_ptr> errors(batch.docs.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      ids[size_t(i)] = tokenizer.encode(batch.docs[size_t(i)]);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    writer.add_document(ids[i]);
+    stats.documents++;
+    stats.tokens += int64_t(ids[i].size());
+    std::vector<int32_t>().swap(ids[i]);
+    if (progress) progress(batch.done[i], total);
+  }
+  batch = Batch();
+}
+
+}  // namespace
+
 PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::path>& inputs,
                              RecordFormat format, const fs::path& output,
                              const std::function<void(int64_t, int64_t)>& progress,
@@ -81,18 +131,22 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
                 quoted_path(output.string()) + ": exists (pass --force to replace it)");
   TokenDatasetWriter writer(output,
                             {tokenizer.name(), tokenizer.vocab_size(), vocabulary_hash(tokenizer)});
+  const int64_t batch_bytes = kBatchBytesPerThread * omp_get_max_threads();
+  Batch batch;
   for (const fs::path& in : inputs) {
-    const std::string text = read_input_file(in.string(), kCorpusInput);
+    batch.texts.push_back(read_input_file(in.string(), kCorpusInput));
+    const std::string& text = batch.texts.back();
     for (std::string_view doc : split_records(text, format)) {
-      std::vector<int32_t> ids = tokenizer.encode(doc);
-      writer.add_document(ids);
-      stats.documents++;
-      stats.tokens += int64_t(ids.size());
-      if (progress) progress(stats.bytes + int64_t(doc.data() + doc.size() - text.data()), total);
+      batch.docs.push_back(doc);
+      batch.done.push_back(stats.bytes + int64_t(doc.data() + doc.size() - text.data()));
     }
     stats.files++;
     stats.bytes += int64_t(text.size());
+    batch.bytes += int64_t(text.size());
+    if (batch.bytes >= batch_bytes)
+      encode_and_write(tokenizer, batch, writer, stats, total, progress);
   }
+  encode_and_write(tokenizer, batch, writer, stats, total, progress);
   writer.finish();
   if (progress) progress(total, total);
   return stats;

@@ -25,9 +25,11 @@ struct PrepareStats {
   int64_t files = 0, documents = 0, tokens = 0, bytes = 0;
 };
 
-/// Tokenizes `inputs` into `output`. `progress(bytes_done, bytes_total)` is called as documents are
-/// written. Nothing that exists is replaced unless asked: Error(usage) when `output` is one of the
-/// inputs, exists as anything but a regular file, or exists at all without `overwrite`; checked
+/// Tokenizes `inputs` into `output`, encoding documents on every OpenMP thread (the tokenizer's
+/// encode() is called concurrently) and writing them in input order, so the dataset holds the same
+/// tokens whatever the thread count. `progress(bytes_done, bytes_total)` is called as documents
+/// are written. Nothing that exists is replaced unless asked: Error(usage) when `output` is one of
+/// the inputs, exists as anything but a regular file, or exists at all without `overwrite`; checked
 /// before anything is written. Throws Error(data) naming an input that is missing, not a regular
 /// file (a FIFO, a device) or unreadable.
 PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& inputs,

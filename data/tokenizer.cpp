@@ -120,13 +120,17 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
   std::string name = name_or_dir == "gpt2" ? "gpt2" : dir.lexically_normal().filename().string();
   if (name.empty()) name = dir.lexically_normal().parent_path().filename().string();
   // Either file of a pair picks that format, so that a missing partner is named in the error.
+  // encoder.json + vocab.bpe come first: forge tokenizer train writes a tokenizer.json beside them
+  // for other tools, and BpeTokenizer encodes any bytes, where tokenizer.json takes only UTF-8.
   auto has = [&](const char* file) { return fs::exists(dir / file); };
+  if (has("encoder.json") || has("vocab.bpe"))
+    return std::make_unique<BpeTokenizer>(dir / "encoder.json", dir / "vocab.bpe", name, specials);
+  // A hub directory's vocab.json + merges.txt or vocab.txt say less than its tokenizer.json (the
+  // normalizer, pre-tokenizer, added tokens).
   if (has("tokenizer.json"))
     return std::make_unique<TokenizerJson>(dir / "tokenizer.json", name, specials);
   if (has("tokenizer.model"))
     return std::make_unique<SentencePieceTokenizer>(dir / "tokenizer.model", name, specials);
-  if (has("encoder.json") || has("vocab.bpe"))
-    return std::make_unique<BpeTokenizer>(dir / "encoder.json", dir / "vocab.bpe", name, specials);
   if (has("vocab.json") || has("merges.txt"))
     return std::make_unique<BpeTokenizer>(dir / "vocab.json", dir / "merges.txt", name, specials);
   if (has("vocab.txt")) return std::make_unique<WordPieceTokenizer>(dir, name, specials);

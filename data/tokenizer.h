@@ -28,6 +28,7 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   /// Token ids of `text` (any bytes, UTF-8 or not); special tokens in the text become their ids.
+  /// Called from several threads at once (forge prepare encodes on every core).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   /// The text the ids stand for. Lossless for `bytes` and the byte-level BPEs: decode(encode(x))
   /// == x for every byte string x. WordPiece is lossy (case, accents, whitespace, unknown words):
@@ -76,10 +77,11 @@ std::filesystem::path shipped_tokenizer_dir(const std::string& name);
 
 /// "bytes", "gpt2" (shipped_tokenizer_dir), a path to a tokenizer.json file (TokenizerJson), a
 /// SentencePiece model file NAME.model (SentencePieceTokenizer) or a directory, named after it,
-/// with tokenizer.json (TokenizerJson), else tokenizer.model (SentencePieceTokenizer), else
-/// encoder.json + vocab.bpe or vocab.json + merges.txt (BpeTokenizer), or else vocab.txt
-/// (WordPieceTokenizer). `specials` are extra special tokens appended after the vocabulary
-/// (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep their id).
+/// with encoder.json + vocab.bpe (BpeTokenizer), else tokenizer.json (TokenizerJson), else
+/// tokenizer.model (SentencePieceTokenizer), else vocab.json + merges.txt (BpeTokenizer), or else
+/// vocab.txt (WordPieceTokenizer). `specials` are extra special tokens appended after the
+/// vocabulary (tokens the vocabulary already has as specials, like "<|endoftext|>" in gpt2, keep
+/// their id).
 /// Throws Error(data) naming the path for an unknown name, a missing directory or a corrupt file.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
                                           const std::vector<std::string>& specials = {});

@@ -6,8 +6,18 @@
 #   forge_mb_s=X tiktoken_mb_s=Y ratio=X/Y js_tiktoken_mb_s=Z
 #   forge_load_ms=A tiktoken_load_ms=B js_tiktoken_load_ms=C
 #   forge_tokens=N tiktoken_tokens=N js_tiktoken_tokens=N
-# MB/s = 1e6 bytes per second of the median of --repeats encodes; load = the vocabulary (and for
-# node the module) loading once. Token counts that differ are a warning line and exit status 1.
+# then against Hugging Face's `tokenizers` (npm, its Rust library as a native module), both sides
+# encoding the text in 4 KB chunks (cut at line ends; the size at which tokenizers was fastest,
+# twice its rate on 64 KB) one after another, one line per vocabulary:
+#   hf_gpt2 forge_tokens_s=X hf_tokens_s=Y ratio=X/Y tokens=N
+#   hf_gpt2_json forge_tokens_s=X hf_tokens_s=Y ratio=X/Y tokens=N
+#   hf_llama3 forge_tokens_s=X hf_tokens_s=Y ratio=X/Y tokens=N
+# hf_gpt2 is Forge's gpt2 files against GPT-2's tokenizer.json as the hub publishes it,
+# hf_gpt2_json Forge reading that same file, hf_llama3 both reading tests/golden/tokenizers/llama3.
+# forge_tokens_s=unsupported when this Forge cannot read the tokenizer.json.
+# MB/s = 1e6 bytes per second, tokens/s = tokens per second, of the median of --repeats encodes;
+# load = the vocabulary (and for node the module) loading once. Token counts that differ are a
+# warning line and exit status 1.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
@@ -43,13 +53,14 @@ command -v node >/dev/null || forge_install_missing nodejs
 command -v npm >/dev/null || forge_install_missing npm
 npm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/forge-bench-npm"
 if [ ! -f "$npm_dir/node_modules/tiktoken/package.json" ] ||
-  [ ! -f "$npm_dir/node_modules/js-tiktoken/package.json" ]; then
-  echo "bench_tokenizer: installing npm tiktoken and js-tiktoken into $npm_dir" >&2
+  [ ! -f "$npm_dir/node_modules/js-tiktoken/package.json" ] ||
+  [ ! -f "$npm_dir/node_modules/tokenizers/package.json" ]; then
+  echo "bench_tokenizer: installing npm tiktoken, js-tiktoken and tokenizers into $npm_dir" >&2
   mkdir -p "$npm_dir"
-  npm install --prefix "$npm_dir" --no-audit --no-fund tiktoken js-tiktoken >&2 ||
+  npm install --prefix "$npm_dir" --no-audit --no-fund tiktoken js-tiktoken tokenizers >&2 ||
     { echo "bench_tokenizer: npm install failed" >&2; exit 1; }
 fi
-for p in tiktoken js-tiktoken; do
+for p in tiktoken js-tiktoken tokenizers; do
   echo "bench_tokenizer: $p $(node -p "require('$npm_dir/node_modules/$p/package.json').version")" >&2
 done
 
@@ -65,9 +76,11 @@ for f in "$forge_src" "${forge_libs[@]}" "$FORGE_ROOT"/data/*.h; do
 done
 if [ "$stale" -eq 1 ]; then
   hdf5_libs="$(pkg-config --libs hdf5 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")"
-  # shellcheck disable=SC2086  # hdf5_libs is a list of flags
+  # forge_data's libraries (CMakeLists.txt): tokenizer.json's regexes and Unicode, SentencePiece.
+  text_libs="-lonig -lutf8proc -lsentencepiece"
+  # shellcheck disable=SC2086  # hdf5_libs and text_libs are lists of flags
   c++ -O3 -std=c++20 -Wall -Wextra -I"$FORGE_ROOT" "$forge_src" "${forge_libs[@]}" -fopenmp \
-    $hdf5_libs -ldnnl -o "$forge_bin" >&2 ||
+    $hdf5_libs $text_libs -ldnnl -o "$forge_bin" >&2 ||
     { echo "bench_tokenizer: building $forge_bin failed" >&2; exit 1; }
 fi
 
@@ -95,7 +108,38 @@ forge_tokens="$(field "$forge_out" tokens)"
 tiktoken_tokens="$(field "$tiktoken_out" tokens)"
 js_tokens="$(field "$js_out" tokens)"
 echo "forge_tokens=$forge_tokens tiktoken_tokens=$tiktoken_tokens js_tiktoken_tokens=$js_tokens"
+status=0
 if [ "$forge_tokens" != "$tiktoken_tokens" ] || [ "$forge_tokens" != "$js_tokens" ]; then
   echo "warning: token counts differ; the encoders disagree on this text"
-  exit 1
+  status=1
 fi
+
+# Hugging Face's tokenizers. A directory holding only tokenizer.json makes Forge read that file.
+chunk=4096
+mkdir -p "$tmp/gpt2_json"
+NODE_PATH="$npm_dir/node_modules" node scripts/bench_tokenizer.mjs gpt2-json \
+  data/tokenizers/gpt2/encoder.json data/tokenizers/gpt2/vocab.bpe "$tmp/gpt2_json/tokenizer.json"
+hf_row() {  # NAME TOKENIZER.JSON FORGE_TOKENIZER
+  local hf_out hf_tokens forge_row
+  hf_out="$(RAYON_NUM_THREADS=1 NODE_PATH="$npm_dir/node_modules" \
+    node scripts/bench_tokenizer.mjs tokenizers "$2" "$text" "$repeats" "$chunk")"
+  hf_tokens="$(field "$hf_out" tokens)"
+  if ! forge_row="$(OMP_NUM_THREADS=1 "$forge_bin" "$text" "$repeats" "$3" "$chunk" 2>"$tmp/err")"
+  then
+    echo "$1 forge_tokens_s=unsupported hf_tokens_s=$(field "$hf_out" tokens_s)" \
+      "tokens=$hf_tokens ($(head -c 200 "$tmp/err"))"
+    return
+  fi
+  awk -v n="$1" -v f="$(field "$forge_row" tokens_s)" -v h="$(field "$hf_out" tokens_s)" \
+    -v t="$hf_tokens" 'BEGIN {
+      printf "%s forge_tokens_s=%.0f hf_tokens_s=%.0f ratio=%.2f tokens=%s\n", n, f, h, f / h, t
+    }'
+  if [ "$(field "$forge_row" tokens)" != "$hf_tokens" ]; then
+    echo "warning: $1: forge gives $(field "$forge_row" tokens) tokens, tokenizers $hf_tokens"
+    status=1
+  fi
+}
+hf_row hf_gpt2 "$tmp/gpt2_json/tokenizer.json" gpt2
+hf_row hf_gpt2_json "$tmp/gpt2_json/tokenizer.json" "$tmp/gpt2_json"
+hf_row hf_llama3 tests/golden/tokenizers/llama3/tokenizer.json tests/golden/tokenizers/llama3
+exit "$status"

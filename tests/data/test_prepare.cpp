@@ -1,5 +1,6 @@
 // forge prepare's library half: record splitting and text -> token dataset round trips.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <sys/stat.h>
 
 #include "data/prepare.h"
@@ -103,6 +104,112 @@ TEST(Prepare, InputsMustBeRegularFiles) {
     testing::expect_error(ExitCode::data, in.string() + ": not a regular file", [&] {
       prepare_dataset(*tok, {in}, RecordFormat::file, dir.path() / "o.h5");
     });
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "o.h5"));
+}
+
+// Runs `f` with OpenMP limited to `threads`, restoring the previous limit.
+template <class F>
+auto with_threads(int threads, F&& f) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{before};
+  return f();
+}
+
+// Prepares `inputs` (lines) with one thread and with four (more than this machine's cores, so they
+// interleave) and expects the same documents, tokens and progress, and the one-thread dataset to
+// be each document's encode() in turn.
+void expect_thread_count_independent(const Tokenizer& tok,
+                                     const std::vector<std::filesystem::path>& inputs,
+                                     const std::filesystem::path& dir) {
+  const TokenizerInfo info{tok.name(), tok.vocab_size(), vocabulary_hash(tok)};
+  std::vector<int64_t> serial_progress, parallel_progress;
+  const PrepareStats serial = with_threads(1, [&] {
+    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "serial.h5",
+                           [&](int64_t done, int64_t) { serial_progress.push_back(done); });
+  });
+  const PrepareStats parallel = with_threads(4, [&] {
+    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "parallel.h5",
+                           [&](int64_t done, int64_t) { parallel_progress.push_back(done); });
+  });
+  EXPECT_EQ(parallel.documents, serial.documents);
+  EXPECT_EQ(parallel.tokens, serial.tokens);
+  EXPECT_EQ(parallel_progress, serial_progress);
+  const TokenDataset a = open_token_dataset(dir / "serial.h5", &info, tok.vocab_size());
+  const TokenDataset b = open_token_dataset(dir / "parallel.h5", &info, tok.vocab_size());
+  EXPECT_EQ(a.doc_offsets(), b.doc_offsets());
+  EXPECT_TRUE(*a.tokens() == *b.tokens());
+
+  std::vector<int32_t> expected;
+  int64_t documents = 0;
+  for (const auto& in : inputs) {
+    const std::string text = testing::read_file(in);
+    for (std::string_view doc : split_records(text, RecordFormat::lines)) {
+      const std::vector<int32_t> ids = tok.encode(doc);
+      expected.insert(expected.end(), ids.begin(), ids.end());
+      ++documents;
+    }
+  }
+  EXPECT_EQ(a.num_documents(), documents);
+  EXPECT_TRUE(*a.tokens() == expected);
+}
+
+// gpt2 over files where one thread's batches (4 MB) end after the large file and four threads'
+// take every file at once; a tokenizer.json tokenizer (the llama3 fixture) over the small files.
+TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
+  TempDir dir;
+  const std::string shakespeare = testing::read_file("data/samples/tinyshakespeare.txt");
+  std::vector<std::filesystem::path> small, all;
+  for (int k = 0; k < 6; ++k) {
+    small.push_back(dir.path() / ("part" + std::to_string(k) + ".txt"));
+    write_file(small.back(), shakespeare.substr(size_t(k) * 150000, 150000 + size_t(k) * 1000));
+    all.push_back(small.back());
+    if (k == 2) {
+      std::string big;
+      while (big.size() < (size_t(5) << 20)) big += shakespeare;
+      all.push_back(dir.path() / "big.txt");
+      write_file(all.back(), big);
+    }
+  }
+  std::filesystem::create_directories(dir.path() / "gpt2");
+  std::filesystem::create_directories(dir.path() / "llama3");
+  expect_thread_count_independent(*make_tokenizer("gpt2"), all, dir.path() / "gpt2");
+  expect_thread_count_independent(
+      *make_tokenizer(std::string(FORGE_SOURCE_DIR) + "/tests/golden/tokenizers/llama3"), small,
+      dir.path() / "llama3");
+}
+
+// Fails on every document holding "BAD", naming it.
+class FailingTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    if (text.find("BAD") != std::string_view::npos)
+      throw Error(ExitCode::data, "cannot encode " + std::string(text.substr(0, text.find('\n'))));
+    return {1};
+  }
+  std::string decode(const std::vector<int32_t>&) const override { return ""; }
+  int32_t vocab_size() const override { return 2; }
+  std::string name() const override { return "failing"; }
+};
+
+// An encoding error stops prepare with the first failing document's error, as one thread meets
+// it, whichever thread fails first; nothing is written.
+TEST(Prepare, AParallelEncodingErrorIsTheFirstDocumentsError) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 2000; ++i)
+    text += (i == 700 || i == 1500 || i == 1900 ? "BAD " : "good ") + std::to_string(i) + "\n";
+  write_file(dir.path() / "in.txt", text);
+  const FailingTokenizer tok;
+  with_threads(4, [&] {
+    testing::expect_error(ExitCode::data, "cannot encode BAD 700", [&] {
+      prepare_dataset(tok, {dir.path() / "in.txt"}, RecordFormat::lines, dir.path() / "o.h5");
+    });
+    return 0;
+  });
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "o.h5"));
 }
 

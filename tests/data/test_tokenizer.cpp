@@ -1,12 +1,13 @@
 // Tokenizers: GPT-2 BPE ids against a fixture from OpenAI's reference encoder (js-tiktoken, see
 // tests/golden/make_gpt2_token_fixture.mjs), exact round trips on any bytes, the bytes tokenizer,
 // special tokens, the gpt2 files found from any working directory, errors for missing or corrupt
-// vocabularies, and a speed print (not asserted).
+// vocabularies, encoding from several threads at once, and a speed print (not asserted).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "data/bpe.h"
@@ -273,6 +274,35 @@ TEST(Tokenizer, Gpt2ShakespeareRoundTripAndSpeed) {
   std::printf(
       "gpt2: vocabulary load %.0f ms; encode %.2f MB/s (%zu bytes -> %zu tokens, cold cache)\n",
       load_s * 1e3, static_cast<double>(text.size()) / enc_s / 1e6, text.size(), ids.size());
+}
+
+// forge prepare calls encode() from every core at once: threads sharing one tokenizer (and its
+// piece caches, one per concurrent caller) get the ids one thread gets. Made-up words are no
+// token, so their merges go through the caches.
+TEST(Tokenizer, Gpt2EncodesConcurrently) {
+  std::mt19937 rng(3);
+  std::vector<std::string> lines(6000);
+  for (std::string& line : lines)
+    for (int w = 0; w < 8; ++w) {
+      line += ' ';
+      for (uint32_t k = 0, n = 3 + rng() % 9; k < n; ++k) line += char('a' + rng() % 26);
+    }
+  std::vector<std::vector<int32_t>> expected;
+  {
+    const auto fresh = make_tokenizer("gpt2");
+    for (const std::string& line : lines) expected.push_back(fresh->encode(line));
+  }
+  const auto shared = make_tokenizer("gpt2");
+  std::vector<std::thread> threads;
+  std::vector<int64_t> mismatches(4, 0);
+  for (size_t t = 0; t < mismatches.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t i = t; i < lines.size(); i += 1 + (t + round) % 3)
+          mismatches[t] += shared->encode(lines[i]) != expected[i];
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int64_t>(4, 0));
 }
 
 }  // namespace

@@ -237,8 +237,9 @@ TEST(TokenizerJson, MakeTokenizerFindsTokenizerJson) {
   std::filesystem::create_directories(sub);
   testing::write_file(sub / "tokenizer.json",
                       with_model(bpe(kAbcVocab, json::array({"a b"}))).dump());
-  // tokenizer.json comes before the other files a directory may hold.
+  // tokenizer.json comes before a hub directory's other files.
   testing::write_file(sub / "vocab.txt", "[UNK]\n");
+  testing::write_file(sub / "merges.txt", "#version: 0.2\n");
   auto tok = make_tokenizer(sub.string());
   EXPECT_EQ(tok->name(), "mytok");
   EXPECT_EQ(tok->encode("ab"), (Ids{3}));

@@ -31,10 +31,14 @@ const tk = require("tokenizers");
 const OUT = "tests/golden/tokenizers";
 const shakespeare = readFileSync("data/samples/tinyshakespeare.txt", "utf8");
 
-const LLAMA3_REGEX =
-  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const QWEN2_REGEX =
-  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Llama 3's and Qwen2's pre-tokenizer regexes, which differ only in how many digits a number
+// piece takes.
+const splitRegex = (digits) =>
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" +
+  digits +
+  "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const LLAMA3_REGEX = splitRegex("{1,3}");
+const QWEN2_REGEX = splitRegex("");
 
 // ---------------------------------------------------------------------------------------------
 // The texts: every case a tokenizer.json reader tends to get wrong.
@@ -49,7 +53,8 @@ const texts = [
   "👋🏽👍🏿",
   "e\u0301 vs \u00e9, n\u0303, a\u0308\u0304 and Z\u0351\u0334a\u0315\u0360l\u0327g\u0316o",
   "A\u030angstr\u00f6m and \u00c5ngstr\u00f6m",
-  "\ufb01sh \ufb02our \u2460 \u2461 \u00bd \uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 \u2122 \u33a1",
+  "\ufb01sh \ufb02our \u2460 \u2461 \u00bd " +
+    "\uff46\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 \u2122 \u33a1",
   "a  b   c    d          e",
   "\tindent\t\ttabs\t",
   "line1\r\nline2\r\n\r\nline4",
@@ -105,7 +110,9 @@ function toJson(value, indent = "") {
   const inner = indent + "  ";
   if (value instanceof Ordered) {
     if (value.entries.length === 0) return "{}";
-    const items = value.entries.map(([k, v]) => `${inner}${JSON.stringify(k)}: ${toJson(v, inner)}`);
+    const items = value.entries.map(
+      ([k, v]) => `${inner}${JSON.stringify(k)}: ${toJson(v, inner)}`,
+    );
     return `{\n${items.join(",\n")}\n${indent}}`;
   }
   if (Array.isArray(value)) {
@@ -154,19 +161,31 @@ function addedToken(id, content, flags = {}) {
 
 function template(single, pair, specials) {
   const special_tokens = {};
-  for (const [token, id] of specials) special_tokens[token] = { id: token, ids: [id], tokens: [token] };
+  for (const [token, id] of specials) {
+    special_tokens[token] = { id: token, ids: [id], tokens: [token] };
+  }
   return { type: "TemplateProcessing", single, pair, special_tokens };
 }
 const special = (id, type_id = 0) => ({ SpecialToken: { id, type_id } });
+const isolated = (regex) => ({
+  type: "Split",
+  pattern: { Regex: regex },
+  behavior: "Isolated",
+  invert: false,
+});
+const byteLevel = (add_prefix_space, trim_offsets, use_regex) => ({
+  type: "ByteLevel",
+  add_prefix_space,
+  trim_offsets,
+  use_regex,
+});
 const seq = (id, type_id = 0) => ({ Sequence: { id, type_id } });
 
 // Trains the library's default trainer for `model` under `pipeline` (normalizer and
 // pre-tokenizer) and returns the trained model's JSON.
 function train(pipeline, model) {
   const json = {
-    version: "1.0",
-    truncation: null,
-    padding: null,
+    ...HEADER,
     added_tokens: [],
     normalizer: pipeline.normalizer ?? null,
     pre_tokenizer: pipeline.pre_tokenizer ?? null,
@@ -184,6 +203,20 @@ function train(pipeline, model) {
 }
 
 const emptyBpe = { type: "BPE", vocab: {}, merges: [] };
+const HEADER = { version: "1.0", truncation: null, padding: null };
+
+// A BPE model's fields in the order tokenizers writes them, with a family's values in `fields`.
+const bpeModel = (fields) => ({
+  type: "BPE",
+  dropout: null,
+  unk_token: null,
+  continuing_subword_prefix: null,
+  end_of_word_suffix: null,
+  fuse_unk: false,
+  byte_fallback: false,
+  ignore_merges: false,
+  ...fields,
+});
 const mergePair = (m) => (Array.isArray(m) ? m : m.split(" "));
 
 // Keeps the first `count` merges of a trained BPE model; the vocabulary becomes `base` followed by
@@ -202,24 +235,29 @@ function cutBpe(trained, base, count) {
 
 // ---------------------------------------------------------------------------------------------
 function llama3() {
-  const split = { type: "Split", pattern: { Regex: LLAMA3_REGEX }, behavior: "Isolated", invert: false };
-  const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false };
-  const preTokenizer = { type: "Sequence", pretokenizers: [split, byteLevel] };
+  const preTokenizer = {
+    type: "Sequence",
+    pretokenizers: [isolated(LLAMA3_REGEX), byteLevel(false, true, false)],
+  };
   const trained = train({ pre_tokenizer: preTokenizer }, emptyBpe);
   const { merges, vocab, size } = cutBpe(trained, byteLevelChars(), 1500);
-  const names = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"];
+  const names = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+  ];
   const bos = size;
   return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
+    ...HEADER,
     added_tokens: names.map((n, i) => addedToken(size + i, n)),
     normalizer: null,
     pre_tokenizer: preTokenizer,
     post_processor: {
       type: "Sequence",
       processors: [
-        { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
+        byteLevel(true, false, true),
         template(
           [special("<|begin_of_text|>"), seq("A")],
           [special("<|begin_of_text|>"), seq("A"), special("<|begin_of_text|>", 1), seq("B", 1)],
@@ -227,23 +265,13 @@ function llama3() {
         ),
       ],
     },
-    decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: true,
-      vocab,
-      merges: merges.map(([a, b]) => `${a} ${b}`),
-    },
+    decoder: byteLevel(true, true, true),
+    model: bpeModel({ ignore_merges: true, vocab, merges: merges.map(([a, b]) => `${a} ${b}`) }),
   };
 }
 
-const byteTokens = () => Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
+const byteTokens = () =>
+  Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
 
 // The characters a trained model starts from (its vocabulary before the first merge).
 function alphabet(trained) {
@@ -254,18 +282,23 @@ function alphabet(trained) {
     .filter((t) => !merged.has(t));
 }
 
+// SentencePiece's layout: <unk> <s> </s> (the added tokens), the 256 byte-fallback tokens, the
+// trained alphabet, then the first `count` merges.
+function sentencePieceVocabulary(trained, count) {
+  const base = ["<unk>", "<s>", "</s>", ...byteTokens(), ...alphabet(trained)];
+  const added = [addedToken(0, "<unk>"), addedToken(1, "<s>"), addedToken(2, "</s>")];
+  return { ...cutBpe(trained, base, count), added };
+}
+
 function spBpe() {
   // Trained with Metaspace splitting so pieces never cross a word boundary, as SentencePiece's
   // own trainer does; the published file then has no pre-tokenizer at all.
   const metaspace = { type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: true };
   const trained = train({ pre_tokenizer: metaspace }, emptyBpe);
-  const base = ["<unk>", "<s>", "</s>", ...byteTokens(), ...alphabet(trained)];
-  const { merges, vocab } = cutBpe(trained, base, 1200);
+  const { merges, vocab, added } = sentencePieceVocabulary(trained, 1200);
   return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
-    added_tokens: [addedToken(0, "<unk>"), addedToken(1, "<s>"), addedToken(2, "</s>")],
+    ...HEADER,
+    added_tokens: added,
     normalizer: {
       type: "Sequence",
       normalizers: [
@@ -288,18 +321,13 @@ function spBpe() {
         { type: "Strip", content: " ", start: 1, stop: 0 },
       ],
     },
-    model: {
-      type: "BPE",
-      dropout: null,
+    model: bpeModel({
       unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
       fuse_unk: true,
       byte_fallback: true,
-      ignore_merges: false,
       vocab,
       merges: merges.map(([a, b]) => `${a} ${b}`),
-    },
+    }),
   };
 }
 
@@ -323,9 +351,7 @@ function wordpiece() {
   const tokens = [...specials, ...learned];
   const id = (t) => tokens.indexOf(t);
   return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
+    ...HEADER,
     added_tokens: specials.map((t) => addedToken(id(t), t)),
     normalizer,
     pre_tokenizer: { type: "BertPreTokenizer" },
@@ -346,16 +372,15 @@ function wordpiece() {
 }
 
 function chatml() {
-  const split = { type: "Split", pattern: { Regex: QWEN2_REGEX }, behavior: "Isolated", invert: false };
-  const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false };
-  const preTokenizer = { type: "Sequence", pretokenizers: [split, byteLevel] };
+  const preTokenizer = {
+    type: "Sequence",
+    pretokenizers: [isolated(QWEN2_REGEX), byteLevel(false, false, false)],
+  };
   const normalizer = { type: "NFC" };
   const trained = train({ normalizer, pre_tokenizer: preTokenizer }, emptyBpe);
   const { merges, vocab, size } = cutBpe(trained, byteLevelChars(), 1500);
   return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
+    ...HEADER,
     added_tokens: [
       addedToken(size, "<|endoftext|>"),
       addedToken(size + 1, "<|im_start|>"),
@@ -365,20 +390,9 @@ function chatml() {
     ],
     normalizer,
     pre_tokenizer: preTokenizer,
-    post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
-    decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: "",
-      end_of_word_suffix: "",
-      fuse_unk: false,
-      byte_fallback: false,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
+    post_processor: byteLevel(false, false, false),
+    decoder: byteLevel(false, false, false),
+    model: bpeModel({ continuing_subword_prefix: "", end_of_word_suffix: "", vocab, merges }),
   };
 }
 
@@ -391,18 +405,18 @@ function metaspace() {
     ],
   };
   const trained = train({ pre_tokenizer: preTokenizer }, emptyBpe);
-  const base = ["<unk>", "<s>", "</s>", ...byteTokens(), ...alphabet(trained)];
-  const { merges, vocab } = cutBpe(trained, base, 1000);
+  const { merges, vocab, added } = sentencePieceVocabulary(trained, 1000);
   return {
-    version: "1.0",
-    truncation: null,
-    padding: null,
-    added_tokens: [addedToken(0, "<unk>"), addedToken(1, "<s>"), addedToken(2, "</s>")],
+    ...HEADER,
+    added_tokens: added,
     normalizer: null,
     pre_tokenizer: preTokenizer,
     post_processor: template(
       [special("<s>"), seq("A"), special("</s>")],
-      [special("<s>"), seq("A"), special("</s>"), special("<s>", 1), seq("B", 1), special("</s>", 1)],
+      [
+        ...[special("<s>"), seq("A"), special("</s>")],
+        ...[special("<s>", 1), seq("B", 1), special("</s>", 1)],
+      ],
       [["<s>", 1], ["</s>", 2]],
     ),
     decoder: {
@@ -412,18 +426,7 @@ function metaspace() {
         { type: "Metaspace", replacement: "▁", prepend_scheme: "first", split: true },
       ],
     },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: true,
-      byte_fallback: true,
-      ignore_merges: false,
-      vocab,
-      merges,
-    },
+    model: bpeModel({ unk_token: "<unk>", fuse_unk: true, byte_fallback: true, vocab, merges }),
   };
 }
 
@@ -436,7 +439,8 @@ function byteOffsetsOf(text) {
 }
 
 mkdirSync(OUT, { recursive: true });
-writeFileSync(join(OUT, "texts.jsonl"), texts.map((text) => JSON.stringify({ text })).join("\n") + "\n");
+const textLines = texts.map((text) => JSON.stringify({ text }));
+writeFileSync(join(OUT, "texts.jsonl"), textLines.join("\n") + "\n");
 
 const families = { llama3, sp_bpe: spBpe, wordpiece, chatml, metaspace };
 for (const [name, build] of Object.entries(families)) {
@@ -467,5 +471,5 @@ for (const [name, build] of Object.entries(families)) {
   }
   writeFileSync(join(dir, "expected.jsonl"), lines.join("\n") + "\n");
   const vocabSize = tokenizer.getVocabSize(true);
-  console.log(`${name}: vocabulary ${vocabSize}, ${lossless}/${texts.length} texts decode back unchanged`);
+  console.log(`${name}: vocabulary ${vocabSize}, ${lossless}/${texts.length} decode unchanged`);
 }

@@ -278,6 +278,7 @@ TEST_F(GPTRecipe, TrainsOnAPreparedGpt2DatasetAndRejectsAMismatchedOne) {
                   " --output " + bpe.string()),
             0);
   EXPECT_EQ(make_tokenizer(bpe.string())->vocab_size(), 512);
+  EXPECT_TRUE(fs::exists(bpe / "tokenizer.json"));
   EXPECT_EQ(forge("tokenizer train --vocab-size 100 --input x --output y"), 2);
 }
 
