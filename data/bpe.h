@@ -39,6 +39,9 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
+  /// Starts of lines that begin with an ASCII letter after a line ending in a visible ASCII
+  /// character, away from any special token.
+  std::vector<size_t> independent_cuts(std::string_view text, size_t every) const override;
   int32_t vocab_size() const override { return num_tokens_ + num_extra_specials_; }
   std::string name() const override { return name_; }
 

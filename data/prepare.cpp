@@ -1,6 +1,7 @@
 // Files are read one at a time into batches of documents; each batch is encoded on every core
-// (OpenMP) and written in input order, so the dataset is byte for byte what one thread writes,
-// and memory holds one batch's text and ids rather than the corpus.
+// (OpenMP; a large document in parts its tokenizer may encode apart) and written in input order,
+// so the dataset holds what one thread writes, and memory holds one batch's text and ids rather
+// than the corpus.
 #include "data/prepare.h"
 
 #include <omp.h>
@@ -69,29 +70,52 @@ struct Batch {
   int64_t bytes = 0;
 };
 
-// Encodes the batch's documents in parallel, then writes them in order. An exception in a
-// document is rethrown for the first such document, as a serial loop would meet it.
+// A document longer than this goes to the threads in parts of about this size, cut where its
+// tokenizer allows (Tokenizer::independent_cuts), so one large file also spreads over the cores.
+constexpr size_t kPartBytes = size_t(256) << 10;
+
+// Encodes the batch's documents (or their parts) in parallel, then writes them in order. An
+// exception is rethrown for the first part that failed, as a serial loop would meet it.
 void encode_and_write(const Tokenizer& tokenizer, Batch& batch, TokenDatasetWriter& writer,
                       PrepareStats& stats, int64_t total,
                       const std::function<void(int64_t, int64_t)>& progress) {
-  const int64_t n = int64_t(batch.docs.size());
-  std::vector<std::vector<int32_t>> ids(batch.docs.size());
-  std::vector<std::exception_ptr> errors(batch.docs.size());
+  std::vector<std::string_view> parts;
+  std::vector<size_t> first_part;  // document i is parts [first_part[i], first_part[i + 1])
+  for (std::string_view doc : batch.docs) {
+    first_part.push_back(parts.size());
+    size_t begin = 0;
+    if (doc.size() > kPartBytes)
+      for (size_t cut : tokenizer.independent_cuts(doc, kPartBytes)) {
+        parts.push_back(doc.substr(begin, cut - begin));
+        begin = cut;
+      }
+    parts.push_back(doc.substr(begin));
+  }
+  first_part.push_back(parts.size());
+
+  const int64_t n = int64_t(parts.size());
+  std::vector<std::vector<int32_t>> ids(parts.size());
+  std::vector<std::exception_ptr> errors(parts.size());
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
   for (int64_t i = 0; i < n; ++i) {
     try {
-      ids[size_t(i)] = tokenizer.encode(batch.docs[size_t(i)]);
+      ids[size_t(i)] = tokenizer.encode(parts[size_t(i)]);
     } catch (...) {
       errors[size_t(i)] = std::current_exception();
     }
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (errors[i]) std::rethrow_exception(errors[i]);
-    writer.add_document(ids[i]);
+  std::vector<int32_t> doc_ids;
+  for (size_t d = 0; d < batch.docs.size(); ++d) {
+    doc_ids.clear();
+    for (size_t p = first_part[d]; p < first_part[d + 1]; ++p) {
+      if (errors[p]) std::rethrow_exception(errors[p]);
+      doc_ids.insert(doc_ids.end(), ids[p].begin(), ids[p].end());
+      std::vector<int32_t>().swap(ids[p]);
+    }
+    writer.add_document(doc_ids);
     stats.documents++;
-    stats.tokens += int64_t(ids[i].size());
-    std::vector<int32_t>().swap(ids[i]);
-    if (progress) progress(batch.done[i], total);
+    stats.tokens += int64_t(doc_ids.size());
+    if (progress) progress(batch.done[d], total);
   }
   batch = Batch();
 }

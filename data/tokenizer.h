@@ -44,6 +44,12 @@ class Tokenizer {
   /// around a text, e.g. Llama's BOS (tokenizer.json's post_processor, tokenizer_config.json's
   /// add_bos_token). The default adds none.
   virtual std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const { return ids; }
+  /// Increasing positions in `text`, each at least `every` bytes after the one before, where the
+  /// text may be cut and its parts encoded apart: their ids, concatenated, are encode(text)'s.
+  /// How forge prepare spreads one large document over cores. None by default.
+  virtual std::vector<size_t> independent_cuts(std::string_view /*text*/, size_t /*every*/) const {
+    return {};
+  }
   /// Number of ids, special tokens included.
   virtual int32_t vocab_size() const = 0;
   /// What the tokenizer is, e.g. "bytes" or "gpt2" (recorded in prepared datasets).

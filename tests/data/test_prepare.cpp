@@ -119,20 +119,21 @@ auto with_threads(int threads, F&& f) {
   return f();
 }
 
-// Prepares `inputs` (lines) with one thread and with four (more than this machine's cores, so they
+// Prepares `inputs` with one thread and with four (more than this machine's cores, so they
 // interleave) and expects the same documents, tokens and progress, and the one-thread dataset to
 // be each document's encode() in turn.
 void expect_thread_count_independent(const Tokenizer& tok,
                                      const std::vector<std::filesystem::path>& inputs,
-                                     const std::filesystem::path& dir) {
+                                     RecordFormat format, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
   const TokenizerInfo info{tok.name(), tok.vocab_size(), vocabulary_hash(tok)};
   std::vector<int64_t> serial_progress, parallel_progress;
   const PrepareStats serial = with_threads(1, [&] {
-    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "serial.h5",
+    return prepare_dataset(tok, inputs, format, dir / "serial.h5",
                            [&](int64_t done, int64_t) { serial_progress.push_back(done); });
   });
   const PrepareStats parallel = with_threads(4, [&] {
-    return prepare_dataset(tok, inputs, RecordFormat::lines, dir / "parallel.h5",
+    return prepare_dataset(tok, inputs, format, dir / "parallel.h5",
                            [&](int64_t done, int64_t) { parallel_progress.push_back(done); });
   });
   EXPECT_EQ(parallel.documents, serial.documents);
@@ -147,7 +148,7 @@ void expect_thread_count_independent(const Tokenizer& tok,
   int64_t documents = 0;
   for (const auto& in : inputs) {
     const std::string text = testing::read_file(in);
-    for (std::string_view doc : split_records(text, RecordFormat::lines)) {
+    for (std::string_view doc : split_records(text, format)) {
       const std::vector<int32_t> ids = tok.encode(doc);
       expected.insert(expected.end(), ids.begin(), ids.end());
       ++documents;
@@ -158,7 +159,8 @@ void expect_thread_count_independent(const Tokenizer& tok,
 }
 
 // gpt2 over files where one thread's batches (4 MB) end after the large file and four threads'
-// take every file at once; a tokenizer.json tokenizer (the llama3 fixture) over the small files.
+// take every file at once, by lines and by whole files (the large one encoded in parts); a
+// tokenizer.json tokenizer (the llama3 fixture) over the small files.
 TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
   TempDir dir;
   const std::string shakespeare = testing::read_file("data/samples/tinyshakespeare.txt");
@@ -174,12 +176,12 @@ TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
       write_file(all.back(), big);
     }
   }
-  std::filesystem::create_directories(dir.path() / "gpt2");
-  std::filesystem::create_directories(dir.path() / "llama3");
-  expect_thread_count_independent(*make_tokenizer("gpt2"), all, dir.path() / "gpt2");
+  const auto gpt2 = make_tokenizer("gpt2");
+  expect_thread_count_independent(*gpt2, all, RecordFormat::lines, dir.path() / "lines");
+  expect_thread_count_independent(*gpt2, all, RecordFormat::file, dir.path() / "files");
   expect_thread_count_independent(
       *make_tokenizer(std::string(FORGE_SOURCE_DIR) + "/tests/golden/tokenizers/llama3"), small,
-      dir.path() / "llama3");
+      RecordFormat::lines, dir.path() / "llama3");
 }
 
 // Fails on every document holding "BAD", naming it.

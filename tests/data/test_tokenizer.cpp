@@ -276,6 +276,41 @@ TEST(Tokenizer, Gpt2ShakespeareRoundTripAndSpeed) {
       load_s * 1e3, static_cast<double>(text.size()) / enc_s / 1e6, text.size(), ids.size());
 }
 
+// forge prepare encodes a large document in parts cut at independent_cuts: the parts' ids,
+// concatenated, are the whole text's, over Shakespeare, indented code and blank lines (the end of
+// a part would join "\n\n" into one piece), the parity texts and special tokens at line starts.
+TEST(Tokenizer, Gpt2IndependentCutsKeepTheIds) {
+  std::string text = testing::read_file("data/samples/tinyshakespeare.txt").substr(0, 300000);
+  for (int i = 0; i < 200; ++i)
+    text += "def f(x):\n    return x  \n  \n  y = 1\n\tz\n\n\nclass A:\n  pass\n";
+  std::istringstream lines(testing::read_file("tests/golden/tokenizers/texts.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const size_t begin = line.find(':') + 1;  // {"text": "..."}: the JSON string kept as text
+    text += line.substr(begin) + "\n" + (line.size() % 3 ? "<|endoftext|>" : "") + "Next\n";
+  }
+  // A special token that holds a cut's pattern ("x\nG") is never cut.
+  for (int i = 0; i < 200; ++i) text += "word\n<|endoftext|>Word\nX<|endoftext|>\nstop.\nGo\n";
+  const auto tok = make_tokenizer("gpt2", {"stop.\nGo"});
+  const std::vector<int32_t> whole = tok->encode(text);
+  for (size_t every : {1u, 37u, 1000u}) {
+    const std::vector<size_t> cuts = tok->independent_cuts(text, every);
+    EXPECT_GT(cuts.size() * every * 100, text.size()) << every;
+    std::vector<int32_t> joined;
+    size_t begin = 0;
+    for (size_t cut : cuts) {
+      ASSERT_GE(cut, begin + every);
+      const std::vector<int32_t> part =
+          tok->encode(std::string_view(text).substr(begin, cut - begin));
+      joined.insert(joined.end(), part.begin(), part.end());
+      begin = cut;
+    }
+    const std::vector<int32_t> last = tok->encode(std::string_view(text).substr(begin));
+    joined.insert(joined.end(), last.begin(), last.end());
+    EXPECT_TRUE(joined == whole) << every;
+  }
+  EXPECT_TRUE(make_tokenizer("bytes")->independent_cuts(text, 1000).empty());
+}
+
 // forge prepare calls encode() from every core at once: threads sharing one tokenizer (and its
 // piece caches, one per concurrent caller) get the ids one thread gets. Made-up words are no
 // token, so their merges go through the caches.
