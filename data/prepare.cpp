@@ -4,8 +4,6 @@
 // than the corpus.
 #include "data/prepare.h"
 
-#include <omp.h>
-
 #include <deque>
 #include <exception>
 #include <fstream>
@@ -13,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/kernels/parallel.h"
 #include "data/token_dataset.h"
 
 namespace forge {
@@ -96,14 +95,13 @@ void encode_and_write(const Tokenizer& tokenizer, Batch& batch, TokenDatasetWrit
   const int64_t n = int64_t(parts.size());
   std::vector<std::vector<int32_t>> ids(parts.size());
   std::vector<std::exception_ptr> errors(parts.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-  for (int64_t i = 0; i < n; ++i) {
+  kernels::parallel_for(n, [&](int64_t i) {
     try {
       ids[size_t(i)] = tokenizer.encode(parts[size_t(i)]);
     } catch (...) {
       errors[size_t(i)] = std::current_exception();
     }
-  }
+  });
   std::vector<int32_t> doc_ids;
   for (size_t d = 0; d < batch.docs.size(); ++d) {
     doc_ids.clear();
@@ -155,7 +153,7 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
                 quoted_path(output.string()) + ": exists (pass --force to replace it)");
   TokenDatasetWriter writer(output,
                             {tokenizer.name(), tokenizer.vocab_size(), vocabulary_hash(tokenizer)});
-  const int64_t batch_bytes = kBatchBytesPerThread * omp_get_max_threads();
+  const int64_t batch_bytes = kBatchBytesPerThread * kernels::max_threads();
   Batch batch;
   for (const fs::path& in : inputs) {
     batch.texts.push_back(read_input_file(in.string(), kCorpusInput));
