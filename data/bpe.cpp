@@ -450,32 +450,9 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
 // at the end of a part, but not before a letter). Cutting there splits no piece; it must only keep
 // clear of special tokens, whose leftmost-first matching a cut near one could change.
 std::vector<size_t> BpeTokenizer::independent_cuts(std::string_view text, size_t every) const {
-  size_t longest = 0;
-  for (const auto& [special, id] : specials_) longest = std::max(longest, special.size());
-  auto near_special = [&](size_t cut) {
-    const size_t begin = cut >= longest ? cut - longest : 0;
-    const std::string_view window = text.substr(begin, 2 * longest);
-    for (const auto& [special, id] : specials_)
-      if (window.find(special) != std::string_view::npos) return true;
-    return false;
-  };
-  std::vector<size_t> cuts;
-  for (size_t from = std::max<size_t>(every, 1); from < text.size();) {
-    const size_t line_end = text.find('\n', from - 1);
-    if (line_end == std::string_view::npos || line_end + 1 >= text.size()) break;
-    const size_t cut = line_end + 1;
-    const char c = text[cut];
-    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    const bool visible_before =
-        line_end > 0 && text[line_end - 1] > ' ' && text[line_end - 1] < 0x7F;
-    if (!letter || !visible_before || near_special(cut)) {
-      from = cut + 1;
-      continue;
-    }
-    cuts.push_back(cut);
-    from = cut + std::max<size_t>(every, 1);
-  }
-  return cuts;
+  std::vector<std::string_view> avoid;
+  for (const auto& [special, id] : specials_) avoid.push_back(special);
+  return detail::line_start_cuts(text, every, avoid);
 }
 
 std::vector<std::string> BpeTokenizer::spelled_tokens() const {

@@ -46,6 +46,36 @@ Encoding Tokenizer::encode_with_offsets(std::string_view text) const {
   return out;
 }
 
+std::vector<size_t> detail::line_start_cuts(std::string_view text, size_t every,
+                                            const std::vector<std::string_view>& avoid) {
+  size_t longest = 0;
+  for (std::string_view token : avoid) longest = std::max(longest, token.size());
+  auto near_avoided = [&](size_t cut) {
+    const size_t begin = cut >= longest ? cut - longest : 0;
+    const std::string_view window = text.substr(begin, 2 * longest);
+    for (std::string_view token : avoid)
+      if (window.find(token) != std::string_view::npos) return true;
+    return false;
+  };
+  std::vector<size_t> cuts;
+  for (size_t from = std::max<size_t>(every, 1); from < text.size();) {
+    const size_t line_end = text.find('\n', from - 1);
+    if (line_end == std::string_view::npos || line_end + 1 >= text.size()) break;
+    const size_t cut = line_end + 1;
+    const char c = text[cut];
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    const bool visible_before =
+        line_end > 0 && text[line_end - 1] > ' ' && text[line_end - 1] < 0x7F;
+    if (!letter || !visible_before || near_avoided(cut)) {
+      from = cut + 1;
+      continue;
+    }
+    cuts.push_back(cut);
+    from = cut + std::max<size_t>(every, 1);
+  }
+  return cuts;
+}
+
 ByteTokenizer::ByteTokenizer(const std::vector<std::string>& specials) {
   for (const auto& s : specials) add_special(s, 256 + static_cast<int32_t>(specials_.size()));
 }

@@ -97,6 +97,15 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name_or_dir,
 std::string vocabulary_hash(const Tokenizer& tokenizer);
 
 namespace detail {
+/// independent_cuts for byte-level BPEs whose pre-tokenizer splits as GPT-2's or Llama 3's pattern
+/// does: after a line that ends in a visible ASCII character, before a line that starts with an
+/// ASCII letter, every such pattern ends a piece (the newline is its own piece or ends a
+/// punctuation run, and a letter run cannot take a newline in front of it), so the parts encode
+/// apart to the same ids. Cuts within the length of one of `avoid` (the added tokens) of a cut are
+/// skipped, so no token is split or loses the whitespace it strips.
+std::vector<size_t> line_start_cuts(std::string_view text, size_t every,
+                                    const std::vector<std::string_view>& avoid);
+
 /// Splits `text` at special-token occurrences (leftmost first; at equal positions the earlier
 /// registered token wins), calling on_text(piece) for text between them and on_special(id).
 template <class OnText, class OnSpecial>

@@ -109,6 +109,46 @@ int64_t TokenizerJson::Matcher::longest_at(std::string_view text, size_t at, siz
   return best;
 }
 
+namespace {
+
+// Whether every piece boundary that GPT-2's pattern has at a line start is one of this pipeline:
+// BPE after GPT-2's pattern (ByteLevel's regex) or Llama 3's or Qwen2's (a Split, then ByteLevel
+// without its regex), nothing that acts on where a text starts (add_prefix_space), and no
+// normalizer other than NFC, which composes nothing across a newline.
+bool cuts_at_line_starts(const json& root) {
+  auto is = [](const json& node, const char* key, const json& value) {
+    return node.is_object() && node.contains(key) && node.at(key) == value;
+  };
+  const json none;
+  auto part = [&](const char* key) -> const json& {
+    return root.contains(key) ? root.at(key) : none;
+  };
+  if (!part("normalizer").is_null() && !is(part("normalizer"), "type", "NFC")) return false;
+  if (!is(part("model"), "type", "BPE")) return false;
+  auto byte_level = [&](const json& node, bool regex) {
+    return is(node, "type", "ByteLevel") && is(node, "use_regex", regex) &&
+           !is(node, "add_prefix_space", true);
+  };
+  const json& pre = part("pre_tokenizer");
+  if (byte_level(pre, true)) return true;
+  static const std::string kLlama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
+      R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const std::string kQwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
+      R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  if (!is(pre, "type", "Sequence") || !pre.contains("pretokenizers")) return false;
+  const json& steps = pre.at("pretokenizers");
+  if (!steps.is_array() || steps.size() != 2 || !byte_level(steps[1], false)) return false;
+  const json& split = steps[0];
+  return is(split, "type", "Split") && is(split, "behavior", "Isolated") &&
+         !is(split, "invert", true) &&
+         (is(split, "pattern", json{{"Regex", kLlama3}}) ||
+          is(split, "pattern", json{{"Regex", kQwen2}}));
+}
+
+}  // namespace
+
 TokenizerJson::TokenizerJson(const std::filesystem::path& file, std::string name,
                              const std::vector<std::string>& specials)
     : file_(file.string()), name_(std::move(name)) {
@@ -137,6 +177,14 @@ TokenizerJson::TokenizerJson(const std::filesystem::path& file, std::string name
       tokenizer_json::make_post_processor(part("post_processor"), {file_, "post_processor"});
   decoder_ = tokenizer_json::make_decoder(part("decoder"), {file_, "decoder"});
   read_added_tokens(part("added_tokens"), specials);
+  line_cuts_ = cuts_at_line_starts(root);
+}
+
+std::vector<size_t> TokenizerJson::independent_cuts(std::string_view text, size_t every) const {
+  if (!line_cuts_) return {};
+  std::vector<std::string_view> avoid;
+  for (const AddedToken& token : added_) avoid.push_back(token.content);
+  return detail::line_start_cuts(text, every, avoid);
 }
 
 TokenizerJson::~TokenizerJson() = default;

@@ -42,6 +42,9 @@ class TokenizerJson final : public Tokenizer {
   Encoding encode_with_offsets(std::string_view text) const override;
   /// The post_processor's template for a single sequence.
   std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const override;
+  /// Line starts (detail::line_start_cuts) when the pipeline is a byte-level BPE behind GPT-2's,
+  /// Llama 3's or Qwen2's pattern with no normalizer but NFC; none for any other pipeline.
+  std::vector<size_t> independent_cuts(std::string_view text, size_t every) const override;
   int32_t vocab_size() const override { return vocab_size_; }
   std::string name() const override { return name_; }
 
@@ -90,6 +93,7 @@ class TokenizerJson final : public Tokenizer {
   std::vector<int32_t> added_of_id_;  // index into added_ by id, or -1
   Matcher raw_matcher_, normalized_matcher_;
   int32_t vocab_size_ = 0;
+  bool line_cuts_ = false;  // independent_cuts may cut at line starts
 };
 
 }  // namespace forge

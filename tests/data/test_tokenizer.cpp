@@ -279,7 +279,7 @@ TEST(Tokenizer, Gpt2ShakespeareRoundTripAndSpeed) {
 // forge prepare encodes a large document in parts cut at independent_cuts: the parts' ids,
 // concatenated, are the whole text's, over Shakespeare, indented code and blank lines (the end of
 // a part would join "\n\n" into one piece), the parity texts and special tokens at line starts.
-TEST(Tokenizer, Gpt2IndependentCutsKeepTheIds) {
+TEST(Tokenizer, IndependentCutsKeepTheIds) {
   std::string text = testing::read_file("data/samples/tinyshakespeare.txt").substr(0, 300000);
   for (int i = 0; i < 200; ++i)
     text += "def f(x):\n    return x  \n  \n  y = 1\n\tz\n\n\nclass A:\n  pass\n";
@@ -290,25 +290,40 @@ TEST(Tokenizer, Gpt2IndependentCutsKeepTheIds) {
   }
   // A special token that holds a cut's pattern ("x\nG") is never cut.
   for (int i = 0; i < 200; ++i) text += "word\n<|endoftext|>Word\nX<|endoftext|>\nstop.\nGo\n";
-  const auto tok = make_tokenizer("gpt2", {"stop.\nGo"});
-  const std::vector<int32_t> whole = tok->encode(text);
-  for (size_t every : {1u, 37u, 1000u}) {
-    const std::vector<size_t> cuts = tok->independent_cuts(text, every);
-    EXPECT_GT(cuts.size() * every * 100, text.size()) << every;
-    std::vector<int32_t> joined;
-    size_t begin = 0;
-    for (size_t cut : cuts) {
-      ASSERT_GE(cut, begin + every);
-      const std::vector<int32_t> part =
-          tok->encode(std::string_view(text).substr(begin, cut - begin));
-      joined.insert(joined.end(), part.begin(), part.end());
-      begin = cut;
+  // gpt2's hand-written pattern, and tokenizer.json pipelines with Llama 3's pattern and with
+  // Qwen2's behind NFC (the fixtures of tests/golden/tokenizers).
+  for (const std::string name : {"gpt2", "tests/golden/tokenizers/llama3",
+                                 "tests/golden/tokenizers/chatml"}) {
+    const auto tok = make_tokenizer(
+        name == "gpt2" ? name : (std::filesystem::path(FORGE_SOURCE_DIR) / name).string(),
+        {"stop.\nGo"});
+    const std::vector<int32_t> whole = tok->encode(text);
+    for (size_t every : {1u, 37u, 1000u}) {
+      const std::vector<size_t> cuts = tok->independent_cuts(text, every);
+      EXPECT_GT(cuts.size() * every * 100, text.size()) << name << " " << every;
+      std::vector<int32_t> joined;
+      size_t begin = 0;
+      for (size_t cut : cuts) {
+        ASSERT_GE(cut, begin + every);
+        const std::vector<int32_t> part =
+            tok->encode(std::string_view(text).substr(begin, cut - begin));
+        joined.insert(joined.end(), part.begin(), part.end());
+        begin = cut;
+      }
+      const std::vector<int32_t> last = tok->encode(std::string_view(text).substr(begin));
+      joined.insert(joined.end(), last.begin(), last.end());
+      EXPECT_TRUE(joined == whole) << name << " " << every;
     }
-    const std::vector<int32_t> last = tok->encode(std::string_view(text).substr(begin));
-    joined.insert(joined.end(), last.begin(), last.end());
-    EXPECT_TRUE(joined == whole) << every;
   }
+  // Pipelines that act on where a text starts (a Prepend, Metaspace) or normalise across lines
+  // are never cut.
   EXPECT_TRUE(make_tokenizer("bytes")->independent_cuts(text, 1000).empty());
+  for (const char* name : {"sp_bpe", "metaspace", "wordpiece"})
+    EXPECT_TRUE(make_tokenizer((std::filesystem::path(FORGE_SOURCE_DIR) /
+                                "tests/golden/tokenizers" / name).string())
+                    ->independent_cuts(text, 1000)
+                    .empty())
+        << name;
 }
 
 // forge prepare calls encode() from every core at once: threads sharing one tokenizer (and its
