@@ -111,9 +111,9 @@ TEST(Jinja, SyntaxErrorsNameTheLine) {
        "macro 'm' takes not more than 1 argument(s)"},
       {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", "macro 'm' takes no keyword argument 'b'"},
   };
-  for (const auto& [source, message] : cases) {
-    SCOPED_TRACE(source);
-    testing::expect_error(ExitCode::data, message, [&] { render(source); });
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first);
+    testing::expect_error(ExitCode::data, c.second, [&] { render(c.first); });
   }
   // As in jinja2, a filter unknown inside an if fails only when the branch runs.
   EXPECT_EQ(render("{% if false %}{{ x | nofilter }}{% endif %}ok"), "ok");
