@@ -531,14 +531,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.vocab_limit = tokenizer->vocab_size();  // a padded vocabulary's extra ids do not decode
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   std::vector<int64_t> out = nn::generate(*loaded.model, {ids.begin(), ids.end()}, o);
-  // The continuation is what decoding it after the prompt's ids adds: SentencePiece drops the "▁"
-  // a decoded text starts with, which here is the space the continuation starts with.
-  std::vector<int32_t> whole = ids;
-  whole.insert(whole.end(), out.begin(), out.end());
-  const std::string head = tokenizer->decode(ids), all = tokenizer->decode(whole);
-  std::string text = all.compare(0, head.size(), head) == 0
-                         ? all.substr(head.size())
-                         : tokenizer->decode({out.begin(), out.end()});
+  std::string text = tokenizer->decode_continuation(ids, {out.begin(), out.end()});
   // The sample ends at the first stop text (kept), as an SFT run's end-of-text marks a completion.
   if (auto stop = p.options.find("stop"); stop != p.options.end() && !stop->second.empty())
     if (size_t at = text.find(stop->second); at != std::string::npos)

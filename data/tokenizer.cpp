@@ -31,6 +31,14 @@ void Tokenizer::add_special(std::string token, int32_t id) {
   specials_.emplace_back(std::move(token), id);
 }
 
+std::string Tokenizer::decode_continuation(const std::vector<int32_t>& prompt_ids,
+                                           const std::vector<int32_t>& ids) const {
+  std::vector<int32_t> whole = prompt_ids;
+  whole.insert(whole.end(), ids.begin(), ids.end());
+  const std::string head = decode(prompt_ids), all = decode(whole);
+  return all.compare(0, head.size(), head) == 0 ? all.substr(head.size()) : decode(ids);
+}
+
 Encoding Tokenizer::encode_with_offsets(std::string_view text) const {
   Encoding out;
   out.ids = encode(text);

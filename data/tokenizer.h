@@ -55,6 +55,12 @@ class Tokenizer {
   /// What the tokenizer is, e.g. "bytes" or "gpt2" (recorded in prepared datasets).
   virtual std::string name() const = 0;
 
+  /// The text `ids` add after `prompt_ids`: decode(prompt + ids) past decode(prompt), or
+  /// decode(ids) when the first does not start with the second. How a sampled continuation is
+  /// printed or scored: SentencePiece drops the "▁" a decoded text starts with, which after a
+  /// prompt is the space the continuation starts with.
+  std::string decode_continuation(const std::vector<int32_t>& prompt_ids,
+                                  const std::vector<int32_t>& ids) const;
   /// Id of a special token such as "<|endoftext|>" or "[PAD]", if this tokenizer has it.
   std::optional<int32_t> special_id(std::string_view token) const;
   /// Special tokens in id order, with their ids.

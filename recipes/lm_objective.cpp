@@ -141,7 +141,7 @@ std::string sample_text(nn::GPT& model, const Tokenizer& tokenizer, const std::s
   std::vector<int64_t> out = nn::generate(model, {ids.begin(), ids.end()}, options);
   model.train(training);
   return "--- sample (" + std::to_string(options.max_new_tokens) + " tokens) ---\n" + prompt +
-         tokenizer.decode({out.begin(), out.end()});
+         tokenizer.decode_continuation(ids, {out.begin(), out.end()});
 }
 
 std::vector<std::vector<int64_t>> encode_prompts(const std::vector<std::string>& prompts,
@@ -159,12 +159,14 @@ std::string completion_records(const std::vector<std::string>& prompts,
                                const Tokenizer& tokenizer) {
   std::string jsonl;
   for (const nn::Completion& c : completions) {
+    const std::string& prompt = prompts[size_t(c.prompt_index)];
     // ordered_json keeps the documented key order.
     nlohmann::ordered_json record = {
-        {"prompt", prompts[size_t(c.prompt_index)]},
+        {"prompt", prompt},
         {"prompt_index", c.prompt_index},
         {"sample_index", c.sample_index},
-        {"completion", tokenizer.decode({c.tokens.begin(), c.tokens.end()})},
+        {"completion", tokenizer.decode_continuation(tokenizer.encode(prompt),
+                                                     {c.tokens.begin(), c.tokens.end()})},
         {"tokens", c.tokens},
         {"logprob", c.logprob},
         {"finished", c.finished}};

@@ -173,9 +173,11 @@ std::vector<double> completion_rewards(const LoadedRewardModel& rm,
                                        const std::vector<nn::Completion>& completions,
                                        const Tokenizer& tokenizer, int64_t batch_size) {
   std::vector<std::string> texts;
-  for (const nn::Completion& c : completions)
-    texts.push_back(prompts[size_t(c.prompt_index)] +
-                    tokenizer.decode({c.tokens.begin(), c.tokens.end()}));
+  for (const nn::Completion& c : completions) {
+    const std::string& prompt = prompts[size_t(c.prompt_index)];
+    texts.push_back(prompt + tokenizer.decode_continuation(tokenizer.encode(prompt),
+                                                           {c.tokens.begin(), c.tokens.end()}));
+  }
   return score_texts(rm, texts, batch_size, [&](size_t i) {
     return detail::concat("sample ", completions[i].sample_index, " of prompt ",
                           completions[i].prompt_index);

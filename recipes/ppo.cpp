@@ -345,7 +345,8 @@ Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts&
     ro.prompt_len.push_back(int64_t(p.size()));
     ro.finished.push_back(c.finished);
     texts.push_back(prompts.text[size_t(c.prompt_index)] +
-                    m.tokenizer.decode({c.tokens.begin(), c.tokens.end()}));
+                    m.tokenizer.decode_continuation({p.begin(), p.end()},
+                                                    {c.tokens.begin(), c.tokens.end()}));
   }
   const size_t n = ro.tokens.size();
   for (auto* v : {&ro.logp, &ro.ref_logp, &ro.values, &ro.advantages, &ro.returns}) v->resize(n);

@@ -183,5 +183,21 @@ TEST(SentencePiece, EncodesFromManyThreadsAtOnce) {
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
+TEST(SentencePiece, AContinuationKeepsTheSpaceItStartsWith) {
+  // decode drops the "▁" a text starts with; after a prompt that "▁" is a space of the
+  // continuation, which samples, completion records and rewards must keep.
+  const auto bpe = make_tokenizer((golden_dir() / "bpe.model").string());
+  const std::vector<int32_t> prompt = bpe->encode("To be");
+  const std::vector<int32_t> whole = bpe->encode("To be or not");
+  ASSERT_GT(whole.size(), prompt.size());
+  ASSERT_TRUE(std::equal(prompt.begin(), prompt.end(), whole.begin()));
+  const std::vector<int32_t> rest(whole.begin() + std::ptrdiff_t(prompt.size()), whole.end());
+  EXPECT_EQ(bpe->decode(rest), "or not");
+  EXPECT_EQ(bpe->decode_continuation(prompt, rest), " or not");
+  // Byte-level tokenizers decode a continuation alike either way.
+  const auto gpt2 = make_tokenizer("gpt2");
+  EXPECT_EQ(gpt2->decode_continuation(gpt2->encode("To be"), gpt2->encode(" or not")), " or not");
+}
+
 }  // namespace
 }  // namespace forge
