@@ -470,6 +470,14 @@ int generate_chat(const ParsedArgs& p, nn::SamplingOptions o) {
       find_chat_template(data.chat_template, {data.tokenizer, hub}, "data.chat_template");
   const ReplyEnd end = reply_end(chat_template, *tokenizer, hub);
   const std::vector<int32_t> ids = tokenizer->encode(chat_template.render(messages, true));
+  // Generation slides its window past a long prompt, which here would drop the conversation's
+  // start (its system message) without a word.
+  const int64_t context = loaded.config.model.context;
+  if (int64_t(ids.size()) >= context)
+    throw Error(ExitCode::data,
+                detail::concat("generate --chat: the conversation renders to ", ids.size(),
+                               " tokens, but the model's context holds ", context,
+                               " (the reply needs room after it)"));
   std::vector<int64_t> reply;
   std::string text;
   auto ends = [&](int64_t token) {

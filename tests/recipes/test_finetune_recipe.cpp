@@ -447,6 +447,11 @@ TEST_F(FinetuneRecipe, ChatSFTTrainsResumesAndGenerateAnswersAConversation) {
   EXPECT_EQ(c4, 3) << bad_chat;
   EXPECT_NE(bad_chat.find("conversation.json: messages[0].content: must be a string, got number"),
             std::string::npos) << bad_chat;
+  // A conversation that leaves the 32-token context no room for a reply is refused, not cut.
+  auto [c5, too_long] = forge_output(generate + "--user '" + std::string(40, 'x') + "'");
+  EXPECT_EQ(c5, 3) << too_long;
+  EXPECT_NE(too_long.find("tokens, but the model's context holds 32"), std::string::npos)
+      << too_long;
 }
 
 // Packed SFT: short records, several to a row of the base's 32 positions, over four epochs. Killed
