@@ -471,26 +471,27 @@ int generate_chat(const ParsedArgs& p, nn::SamplingOptions o) {
   const ReplyEnd end = reply_end(chat_template, *tokenizer, hub);
   const std::vector<int32_t> ids = tokenizer->encode(chat_template.render(messages, true));
   // Generation slides its window past a long prompt, which here would drop the conversation's
-  // start (its system message) without a word.
+  // start (its system message) without a word; so the prompt must fit, and the reply stops where
+  // the context is full.
   const int64_t context = loaded.config.model.context;
   if (int64_t(ids.size()) >= context)
     throw Error(ExitCode::data,
                 detail::concat("generate --chat: the conversation renders to ", ids.size(),
                                " tokens, but the model's context holds ", context,
                                " (the reply needs room after it)"));
+  o.max_new_tokens = std::min<int64_t>(o.max_new_tokens, context - int64_t(ids.size()));
   std::vector<int64_t> reply;
-  std::string text;
   auto ends = [&](int64_t token) {
     reply.push_back(token);
     if (std::find(end.ids.begin(), end.ids.end(), token) != end.ids.end()) {
       reply.pop_back();
       return true;
     }
-    text = tokenizer->decode({reply.begin(), reply.end()});
-    return !end.text.empty() && text.find(end.text) != std::string::npos;
+    return !end.text.empty() &&
+           tokenizer->decode({reply.begin(), reply.end()}).find(end.text) != std::string::npos;
   };
   nn::generate(*loaded.model, {ids.begin(), ids.end()}, o, ends);
-  text = tokenizer->decode({reply.begin(), reply.end()});
+  std::string text = tokenizer->decode({reply.begin(), reply.end()});
   if (!end.text.empty()) text = text.substr(0, text.find(end.text));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

@@ -1,7 +1,7 @@
 // The merge loop both BPE tokenizers run (GPT-2's tiktoken-style one in data/bpe.cpp and
-// tokenizer.json's in data/tokenizer_json.cpp): adjacent parts merge lowest rank first, leftmost
-// on ties, until no adjacent pair has a merge; and the per-piece cache in front of it, because
-// natural text repeats its words.
+// tokenizer.json's in data/tokenizer_json_model.cpp): adjacent parts merge lowest rank first,
+// leftmost on ties, until no adjacent pair has a merge; and the per-piece cache in front of it,
+// because natural text repeats its words.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +45,8 @@ class MergeTable {
 };
 
 /// Piece -> its merged ids (and lengths, for callers that keep them), bounded so that a stream of
-/// unique pieces cannot grow it without limit. Not thread-safe: owners guard a shared one with a
-/// mutex and give a call that cannot take it a cache of its own.
+/// unique pieces cannot grow it without limit. Not thread-safe: each thread needs its own
+/// (BpeTokenizer keeps a few behind try-locks, tokenizer.json's BPE one per thread).
 class PieceCache {
  public:
   /// Appends the cached ids (and lengths, if `lens`) of `piece` and returns true, or returns

@@ -311,18 +311,17 @@ void to_json(const Value& v, const JsonStyle& style, int depth, std::string& out
   out += brackets[1];
 }
 
+double to_double(const Value& v) {
+  return v.is_float() ? v.as_float() : v.is_bool() ? double(v.as_bool()) : double(v.as_int());
+}
+int64_t to_int(const Value& v) { return v.is_bool() ? int64_t(v.as_bool()) : v.as_int(); }
+
 bool equal(const Value& a, const Value& b, int depth = 0) {
   check_depth(depth);
   charge(1);
   if (a.is_number() && b.is_number()) {
-    if (a.is_float() || b.is_float()) {
-      auto f = [](const Value& v) {
-        return v.is_float() ? v.as_float() : v.is_bool() ? double(v.as_bool()) : double(v.as_int());
-      };
-      return f(a) == f(b);
-    }
-    auto i = [](const Value& v) { return v.is_bool() ? int64_t(v.as_bool()) : v.as_int(); };
-    return i(a) == i(b);
+    if (a.is_float() || b.is_float()) return to_double(a) == to_double(b);
+    return to_int(a) == to_int(b);
   }
   if (a.storage().index() != b.storage().index()) return false;
   if (a.is_undefined() || a.is_none()) return true;
@@ -345,11 +344,6 @@ bool equal(const Value& a, const Value& b, int depth = 0) {
   }
   return &a.as_callable() == &b.as_callable();
 }
-
-double to_double(const Value& v) {
-  return v.is_float() ? v.as_float() : v.is_bool() ? double(v.as_bool()) : double(v.as_int());
-}
-int64_t to_int(const Value& v) { return v.is_bool() ? int64_t(v.as_bool()) : v.as_int(); }
 
 void require_defined(const Value& v) {
   if (v.is_undefined()) fail(v.as_undefined().hint);
@@ -2210,7 +2204,7 @@ class Renderer {
     return unsupported();
   }
 
-  // The value of `name` over `v` with `args`: a filter, or a test used by select and friends.
+  // The value of filter `name` over `v` with `args` (select and friends call test()).
   Value filter(const std::string& name, const Value& v, Args& a) {
     if (const Signature* sig = signature(name, false))
       check_arguments("filter '" + name + "'", *sig, a);

@@ -184,16 +184,10 @@ void SentencePieceTokenizer::read_config(const fs::path& path) {
 void SentencePieceTokenizer::check_utf8(std::string_view text) const {
   // libsentencepiece takes any bytes and encodes a malformed sequence as if it were U+FFFD, which
   // would silently train on text that is not there.
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp;
-    const int n =
-        static_cast<unsigned char>(text[i]) < 0x80 ? 1 : unicode::utf8_decode(text, i, cp);
-    if (n == 0)
-      throw Error(ExitCode::data,
-                  detail::concat("tokenizer ", printable(name_), ": invalid UTF-8 at byte ", i + 1,
-                                 " of the text"));
-    i += static_cast<size_t>(n);
-  }
+  if (const size_t bad = unicode::first_invalid_utf8(text); bad != std::string_view::npos)
+    throw Error(ExitCode::data,
+                detail::concat("tokenizer ", printable(name_), ": invalid UTF-8 at byte ", bad + 1,
+                               " of the text"));
 }
 
 template <class OnRun, class OnSpecial>

@@ -45,12 +45,6 @@ bool is_word_char(uint32_t cp) {
   }
 }
 
-// Rust's regex \s: Unicode White_Space (lstrip and rstrip absorb it).
-bool is_white_space(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
-}
 
 // The code point of the character ending at s[end - 1] and where it starts.
 uint32_t char_before(std::string_view s, size_t end, size_t& start) {
@@ -297,13 +291,13 @@ void TokenizerJson::find_matches(NormalizedText text, const Matcher& matcher,
       size_t at = start;
       while (at > 0) {
         size_t prev = 0;
-        if (!is_white_space(char_before(s, at, prev))) break;
+        if (!unicode::is_white_space(char_before(s, at, prev))) break;
         at = prev;
       }
       start = std::max(at, start_offset);
     }
     if (token.rstrip)
-      while (stop < s.size() && is_white_space(char_at(s, stop, len))) stop += len;
+      while (stop < s.size() && unicode::is_white_space(char_at(s, stop, len))) stop += len;
     cuts.push_back({start, stop, k});
     start_offset = stop;
   }
@@ -326,15 +320,10 @@ void TokenizerJson::find_matches(NormalizedText text, const Matcher& matcher,
 
 void TokenizerJson::run(std::string_view text, std::vector<int32_t>& ids,
                         std::vector<std::pair<size_t, size_t>>* offsets) const {
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp = 0;
-    const int n = unicode::utf8_decode(text, i, cp);
-    if (n == 0)
-      throw Error(ExitCode::data,
-                  detail::concat(name_, " tokenizer: the text is not valid UTF-8 at byte ", i,
-                                 " (tokenizer.json tokenizers read text, not bytes)"));
-    i += static_cast<size_t>(n);
-  }
+  if (const size_t bad = unicode::first_invalid_utf8(text); bad != std::string_view::npos)
+    throw Error(ExitCode::data,
+                detail::concat(name_, " tokenizer: the text is not valid UTF-8 at byte ", bad,
+                               " (tokenizer.json tokenizers read text, not bytes)"));
   std::vector<Split> raw, splits;
   find_matches(NormalizedText::original(text), raw_matcher_, raw);
   for (Split& split : raw) {

@@ -98,12 +98,6 @@ void append_origins(const NormalizedText& t, size_t begin, size_t end, std::vect
 
 // ---- Unicode properties, as the Unicode tables inside Hugging Face's library answer ----
 
-// char::is_whitespace: the White_Space property (stable since Unicode 6).
-inline bool is_whitespace(uint32_t c) {
-  if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
 
 inline bool is_numeric(uint32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
@@ -790,14 +784,14 @@ class Strip final : public Normalizer {
     while (left_ && begin < end) {
       uint32_t cp = 0;
       const int n = char_at(t.text, begin, cp);
-      if (!is_whitespace(cp)) break;
+      if (!unicode::is_white_space(cp)) break;
       begin += static_cast<size_t>(n);
     }
     while (right_ && end > begin) {
       size_t start = end - 1;
       while (start > begin && (static_cast<unsigned char>(t.text[start]) & 0xC0) == 0x80) --start;
       uint32_t cp = 0;
-      if (static_cast<size_t>(char_at(t.text, start, cp)) != end - start || !is_whitespace(cp))
+      if (static_cast<size_t>(char_at(t.text, start, cp)) != end - start || !unicode::is_white_space(cp))
         break;
       end = start;
     }
@@ -829,7 +823,7 @@ class BertNormalizer final : public Normalizer {
     if (clean_text_)
       map_chars(t, [](uint32_t c, auto&& emit) {
         if (unicode::in_ranges(c, hf_unicode::kCleanDropped)) return;
-        emit(is_whitespace(c) ? ' ' : c);
+        emit(unicode::is_white_space(c) ? ' ' : c);
       });
     if (chinese_ && !is_ascii(t.text))
       map_chars(t, [](uint32_t c, auto&& emit) {
@@ -1033,7 +1027,7 @@ class Digits final : public PreTokenizer {
 class BertPreTokenizer final : public PreTokenizer {
  public:
   void pre_tokenize(Pieces& pieces) const override {
-    split_on_chars(pieces, is_whitespace, Behavior::removed);
+    split_on_chars(pieces, unicode::is_white_space, Behavior::removed);
     split_on_chars(pieces, is_punctuation, Behavior::isolated);
   }
 };
@@ -1041,7 +1035,7 @@ class BertPreTokenizer final : public PreTokenizer {
 class WhitespaceSplit final : public PreTokenizer {
  public:
   void pre_tokenize(Pieces& pieces) const override {
-    split_on_chars(pieces, is_whitespace, Behavior::removed);
+    split_on_chars(pieces, unicode::is_white_space, Behavior::removed);
   }
 };
 
@@ -1193,7 +1187,7 @@ class ByteFallbackDecoder final : public Decoder {
     size_t run_length = 0;
     auto flush = [&] {
       if (run_length == 0) return;
-      if (is_valid_utf8(run))
+      if (unicode::first_invalid_utf8(run) == std::string_view::npos)
         out.push_back(run);
       else
         out.insert(out.end(), run_length, "\xEF\xBF\xBD");
@@ -1214,15 +1208,6 @@ class ByteFallbackDecoder final : public Decoder {
   }
 
  private:
-  static bool is_valid_utf8(std::string_view s) {
-    for (size_t i = 0; i < s.size();) {
-      uint32_t cp = 0;
-      const int n = unicode::utf8_decode(s, i, cp);
-      if (n == 0) return false;
-      i += static_cast<size_t>(n);
-    }
-    return true;
-  }
   // u8::from_str_radix(token[3..5], 16) of a six-byte "<0x..>", which also takes "+F".
   static std::optional<char> byte_token(std::string_view t) {
     if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return std::nullopt;
@@ -1351,7 +1336,7 @@ class BpeDecoder final : public Decoder {
 // byte_level::process_offsets: a token's leading and trailing spaces ("Ġ" or whitespace) leave its
 // offsets, except the one space add_prefix_space put before the first token.
 void trim_offsets(Encoding& encoding, bool add_prefix_space, const TokenText& token_text) {
-  auto is_space = [](uint32_t c) { return c == 0x120 || is_whitespace(c); };
+  auto is_space = [](uint32_t c) { return c == 0x120 || unicode::is_white_space(c); };
   for (size_t i = 0; i < encoding.ids.size(); ++i) {
     const std::string_view token = token_text(encoding.ids[i]);
     std::vector<uint32_t> cps;

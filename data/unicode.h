@@ -34,6 +34,29 @@ inline int utf8_decode(std::string_view s, size_t i, uint32_t& cp) {
   return 0;
 }
 
+/// The byte where `s` stops being strict UTF-8 (utf8_decode's rules), or npos when all of it is.
+inline size_t first_invalid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const int n = utf8_decode(s, i, cp);
+    if (n == 0) return i;
+    i += static_cast<size_t>(n);
+  }
+  return std::string_view::npos;
+}
+
+/// Unicode's White_Space property (stable since Unicode 6): Rust's char::is_whitespace and regex
+/// \s, which Hugging Face's tokenizer.json components test.
+inline bool is_white_space(uint32_t c) {
+  if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 /// Appends code point `cp` (at most U+10FFFF) as UTF-8.
 inline void append_utf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {

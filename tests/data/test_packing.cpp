@@ -77,6 +77,18 @@ TEST(PackedSFTLoader, PacksEachRecordOnceAnEpochInThePaddedLoadersOrder) {
       for (int64_t r : b.indices)
         expected += int64_t(data->tokens[size_t(r)].size()) - data->prompt_len[size_t(r)];
       EXPECT_EQ(b.num_targets, expected);
+      const V segments = b.segments.to_vector<int64_t>();
+      const size_t row_length = size_t(b.ids.size(1));
+      for (int64_t r : b.indices) {
+        if (r == 0) continue;  // record 0's id is also padding's
+        std::vector<size_t> at;  // where record r's inputs (all of them r) sit
+        for (size_t k = 0; k < ids.size(); ++k)
+          if (ids[k] == r) at.push_back(k);
+        ASSERT_EQ(at.size(), data->tokens[size_t(r)].size() - 1) << r;
+        EXPECT_EQ(at.back() - at.front() + 1, at.size()) << r;
+        EXPECT_EQ(at.front() / row_length, at.back() / row_length) << r;
+        for (size_t k : at) EXPECT_EQ(segments[k], segments[at.front()]) << r;
+      }
       ASSERT_LE(taken + b.indices.size(), order.size());
       V got = b.indices;
       V want(order.begin() + long(taken), order.begin() + long(taken + got.size()));

@@ -250,7 +250,8 @@ TEST(TokenizerJson, MakeTokenizerFindsTokenizerJson) {
                         [&] { make_tokenizer((dir.path() / "absent").string()); });
 }
 
-// A byte-level family gives back any text it encodes, with offsets that tile the text in order.
+// A byte-level family gives back any text it encodes, with offsets inside the text and in order
+// (not tiling it: the ByteLevel post-processor trims spaces off them).
 TEST(TokenizerJson, ByteLevelRoundTripsRandomText) {
   TokenizerJson tok(
       std::filesystem::path(FORGE_SOURCE_DIR) / "tests/golden/tokenizers/llama3" / "tokenizer.json",
