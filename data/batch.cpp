@@ -47,6 +47,15 @@ Tensor padding_mask(const std::vector<std::vector<int32_t>>& rows, int64_t width
   return out;
 }
 
+std::vector<int32_t> next_token_targets(std::span<const int32_t> row, int64_t prompt_len,
+                                        std::span<const uint8_t> scored) {
+  std::vector<int32_t> target(row.begin() + 1, row.end());
+  for (size_t j = 0; j < target.size(); ++j)
+    if (int64_t(j) + 1 < prompt_len || (!scored.empty() && !scored[j + 1]))
+      target[j] = int32_t(LMWindows::kIgnoreTarget);
+  return target;
+}
+
 NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
                               const std::vector<int64_t>& prompt_len,
                               const std::vector<std::span<const uint8_t>>& scored) {
@@ -67,15 +76,12 @@ NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
     FORGE_CHECK(scored.empty() || scored[r].size() == row.size(), "next_token_rows: row ", r,
                 " has ", row.size(), " tokens but a scored mask of ", scored[r].size());
     inputs.emplace_back(row.begin(), row.end() - 1);
-    std::vector<int32_t>& target = targets.emplace_back(row.begin() + 1, row.end());
-    int64_t kept = 0;
-    for (size_t j = 0; j < target.size(); ++j) {
-      if (int64_t(j) + 1 < prompt_len[r] || (!scored.empty() && !scored[r][j + 1]))
-        target[j] = int32_t(LMWindows::kIgnoreTarget);
-      else
-        ++kept;
-    }
-    out.targets_per_row.push_back(kept);
+    const std::span<const uint8_t> flags = scored.empty() ? std::span<const uint8_t>() : scored[r];
+    const std::vector<int32_t>& target =
+        targets.emplace_back(next_token_targets(row, prompt_len[r], flags));
+    out.targets_per_row.push_back(
+        int64_t(std::count_if(target.begin(), target.end(),
+                              [](int32_t t) { return t != int32_t(LMWindows::kIgnoreTarget); })));
   }
   const int64_t width = longest_row(inputs);
   out.ids = pad_rows(inputs, width, 0);

@@ -32,6 +32,10 @@ struct NextTokenRows {
   Tensor ids, targets, mask;
   std::vector<int64_t> targets_per_row;
 };
+/// One row's targets as next_token_rows scores them: row[j+1] where j+1 >= prompt_len and, when
+/// `scored` is not empty (one flag a token), scored[j+1]; else LMWindows::kIgnoreTarget.
+std::vector<int32_t> next_token_targets(std::span<const int32_t> row, int64_t prompt_len,
+                                        std::span<const uint8_t> scored);
 /// Rows need at least two tokens (callers refuse shorter ones when tokenizing).
 NextTokenRows next_token_rows(const std::vector<std::span<const int32_t>>& rows,
                               const std::vector<int64_t>& prompt_len,

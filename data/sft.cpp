@@ -58,15 +58,9 @@ SFTDataset tokenize_sft(const std::vector<SFTRecord>& records, const Tokenizer& 
 }
 
 std::vector<int32_t> sft_targets(const SFTDataset& dataset, int64_t i) {
-  const std::vector<int32_t>& row = dataset.tokens[size_t(i)];
-  std::vector<int32_t> targets(row.begin() + 1, row.end());
-  const int64_t unscored = std::min(dataset.prompt_len[size_t(i)] - 1, int64_t(targets.size()));
-  std::fill(targets.begin(), targets.begin() + std::max<int64_t>(unscored, 0),
-            int32_t(LMWindows::kIgnoreTarget));
-  if (!dataset.scored.empty())
-    for (size_t j = 0; j < targets.size(); ++j)
-      if (!dataset.scored[size_t(i)][j + 1]) targets[j] = int32_t(LMWindows::kIgnoreTarget);
-  return targets;
+  std::span<const uint8_t> flags;
+  if (!dataset.scored.empty()) flags = dataset.scored[size_t(i)];
+  return next_token_targets(dataset.tokens[size_t(i)], dataset.prompt_len[size_t(i)], flags);
 }
 
 uint64_t fingerprint(const SFTDataset& dataset) {
