@@ -26,6 +26,7 @@
 #include "data/prepare.h"
 #include "data/records.h"
 #include "data/sft.h"
+#include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "runtime/checkpoint.h"
@@ -43,6 +44,7 @@ namespace fs = std::filesystem;
 enum class DataKind { stream, records, sft };
 
 DataKind data_kind(const std::string& path) {
+  if (is_shard_directory(path)) return DataKind::stream;
   if (fs::is_directory(path)) return DataKind::records;
   if (fs::path(path).extension() == ".jsonl") return DataKind::sft;
   return DataKind::stream;

@@ -17,21 +17,25 @@
 namespace forge {
 namespace {
 
-// Token ids of a text file (tokenized now) or of a prepared dataset (validated against the
-// tokenizer and the model's vocabulary).
-std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
-                                                        const Tokenizer& tokenizer,
-                                                        const TokenizerInfo& info,
-                                                        int64_t vocab_size,
-                                                        std::optional<TokenDataset>* dataset) {
-  if (std::filesystem::path(path).extension() == ".h5") {
-    TokenDataset ds = open_token_dataset(path, &info, vocab_size);
+// The tokens of a split's file: a prepared dataset (a .h5 file or a shard directory), opened for
+// streaming and validated against the tokenizer and the model's vocabulary, or a text file,
+// tokenized now into memory.
+struct SplitTokens {
+  std::shared_ptr<const TokenSource> tokens;
+  std::optional<TokenDatasetReader> dataset;
+};
+
+SplitTokens load_tokens(const std::string& path, const Tokenizer& tokenizer,
+                        const TokenizerInfo& info, int64_t vocab_size) {
+  if (is_token_dataset_path(path)) {
+    TokenDatasetReader ds = open_token_dataset_reader(path, &info, vocab_size);
     auto tokens = ds.tokens();
-    if (dataset) dataset->emplace(std::move(ds));
-    return tokens;
+    return {std::move(tokens), std::move(ds)};
   }
   std::vector<int32_t> ids = tokenizer.encode(read_input_file(path, kCorpusInput));
-  return std::make_shared<const std::vector<int32_t>>(std::move(ids));
+  return {std::make_shared<const MemoryTokens>(
+              std::make_shared<const std::vector<int32_t>>(std::move(ids))),
+          std::nullopt};
 }
 
 }  // namespace
@@ -41,24 +45,29 @@ LMSplits load_lm_splits(const RunConfig& config) {
   std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
   const int64_t V = config.model.vocab_size;
-  std::optional<TokenDataset> dataset;
   // A data error says which split's file it is about, as the same file may serve either.
-  auto load = [&](const char* key, const std::string& path, std::optional<TokenDataset>* ds) {
+  auto load = [&](const char* key, const std::string& path) {
     try {
-      return load_tokens(path, *tokenizer, info, V, ds);
+      return load_tokens(path, *tokenizer, info, V);
     } catch (const Error& e) {
       if (e.code() != ExitCode::data) throw;
       throw Error(ExitCode::data, std::string(key) + ": " + e.what());
     }
   };
-  auto train = load("data.train", d.train, &dataset);
-  TokenSplit split;
-  if (!d.val.empty())
-    split = {train, load("data.val", d.val, nullptr)};
-  else if (dataset)
-    split = dataset->split_by_document(d.val_fraction);  // documents are never cut
-  else
-    split = split_by_position(std::vector<int32_t>(*train), d.val_fraction);
+  SplitTokens train = load("data.train", d.train);
+  TokenSourceSplit split;
+  if (!d.val.empty()) {
+    // forge eval --data names one file for both: it is opened (and checked) once.
+    split = {train.tokens, d.val == d.train ? train.tokens : load("data.val", d.val).tokens};
+  } else if (train.dataset) {
+    split = train.dataset->split_by_document(d.val_fraction);  // documents are never cut
+  } else {
+    std::vector<int32_t> all(size_t(train.tokens->size()));
+    train.tokens->read(0, train.tokens->size(), all.data());
+    TokenSplit s = split_by_position(std::move(all), d.val_fraction);
+    split = {std::make_shared<const MemoryTokens>(s.train),
+             std::make_shared<const MemoryTokens>(s.val)};
+  }
   int64_t T = config.model.context;
   return {std::move(tokenizer), std::make_unique<LMWindows>(split.train, T),
           std::make_unique<LMWindows>(split.val, T)};
