@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <optional>
 
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/isolate.h"
+#include "core/kernels/parallel.h"
 #include "data/hdf5_io.h"
 #include "data/token_shards.h"
 
@@ -435,30 +437,25 @@ class TokenFile final : public TokenSource {
   int64_t model_vocab_size_;
 };
 
-// Opens and validates one file. Its bytes are checked once: against `digest` (the manifest's) or
-// its `.digest` sidecar when there is one, which covers every byte, tokens included, so the ids
-// are then only range-checked as they are read; a file without one is read whole in a throwaway
-// process first (core/isolate.h), then its tokens once more here, checksummed and range-checked.
-// `expected` is compared with the file's tokenizer, `expected_is` naming where it comes from.
+// Opens and validates one file. Its bytes are checked once: against its digest (the caller
+// checked the manifest's: `digest_checked`), or its `.digest` sidecar when there is one, which
+// covers every byte, tokens included, so the ids are then only range-checked as they are read; a
+// file without one is read whole in a throwaway process first (core/isolate.h), then its tokens
+// once more here, checksummed and range-checked. `expected` is compared with the file's
+// tokenizer, `expected_is` naming where it comes from.
 std::shared_ptr<TokenFile> open_file(const fs::path& path, const TokenizerInfo* expected,
                                      const std::string& expected_is, int64_t model_vocab_size,
-                                     const std::string* digest, const fs::path& digest_source) {
+                                     bool digest_checked) {
   quiet_hdf5();
   const Reporter report = data_file(path);
   std::error_code ec;
   if (!fs::exists(path, ec)) report.fail("no such token dataset");
   if (fs::is_directory(path, ec)) report.fail("is a directory, not a token dataset");
   const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
-  bool verified = false;
-  if (digest) {
-    check_digest(path, *digest, digest_source.string(), ExitCode::data);
-    verified = true;
-  } else {
-    verified = check_sidecar_digest(path, ExitCode::data);
-  }
+  const bool verified = digest_checked || check_sidecar_digest(path, ExitCode::data);
   if (!verified) {
-    if (std::optional<std::string> crash = probe_file_once(
-            path, [&] { open_file(path, nullptr, "", -1, nullptr, {}); }))
+    if (std::optional<std::string> crash =
+            probe_file_once(path, [&] { open_file(path, nullptr, "", -1, false); }))
       report.fail("the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
   }
   Hid file = open_hdf5(report, path);
@@ -577,7 +574,7 @@ TokenSplit TokenDataset::split_by_document(double val_fraction) const {
 TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expected,
                                 int64_t model_vocab_size) {
   std::shared_ptr<TokenFile> f =
-      open_file(path, expected, "the model uses", model_vocab_size, nullptr, {});
+      open_file(path, expected, "the model uses", model_vocab_size, false);
   auto tokens = std::make_shared<std::vector<int32_t>>(size_t(f->size()));
   for (int64_t at = 0; at < f->size(); at += int64_t(kTokenBlock)) {
     const int64_t n = std::min(int64_t(kTokenBlock), f->size() - at);
@@ -664,7 +661,7 @@ TokenDatasetReader open_token_dataset_reader(const fs::path& path, const Tokeniz
   impl->path = path;
   if (!is_shard_directory(path)) {
     impl->files.push_back(
-        open_file(path, expected, "the model uses", model_vocab_size, nullptr, {}));
+        open_file(path, expected, "the model uses", model_vocab_size, false));
     impl->info = impl->files[0]->meta().info;
     impl->index();
     return TokenDatasetReader(std::move(impl));
@@ -677,11 +674,23 @@ TokenDatasetReader open_token_dataset_reader(const fs::path& path, const Tokeniz
                                     describe(manifest.tokenizer) + " but the model uses tokenizer " +
                                     describe(*expected) + "; prepare it again with that tokenizer");
   check_shard_files(path, manifest);
+  // The digest pass reads every byte of the dataset: the shards on every core, the first failure
+  // in manifest order reported.
+  std::vector<std::exception_ptr> errors(manifest.shards.size());
+  kernels::parallel_for(int64_t(errors.size()), [&](int64_t i) {
+    try {
+      const TokenShard& s = manifest.shards[size_t(i)];
+      check_digest(path / s.file, s.digest, manifest_file.string(), ExitCode::data);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
   impl->info = manifest.tokenizer;
   for (size_t i = 0; i < manifest.shards.size(); ++i) {
     const TokenShard& s = manifest.shards[i];
-    std::shared_ptr<TokenFile> f =
-        open_file(path / s.file, nullptr, "", model_vocab_size, &s.digest, manifest_file);
+    std::shared_ptr<TokenFile> f = open_file(path / s.file, nullptr, "", model_vocab_size, true);
     const Reporter report = data_file(f->path());
     if (i > 0 && f->narrow() != impl->files[0]->narrow())
       report.fail(detail::concat("stores ids as ", f->narrow() ? "uint16" : "int32", ", but ",
