@@ -78,12 +78,13 @@ class CachedTokens final : public TokenSource {
     std::vector<int32_t> ids;
   };
 
+  // Under the lock throughout: it serialises the readers below too (libhdf5 is not thread-safe).
   void read_range(int64_t at, int64_t n, int32_t* dst) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (n > block_) {  // a long read would only push out what the windows reuse
       source_->read(at, n, dst);
       return;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
     while (n > 0) {
       const int64_t index = at / block_, offset = at - index * block_;
       const std::vector<int32_t>& ids = fetch(index);
