@@ -11,6 +11,8 @@
 #   rss_small_text_mb=A rss_small_stream_mb=B rss_20gb_mb=C rss_20gb_beyond_small_mb=C-A
 #   tok_s_text=X tok_s_stream=Y stream_vs_text=Y/X   (median of --repeats alternating runs)
 #   same_losses=yes|no               the text and .h5 runs logged the same losses
+#   sample_small: stream_us=S memory_us=M   one training batch's windows drawn by the loaders
+#   sample_20gb: stream_us=S                alone, on the small dataset and on the large one
 # Resident memory is the peak (VmHWM, as /usr/bin/time reports it) of `forge train`. The dataset
 # is written under $TMPDIR (default /tmp) and deleted at the end.
 set -euo pipefail
@@ -141,4 +143,6 @@ echo "rss_small_text_mb=$rss_text rss_small_stream_mb=$rss_stream rss_20gb_mb=$r
 awk -v t="$tok_text" -v s="$tok_stream" -v a="${text_rates[*]}" -v b="${stream_rates[*]}" \
   'BEGIN { printf "tok_s_text=%s tok_s_stream=%s stream_vs_text=%.3f (runs: text %s; stream %s)\n", t, s, s / t, a, b }'
 if [ "$text_losses" = "$stream_losses" ]; then echo "same_losses=yes"; else echo "same_losses=no"; fi
+echo "sample_small: $("$tool" sample "$tmp/small.h5" "$tmp/small.txt" 256 8 2000)"
+echo "sample_20gb: $("$tool" sample "$tmp/large" - 256 8 2000)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -5,6 +5,9 @@
 //   bench_data_stream_tool write OUT TOKENS [SHARD_TOKENS]   (a directory when SHARD_TOKENS is given)
 //   bench_data_stream_tool text OUT TOKENS                   (the ids of `write OUT TOKENS` as bytes)
 //   bench_data_stream_tool open PATH                         (prints open_s=S tokens=N files=F)
+//   bench_data_stream_tool sample DATASET TEXT T B STEPS     (microseconds per batch of B windows
+//                                                             of T over each: stream_us=, memory_us=;
+//                                                             TEXT "-": the dataset alone)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,7 @@
 
 #include "core/durable_file.h"
 #include "core/error.h"
+#include "data/lm_data.h"
 #include "data/token_dataset.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
@@ -101,6 +105,35 @@ int open(const fs::path& path) {
   return 0;
 }
 
+// Training batches drawn from the streamed dataset and from the same ids in memory (a text file
+// read as bytes), the two alternating; the batches must be equal.
+int sample(const fs::path& dataset, const fs::path& text, int64_t T, int64_t B, int64_t steps) {
+  const TokenizerInfo info = bytes_info();
+  LMWindows stream(open_token_dataset_reader(dataset, &info, 256).tokens(), T);
+  const bool compare = text != "-";
+  auto ids = std::make_shared<const std::vector<int32_t>>(
+      compare ? read_byte_tokens(text) : std::vector<int32_t>(size_t(T + 1)));
+  LMWindows memory(ids, T);
+  double stream_s = 0, memory_s = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    const LMBatch a = stream.sample(B, 1337, step);
+    auto t1 = std::chrono::steady_clock::now();
+    const LMBatch b = memory.sample(B, 1337, step);
+    auto t2 = std::chrono::steady_clock::now();
+    stream_s += std::chrono::duration<double>(t1 - t0).count();
+    memory_s += std::chrono::duration<double>(t2 - t1).count();
+    if (compare && a.ids.to_vector<int64_t>() != b.ids.to_vector<int64_t>()) {
+      std::fprintf(stderr, "bench_data_stream_tool: batch %lld differs\n", (long long)step);
+      return 1;
+    }
+  }
+  std::printf("stream_us=%.1f", stream_s * 1e6 / double(steps));
+  if (compare) std::printf(" memory_us=%.1f", memory_s * 1e6 / double(steps));
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,12 +143,14 @@ int main(int argc, char** argv) {
       return write(argv[2], std::atoll(argv[3]), argc == 5 ? std::atoll(argv[4]) : 0);
     if (mode == "text" && argc == 4) return text(argv[2], std::atoll(argv[3]));
     if (mode == "open" && argc == 3) return open(argv[2]);
+    if (mode == "sample" && argc == 7)
+      return sample(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]));
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_data_stream_tool: %s\n", e.what());
     return int(e.code());
   }
   std::fprintf(stderr,
                "usage: bench_data_stream_tool write OUT TOKENS [SHARD_TOKENS] | text OUT TOKENS | "
-               "open PATH\n");
+               "open PATH | sample DATASET TEXT T B STEPS\n");
   return 2;
 }
