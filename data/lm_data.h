@@ -53,7 +53,7 @@ class LMWindows {
   int64_t context() const { return context_; }
 
  private:
-  // Row `row` of ids/targets [*, T] from tokens [start, start + T].
+  // One window: ids [T] from tokens [start, start + T), targets [T] one position later.
   void fill_row(int64_t start, int64_t* ids, int64_t* targets) const;
 
   std::shared_ptr<const TokenSource> tokens_;

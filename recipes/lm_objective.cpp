@@ -22,7 +22,8 @@ namespace {
 // tokenized now into memory.
 struct SplitTokens {
   std::shared_ptr<const TokenSource> tokens;
-  std::optional<TokenDatasetReader> dataset;
+  std::optional<TokenDatasetReader> dataset;             // a prepared dataset
+  std::shared_ptr<const std::vector<int32_t>> text_ids;  // a text file's
 };
 
 SplitTokens load_tokens(const std::string& path, const Tokenizer& tokenizer,
@@ -30,12 +31,11 @@ SplitTokens load_tokens(const std::string& path, const Tokenizer& tokenizer,
   if (is_token_dataset_path(path)) {
     TokenDatasetReader ds = open_token_dataset_reader(path, &info, vocab_size);
     auto tokens = ds.tokens();
-    return {std::move(tokens), std::move(ds)};
+    return {std::move(tokens), std::move(ds), nullptr};
   }
-  std::vector<int32_t> ids = tokenizer.encode(read_input_file(path, kCorpusInput));
-  return {std::make_shared<const MemoryTokens>(
-              std::make_shared<const std::vector<int32_t>>(std::move(ids))),
-          std::nullopt};
+  auto ids = std::make_shared<const std::vector<int32_t>>(
+      tokenizer.encode(read_input_file(path, kCorpusInput)));
+  return {std::make_shared<const MemoryTokens>(ids), std::nullopt, ids};
 }
 
 }  // namespace
@@ -62,9 +62,7 @@ LMSplits load_lm_splits(const RunConfig& config) {
   } else if (train.dataset) {
     split = train.dataset->split_by_document(d.val_fraction);  // documents are never cut
   } else {
-    std::vector<int32_t> all(size_t(train.tokens->size()));
-    train.tokens->read(0, train.tokens->size(), all.data());
-    TokenSplit s = split_by_position(std::move(all), d.val_fraction);
+    TokenSplit s = split_by_position(std::vector<int32_t>(*train.text_ids), d.val_fraction);
     split = {std::make_shared<const MemoryTokens>(s.train),
              std::make_shared<const MemoryTokens>(s.val)};
   }
