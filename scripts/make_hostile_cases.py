@@ -411,7 +411,7 @@ tokens_meta = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v
 
 
 def shard_dir(name, edit=None, manifest_edit=None, allowed=(3,)):
-    d = path("tokshards", name, "manifest.json").rsplit("/", 1)[0]
+    d = os.path.dirname(path("tokshards", name, "manifest.json"))
     shards = []
     for i in range(2):
         f = os.path.join(d, f"shard-{i}.h5")
