@@ -46,13 +46,16 @@ LMSplits load_lm_splits(const RunConfig& config) {
   const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
   const int64_t V = config.model.vocab_size;
   // A data error says which split's file it is about, as the same file may serve either.
-  auto load = [&](const char* key, const std::string& path) {
+  auto keyed = [](const char* key, const auto& fn) {
     try {
-      return load_tokens(path, *tokenizer, info, V);
+      return fn();
     } catch (const Error& e) {
       if (e.code() != ExitCode::data) throw;
       throw Error(ExitCode::data, std::string(key) + ": " + e.what());
     }
+  };
+  auto load = [&](const char* key, const std::string& path) {
+    return keyed(key, [&] { return load_tokens(path, *tokenizer, info, V); });
   };
   SplitTokens train = load("data.train", d.train);
   TokenSourceSplit split;
@@ -60,7 +63,8 @@ LMSplits load_lm_splits(const RunConfig& config) {
     // forge eval --data names one file for both: it is opened (and checked) once.
     split = {train.tokens, d.val == d.train ? train.tokens : load("data.val", d.val).tokens};
   } else if (train.dataset) {
-    split = train.dataset->split_by_document(d.val_fraction);  // documents are never cut
+    // Documents are never cut.
+    split = keyed("data.train", [&] { return train.dataset->split_by_document(d.val_fraction); });
   } else {
     TokenSplit s = split_by_position(std::vector<int32_t>(*train.text_ids), d.val_fraction);
     split = {std::make_shared<const MemoryTokens>(s.train),

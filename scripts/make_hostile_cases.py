@@ -513,9 +513,10 @@ def with_dataset_counters(label, tokens, documents, crc):
     latest = write(path("tokdata_resume", label, "LATEST"),
                    (LATEST_NAME + " " + file_digest(ck) + "\n").encode())
     rel = os.path.join("run", "checkpoints")
+    # tokens.h5 is one document: validation comes from tiny.txt.
     case("tokdata_resume", label, ["FORGE", "train", "RUN.yaml",
                                    "data.train=" + os.path.join(BASE, "tokens.h5"),
-                                   "train.max_steps=8"], {3},
+                                   "data.val=" + tiny_txt, "train.max_steps=8"], {3},
          copy_run=dict(replace={os.path.join(rel, LATEST_NAME): ck,
                                 os.path.join(rel, LATEST_NAME + ".digest"): d,
                                 os.path.join(rel, "LATEST"): latest},
