@@ -84,13 +84,15 @@ VerifierRegex::VerifierRegex(const std::string& pattern, const std::string& key,
     impl_->regex = nullptr;
     OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(message, r, &info);
-    throw Error(ExitCode::usage, detail::concat(key, ": '", pattern, "' does not compile: ",
-                                                reinterpret_cast<const char*>(message)));
+    throw Error(ExitCode::usage,
+                detail::concat(key, ": '", printable(pattern), "' does not compile: ",
+                               printable(reinterpret_cast<const char*>(message))));
   }
   const int have = onig_number_of_captures(impl_->regex);
   if (have < groups)
     throw Error(ExitCode::usage,
-                detail::concat(key, ": '", pattern, "' has ", have, " capture groups; group ",
+                detail::concat(key, ": '", printable(pattern), "' has ", have,
+                               " capture groups; group ",
                                groups, " must capture the answer, e.g. '####\\s*(\\S+)'"));
 }
 
@@ -210,7 +212,8 @@ std::vector<VerifierProblem> check_verifiers(const VerifierOptions& o) {
   };
   for (const std::string& name : o.rewards) {
     if (!seen.insert(name).second)
-      problems.push_back({"grpo.rewards", "grpo.rewards: '" + name + "' is listed twice"});
+      problems.push_back(
+          {"grpo.rewards", "grpo.rewards: '" + printable(name) + "' is listed twice"});
     else if (name == "answer")
       regex(o.answer_pattern, "grpo.answer_pattern", 1);
     else if (name == "regex")
@@ -219,7 +222,7 @@ std::vector<VerifierProblem> check_verifiers(const VerifierOptions& o) {
       problems.push_back({"grpo.command", "grpo.command: grpo.rewards lists \"command\"; name "
                                           "the command that scores the completions"});
     else if (name != "command")
-      problems.push_back({"grpo.rewards", "grpo.rewards: unknown reward function '" + name +
+      problems.push_back({"grpo.rewards", "grpo.rewards: unknown reward function '" + printable(name) +
                                               "' (answer, regex or command)"});
   }
   return problems;
@@ -329,10 +332,8 @@ double parse_reward(const std::string& line, size_t index) {
   errno = 0;
   const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) {
-    std::string shown = text.substr(0, 40);
-    for (char& c : shown)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    command_failed(detail::concat("line ", index + 1, " of its output is '", shown,
+    command_failed(detail::concat("line ", index + 1, " of its output is '",
+                                  printable(text.substr(0, 40)),
                                   text.size() > 40 ? "...'" : "'", ", not a finite number"));
   }
   return v;
