@@ -274,7 +274,6 @@ int train_grpo(const RunConfig& config) {
   const std::vector<RunModel> models = policy_run_models(policy);
 
   const int64_t B = config.train.batch_size;
-  const int64_t minibatch = B * config.train.grad_accum;
   const int64_t G = s.num_generations;
   Recipe recipe;
   recipe.eval_at_start = true;
@@ -290,23 +289,10 @@ int train_grpo(const RunConfig& config) {
                         sampling_seed(config, "grpo_rollout", step), B, rs);
 
     const auto t_update = Clock::now();
-    std::map<std::string, double> sums;
-    double loss_sum = 0, units = 0;
-    for (int64_t iteration = 0; iteration < s.num_iterations; ++iteration) {
-      const std::vector<int64_t> order = philox_permutation(
-          ro.size(), uint64_t(config.seed),
-          rng_stream("grpo_minibatch_" + std::to_string(iteration), uint64_t(step)));
-      for (int64_t first = 0; first < ro.size(); first += minibatch) {
-        const UpdateResult r =
-            context.accumulate_and_update(config.train.grad_accum, [&](int64_t micro) {
-              const auto begin = order.begin() + long(first + micro * B);
-              return grpo_micro_loss(model, s, ro, std::vector<int64_t>(begin, begin + long(B)));
-            });
-        loss_sum += r.accumulated.loss * double(r.accumulated.num_targets);
-        units += double(r.accumulated.num_targets);
-        for (const auto& [key, value] : r.accumulated.sums) sums[key] += value;
-      }
-    }
+    PassTotals passes = minibatch_passes(
+        context, config, ro.size(), s.num_iterations, "grpo_minibatch_",
+        [&](const std::vector<int64_t>& rows) { return grpo_micro_loss(model, s, ro, rows); });
+    std::map<std::string, double>& sums = passes.sums;
     const double update_tokens = std::max(1.0, sums["update_tokens"]);
     std::map<std::string, double> out;
     for (const char* key : {"clip_frac", "kl", "ratio", "entropy"})
@@ -326,7 +312,7 @@ int train_grpo(const RunConfig& config) {
     out["time_rollout_s"] = rs.t_generate;
     out["time_score_s"] = rs.t_score;
     out["time_update_s"] = seconds_since(t_update);
-    return {loss_sum / std::max(1.0, units), std::move(out)};
+    return {passes.loss(), std::move(out)};
   };
   std::vector<std::string> keys = {"reward", "reward_std"};
   for (const auto& f : rewards.functions()) {
@@ -397,13 +383,7 @@ void check_grpo(ConfigChecker& checker) {
                                " completions must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
-  checker.cross({"data.val_fraction", "data.val"},
-                !c.data.val.empty() || c.data.val_fraction > 0,
-                "data.val_fraction: 0 and no data.val: grpo evaluates on held-out prompts (at "
-                "step 0 and at the end); name a prompt file in data.val or hold out "
-                "data.val_fraction > 0 of data.train");
-  checker.cross({"grpo.max_new_tokens", "model.context"}, g.max_new_tokens < c.model.context,
-                "grpo.max_new_tokens: completions must leave room for a prompt in model.context");
+  check_rollout(checker, g.max_new_tokens, "grpo.max_new_tokens");
   for (const VerifierProblem& p : check_verifiers(verifier_options(g)))
     checker.cross({p.key}, false, p.message);
 }

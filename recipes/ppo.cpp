@@ -410,7 +410,6 @@ int train_ppo(const RunConfig& config) {
   Evaluator evaluator(config, s, prompts.val,
                       held_out_text(config, s.eval_text, s.eval_text_fraction));
   const int64_t B = config.train.batch_size;
-  const int64_t minibatch = B * config.train.grad_accum;
 
   Recipe recipe;
   recipe.eval_at_start = true;
@@ -430,23 +429,11 @@ int train_ppo(const RunConfig& config) {
     const Returns ret = compute_advantages(ro, s, kl_coef);
 
     const auto t_update = Clock::now();
-    std::map<std::string, double> sums;
-    double loss_sum = 0, tokens_sum = 0;
-    for (int64_t epoch = 0; epoch < s.ppo_epochs; ++epoch) {
-      const std::vector<int64_t> order =
-          philox_permutation(ro.size(), uint64_t(config.seed),
-                             rng_stream("ppo_minibatch_" + std::to_string(epoch), uint64_t(step)));
-      for (int64_t first = 0; first < ro.size(); first += minibatch) {
-        const UpdateResult r =
-            context.accumulate_and_update(config.train.grad_accum, [&](int64_t micro) {
-              const auto begin = order.begin() + long(first + micro * B);
-              return ppo_micro_loss(m, s, ro, std::vector<int64_t>(begin, begin + long(B)));
-            });
-        loss_sum += r.accumulated.loss * double(r.accumulated.num_targets);
-        tokens_sum += double(r.accumulated.num_targets);
-        for (const auto& [key, value] : r.accumulated.sums) sums[key] += value;
-      }
-    }
+    const PassTotals passes = minibatch_passes(
+        context, config, ro.size(), s.ppo_epochs, "ppo_minibatch_",
+        [&](const std::vector<int64_t>& rows) { return ppo_micro_loss(m, s, ro, rows); });
+    std::map<std::string, double> sums = passes.sums;
+    const double tokens_sum = passes.units;
     for (auto& [key, value] : sums) value /= std::max(1.0, tokens_sum);
     const double P = double(ro.size());
     const double score_mean = ret.score_sum / P, reward_mean = ret.reward_sum / P;
@@ -464,7 +451,7 @@ int train_ppo(const RunConfig& config) {
     sums["time_score_s"] = t_score;
     sums["time_update_s"] = seconds_since(t_update);
     kl.update(ret.kl_sum / P, ro.size());
-    return {loss_sum / std::max(1.0, tokens_sum), std::move(sums)};
+    return {passes.loss(), std::move(sums)};
   };
   recipe.train_metrics = [](const std::map<std::string, double>& sums) {
     Metrics out;
@@ -543,16 +530,7 @@ void check_ppo(ConfigChecker& checker) {
                                " rows must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
-  // Evaluation at step 0 and at the end samples held-out prompts, whatever train.eval_every.
-  checker.cross({"data.val_fraction", "data.val"},
-                !c.data.val.empty() || c.data.val_fraction > 0,
-                "data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts (at step "
-                "0 and at the end); name a prompt file in data.val or hold out data.val_fraction "
-                "> 0 of data.train");
-  checker.cross({"ppo.max_new_tokens", "model.context"},
-                p.max_new_tokens < c.model.context,
-                "ppo.max_new_tokens: completions must leave room for a prompt "
-                "in model.context");
+  check_rollout(checker, p.max_new_tokens, "ppo.max_new_tokens");
   checker.cross(
       {"ppo.missing_eos_penalty", "ppo.stop_text"},
       p.missing_eos_penalty == 0 || !p.stop_text.empty(),

@@ -112,6 +112,19 @@ std::vector<ConfigKey> sampling_keys(const std::string& section, int64_t max_new
                       "empty = completions run to max_new_tokens")};
 }
 
+void check_rollout(ConfigChecker& checker, int64_t max_new_tokens,
+                   const std::string& new_tokens_key) {
+  const RunConfig& c = checker.config();
+  // Evaluation at step 0 and at the end samples held-out prompts, whatever train.eval_every.
+  checker.cross({"data.val_fraction", "data.val"},
+                !c.data.val.empty() || c.data.val_fraction > 0,
+                "data.val_fraction: 0 and no data.val: " + c.recipe +
+                    " evaluates on held-out prompts (at step 0 and at the end); name a prompt "
+                    "file in data.val or hold out data.val_fraction > 0 of data.train");
+  checker.cross({new_tokens_key, "model.context"}, max_new_tokens < c.model.context,
+                new_tokens_key + ": completions must leave room for a prompt in model.context");
+}
+
 RolloutSampling rollout_sampling(const RunConfig& c, const std::string& section) {
   const std::string p = section + ".";
   RolloutSampling s;
@@ -203,6 +216,31 @@ PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, do
   if (temperature != 1.0) f.logits = mul(f.logits, 1.0 / temperature);
   f.logp = nn::token_logprobs(f.logits, rows.targets);
   return f;
+}
+
+PassTotals minibatch_passes(StepContext& context, const RunConfig& config, int64_t rows,
+                            int64_t passes, const std::string& stream,
+                            const std::function<MicroBatchLoss(const std::vector<int64_t>&)>&
+                                micro_loss) {
+  const int64_t B = config.train.batch_size;
+  const int64_t minibatch = B * config.train.grad_accum;
+  PassTotals totals;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    const std::vector<int64_t> order =
+        philox_permutation(rows, uint64_t(config.seed),
+                           rng_stream(stream + std::to_string(pass), uint64_t(context.step())));
+    for (int64_t first = 0; first < rows; first += minibatch) {
+      const UpdateResult r =
+          context.accumulate_and_update(config.train.grad_accum, [&](int64_t micro) {
+            const auto begin = order.begin() + long(first + micro * B);
+            return micro_loss(std::vector<int64_t>(begin, begin + long(B)));
+          });
+      totals.loss_sum += r.accumulated.loss * double(r.accumulated.num_targets);
+      totals.units += double(r.accumulated.num_targets);
+      for (const auto& [key, value] : r.accumulated.sums) totals.sums[key] += value;
+    }
+  }
+  return totals;
 }
 
 }  // namespace forge

@@ -1,8 +1,9 @@
 // What the recipes that sample their policy and learn from the samples (ppo, grpo) share: prompt
 // files checked against every model's context before the first step, the prompts and the sampling
-// seed of a step as functions of (seed, step), the sampling keys of their sections, the rollout's
-// rows in next_token_rows' layout with per-response-token vectors moved in and out of them, and
-// the policy's tempered log-probabilities of a batch of rows.
+// seed of a step as functions of (seed, step), the sampling keys of their sections and their
+// rules, the rollout's rows in next_token_rows' layout with per-response-token vectors moved in
+// and out of them, the policy's tempered log-probabilities of a batch of rows, and the passes of
+// minibatch updates over a rollout.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "nn/gpt.h"
 #include "runtime/config.h"
 #include "runtime/registry.h"
+#include "runtime/trainer.h"
 
 namespace forge {
 
@@ -71,6 +74,11 @@ uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_
 /// stop_text, as ppo and grpo declare them.
 std::vector<ConfigKey> sampling_keys(const std::string& section, int64_t max_new_tokens);
 
+/// The rules of such a recipe: held-out prompts to evaluate on (data.val, or data.val_fraction > 0),
+/// and completions of `max_new_tokens` (the key `new_tokens_key`) that leave room in model.context.
+void check_rollout(ConfigChecker& checker, int64_t max_new_tokens,
+                   const std::string& new_tokens_key);
+
 /// Those keys' values as sampling options (without the seed, which is the step's) and the batch
 /// options of generate_batch (end of text from stop_text under `tokenizer`).
 struct RolloutSampling {
@@ -121,5 +129,22 @@ struct PolicyForward {
   Tensor hidden, logits, logp;
 };
 PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, double temperature);
+
+/// What the update passes over a rollout give its train line: the losses weighted by what each
+/// update's loss divided by (tokens or rows), and the micro-batches' sums added up.
+struct PassTotals {
+  double loss_sum = 0, units = 0;
+  std::map<std::string, double> sums;
+  double loss() const { return loss_sum / (units > 0 ? units : 1.0); }
+};
+
+/// `passes` passes over a rollout of `rows` rows, each a fresh shuffle (Philox stream `stream` +
+/// the pass's index, at the context's step) cut into minibatches of train.batch_size x
+/// train.grad_accum rows, one update each through `context`; `micro_loss` is the loss of the
+/// train.batch_size rows it is handed.
+PassTotals minibatch_passes(StepContext& context, const RunConfig& config, int64_t rows,
+                            int64_t passes, const std::string& stream,
+                            const std::function<MicroBatchLoss(const std::vector<int64_t>&)>&
+                                micro_loss);
 
 }  // namespace forge
