@@ -33,10 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // The grpo: section with the options its sampling and loss keys make.
 struct GRPOSettings : GRPOSection {
   RolloutSampling rollout;

@@ -43,10 +43,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // The ppo: section with the nn option structs its rollout and KL keys make.
 struct PPOSettings : PPOSection {
   nn::SamplingOptions sampling;  // without the seed, which is the step's

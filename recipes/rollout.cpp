@@ -218,6 +218,10 @@ PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, do
   return f;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 PassTotals minibatch_passes(StepContext& context, const RunConfig& config, int64_t rows,
                             int64_t passes, const std::string& stream,
                             const std::function<MicroBatchLoss(const std::vector<int64_t>&)>&

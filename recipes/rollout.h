@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -129,6 +130,9 @@ struct PolicyForward {
   Tensor hidden, logits, logp;
 };
 PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, double temperature);
+
+/// Seconds since `t`, for a step's timings on its train line.
+double seconds_since(std::chrono::steady_clock::time_point t);
 
 /// What the update passes over a rollout give its train line: the losses weighted by what each
 /// update's loss divided by (tokens or rows), and the micro-batches' sums added up.

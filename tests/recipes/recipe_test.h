@@ -101,6 +101,23 @@ class RecipeTest : public ::testing::Test {
     }
   }
 
+  // n prompts of 6 to 13 bytes of corpus.txt, from a fixed LCG (ppo's and grpo's).
+  std::vector<std::string> corpus_prompts(int n, uint64_t seed) const {
+    std::ifstream in(dir_ / "corpus.txt", std::ios::binary);
+    const std::string corpus(std::istreambuf_iterator<char>(in), {});
+    uint64_t state = seed;
+    auto next = [&](uint64_t k) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return (state >> 33) % k;
+    };
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t at = next(30000);
+      out.push_back(corpus.substr(at, 6 + next(8)));
+    }
+    return out;
+  }
+
   // Runs the forge binary; returns its exit code (128 + signal when killed).
   static int forge(const std::string& args, const std::string& env = "") {
     std::string cmd = env + " " + FORGE_BINARY + " " + args + " >/dev/null 2>&1";
