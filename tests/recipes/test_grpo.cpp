@@ -261,12 +261,14 @@ TEST_F(GrpoCommand, ReadsOneRecordPerCompletionAndPrintsOneRewardPerLine) {
 }
 
 TEST_F(GrpoCommand, ACommandThatStopsReadingIsJudgedByItsOutput) {
-  // 4 MB of records to a command that reads none: the write fails (EPIPE) instead of killing the
-  // process with SIGPIPE, and the two lines it printed are the rewards.
+  // 4 MB of records to a command that closes its stdin at once and answers later: the writes fail
+  // (EPIPE) instead of killing the process with SIGPIPE, and the two lines it printed are the
+  // rewards.
   const std::string big(1 << 21, 'x');
   const Samples s{{{{"prompt", big}}, {{"prompt", big}}}};
-  EXPECT_EQ(run_verifier_command("echo 1; echo 2", verifier_record(s.list({"a", "b"})[0]) + "\n" +
-                                                       verifier_record(s.list({"a", "b"})[1]),
+  const std::vector<VerifierSample> samples = s.list({"a", "b"});
+  EXPECT_EQ(run_verifier_command("exec 0<&-; sleep 0.2; echo 1; echo 2",
+                                 verifier_record(samples[0]) + "\n" + verifier_record(samples[1]),
                                  2, 10),
             (std::vector<double>{1, 2}));
 }
