@@ -276,14 +276,14 @@ namespace {
 class Child {
  public:
   ~Child() {
-    for (int fd : {to_child, from_child})
+    for (int fd : {to_child, from_child, errors_from_child})
       if (fd >= 0) close(fd);
     if (pid > 0) {
       kill(-pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
   }
-  int to_child = -1, from_child = -1;
+  int to_child = -1, from_child = -1, errors_from_child = -1;
   pid_t pid = -1;
 };
 
@@ -326,17 +326,28 @@ bool wait_for_exit(Child& child, std::chrono::steady_clock::time_point deadline,
   }
 }
 
-double parse_reward(const std::string& line, size_t index) {
+// The reward on one line of the command's output, or false with `why` when it is not one.
+bool parse_reward(const std::string& line, size_t index, double& reward, std::string& why) {
   const std::string text = trimmed(line);
   char* end = nullptr;
   errno = 0;
-  const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v)) {
-    command_failed(detail::concat("line ", index + 1, " of its output is '",
-                                  printable(text.substr(0, 40)),
-                                  text.size() > 40 ? "...'" : "'", ", not a finite number"));
-  }
-  return v;
+  reward = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+  if (!text.empty() && end == text.c_str() + text.size() && errno != ERANGE &&
+      std::isfinite(reward))
+    return true;
+  why = detail::concat("line ", index + 1, " of its output is '", printable(text.substr(0, 40)),
+                       text.size() > 40 ? "...'" : "'", ", not a finite number");
+  return false;
+}
+
+// What the command wrote on stderr, for its error: the last non-blank line.
+std::string stderr_note(const std::string& errors) {
+  size_t end = errors.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  const size_t start = errors.find_last_of('\n', end);
+  const std::string line = errors.substr(start == std::string::npos ? 0 : start + 1,
+                                         end + 1 - (start == std::string::npos ? 0 : start + 1));
+  return " (its stderr: " + printable(line.substr(0, 200)) + ")";
 }
 
 }  // namespace
@@ -349,7 +360,7 @@ std::vector<double> run_verifier_command(const std::string& command, const std::
                          std::chrono::duration<double>(timeout_s));
   const HoldSigpipe hold;
   Child child;
-  int in[2], out[2];
+  int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) != 0) command_failed(std::string("pipe: ") + std::strerror(errno));
   child.to_child = in[1];
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -357,11 +368,18 @@ std::vector<double> run_verifier_command(const std::string& command, const std::
     command_failed(std::string("pipe: ") + std::strerror(errno));
   }
   child.from_child = out[0];
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(out[1]);
+    command_failed(std::string("pipe: ") + std::strerror(errno));
+  }
+  child.errors_from_child = err[0];
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], 0);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
   posix_spawnattr_init(&attr);
   // A group of its own, so that a timeout kills what the shell started too; SIGPIPE at its default
   // and unblocked in the child whatever the parent does with it.
@@ -380,56 +398,63 @@ std::vector<double> run_verifier_command(const std::string& command, const std::
       posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char* const*>(argv), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  close(in[0]);
-  close(out[1]);
+  for (int fd : {in[0], out[1], err[1]}) close(fd);
   if (spawned != 0) command_failed(std::string("cannot start /bin/sh: ") + std::strerror(spawned));
   child.pid = pid;
   fcntl(child.to_child, F_SETFL, O_NONBLOCK);
 
-  // Feed stdin and drain stdout together: a command may print before it has read everything.
-  std::string output;
+  // Feed stdin and drain stdout and stderr together: a command may print before it has read
+  // everything. Its stderr is kept (the end of it) for the message when it fails: forge's own
+  // error stays one line.
+  std::string output, errors;
+  const auto failed = [&](const std::string& what) { command_failed(what + stderr_note(errors)); };
   size_t written = 0;
   if (input.empty()) close_fd(child.to_child);
   const size_t max_output = 64 * lines + (1 << 20);
-  while (child.from_child >= 0) {
+  while (child.from_child >= 0 || child.errors_from_child >= 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0)
-      command_failed(detail::concat("no answer within grpo.command_timeout ", timeout_s,
-                                    " s (its process group was killed)"));
-    pollfd fds[2] = {{child.from_child, POLLIN, 0}, {child.to_child, POLLOUT, 0}};
-    const int n = poll(fds, child.to_child >= 0 ? 2 : 1, int(std::min<int64_t>(left.count(), 100)));
+      failed(detail::concat("no answer within grpo.command_timeout ", timeout_s,
+                            " s (its process group was killed)"));
+    pollfd fds[3] = {{child.from_child, POLLIN, 0},
+                     {child.errors_from_child, POLLIN, 0},
+                     {child.to_child, POLLOUT, 0}};
+    const int n = poll(fds, 3, int(std::min<int64_t>(left.count(), 100)));  // fd -1: skipped
     if (n < 0 && errno != EINTR) command_failed(std::string("poll: ") + std::strerror(errno));
     if (n <= 0) continue;
-    if (child.to_child >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+    if (child.to_child >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
       const ssize_t w = write(child.to_child, input.data() + written, input.size() - written);
       if (w > 0) written += size_t(w);
       // A command that stops reading (EPIPE) is judged by what it prints and how it exits.
       if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input.size())
         close_fd(child.to_child);
     }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+    for (int k : {0, 1}) {
+      int& fd = k == 0 ? child.from_child : child.errors_from_child;
+      if (fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buffer[65536];
-      const ssize_t r = read(child.from_child, buffer, sizeof buffer);
-      if (r > 0) {
+      const ssize_t r = read(fd, buffer, sizeof buffer);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        close_fd(fd);
+      } else if (r > 0 && k == 0) {
         output.append(buffer, size_t(r));
         if (output.size() > max_output)
-          command_failed(detail::concat("printed more than ", max_output, " bytes for ", lines,
-                                        " completions"));
-      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-        close_fd(child.from_child);
+          failed(detail::concat("printed more than ", max_output, " bytes for ", lines,
+                                " completions"));
+      } else if (r > 0) {
+        errors.append(buffer, size_t(r));
+        if (errors.size() > 8192) errors.erase(0, errors.size() - 4096);
       }
     }
   }
   int status = 0;
   if (!wait_for_exit(child, deadline, status))
-    command_failed(detail::concat("closed its output but did not exit within "
-                                  "grpo.command_timeout ",
-                                  timeout_s, " s (its process group was killed)"));
+    failed(detail::concat("closed its output but did not exit within grpo.command_timeout ",
+                          timeout_s, " s (its process group was killed)"));
   if (WIFSIGNALED(status))
-    command_failed(detail::concat("killed by signal ", WTERMSIG(status), " (",
-                                  strsignal(WTERMSIG(status)), ")"));
-  if (WEXITSTATUS(status) != 0)
-    command_failed(detail::concat("exited with status ", WEXITSTATUS(status)));
+    failed(detail::concat("killed by signal ", WTERMSIG(status), " (",
+                          strsignal(WTERMSIG(status)), ")"));
+  if (WEXITSTATUS(status) != 0) failed(detail::concat("exited with status ", WEXITSTATUS(status)));
 
   std::vector<double> rewards;
   size_t start = 0;
@@ -437,14 +462,16 @@ std::vector<double> run_verifier_command(const std::string& command, const std::
     size_t end = output.find('\n', start);
     if (end == std::string::npos) end = output.size();
     if (rewards.size() == lines)
-      command_failed(detail::concat("printed more than ", lines, " lines for ", lines,
-                                    " completions"));
-    rewards.push_back(parse_reward(output.substr(start, end - start), rewards.size()));
+      failed(detail::concat("printed more than ", lines, " lines for ", lines, " completions"));
+    double reward = 0;
+    std::string why;
+    if (!parse_reward(output.substr(start, end - start), rewards.size(), reward, why)) failed(why);
+    rewards.push_back(reward);
     start = end + 1;
   }
   if (rewards.size() < lines)
-    command_failed(detail::concat("printed ", rewards.size(), " lines for ", lines,
-                                  " completions (one reward a line, in input order)"));
+    failed(detail::concat("printed ", rewards.size(), " lines for ", lines,
+                          " completions (one reward a line, in input order)"));
   return rewards;
 }
 

@@ -30,12 +30,12 @@ class Verifier {
 
 /// How grpo.rewards' functions are configured (the grpo: keys of the same names).
 struct VerifierOptions {
-  std::vector<std::string> rewards;  ///< "answer", "regex", "command", each at most once
-  std::vector<double> weights;       ///< one per reward (grpo.answer_weight, ...), or empty: all 1
-  std::string answer_field;          ///< the record field an extracted answer must equal
-  std::string answer_pattern;        ///< group 1 of its last match is the final answer
-  std::string format_pattern;        ///< "regex": 1 when it matches somewhere in the completion
-  std::string command;               ///< run by /bin/sh -c
+  std::vector<std::string> rewards = {};  ///< "answer", "regex", "command", each at most once
+  std::vector<double> weights = {};  ///< one per reward (grpo.answer_weight, ...), or empty: all 1
+  std::string answer_field = {};     ///< the record field an extracted answer must equal
+  std::string answer_pattern = {};   ///< group 1 of its last match is the final answer
+  std::string format_pattern = {};   ///< "regex": 1 when it matches somewhere in the completion
+  std::string command = {};          ///< run by /bin/sh -c
   double command_timeout = 60;       ///< seconds the command may take per call
 };
 
@@ -95,9 +95,10 @@ std::string record_answer(const nlohmann::json& record, const std::string& field
 std::string verifier_record(const VerifierSample& sample);
 
 /// Runs `command` under /bin/sh -c in a process group of its own, writes `input` to its stdin and
-/// reads `lines` finite numbers, one a line, from its stdout. Error(data) naming grpo.command when
-/// it runs past `timeout_s` seconds (its process group is killed), exits with a status other than
-/// 0 or by a signal, or prints fewer or more lines or a line that is not a finite number.
+/// reads `lines` finite numbers, one a line, from its stdout. Error(data) naming grpo.command (and
+/// quoting the last line of its stderr) when it runs past `timeout_s` seconds (its process group is
+/// killed), exits with a status other than 0 or by a signal, or prints fewer or more lines or a
+/// line that is not a finite number.
 std::vector<double> run_verifier_command(const std::string& command, const std::string& input,
                                          size_t lines, double timeout_s);
 

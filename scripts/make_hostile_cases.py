@@ -596,7 +596,7 @@ grpo_case("command-missing", good_task * 5, (2,), ["grpo.rewards=[command]"])
 for name, command in [("hangs", "sleep 600"), ("hangs-after-printing", "echo 1; echo 1; sleep 600"),
                       ("leaves-a-child", "(sleep 600 &); echo 1; echo 1"),
                       ("crashes", "kill -SEGV $$"), ("fails", "exit 1"),
-                      ("too-few-lines", "echo 1"), ("too-many-lines", "yes 1 | head -n 100"),
+                      ("too-few-lines", "true"), ("too-many-lines", "yes 1 | head -n 100"),
                       ("not-numbers", "echo one; echo two"), ("nan", "echo nan; echo 1"),
                       ("binary-output", "head -c 4096 /dev/urandom"),
                       ("endless-output", "yes 1"), ("not-found", "/no/such/verifier")]:

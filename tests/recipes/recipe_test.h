@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,7 +105,9 @@ class RecipeTest : public ::testing::Test {
   // n prompts of 6 to 13 bytes of corpus.txt, from a fixed LCG (ppo's and grpo's).
   std::vector<std::string> corpus_prompts(int n, uint64_t seed) const {
     std::ifstream in(dir_ / "corpus.txt", std::ios::binary);
-    const std::string corpus(std::istreambuf_iterator<char>(in), {});
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string corpus = text.str();
     uint64_t state = seed;
     auto next = [&](uint64_t k) {
       state = state * 6364136223846793005ULL + 1442695040888963407ULL;

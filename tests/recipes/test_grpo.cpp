@@ -275,7 +275,7 @@ TEST_F(GrpoCommand, ACommandThatStopsReadingIsJudgedByItsOutput) {
 
 TEST_F(GrpoCommand, AHangingCommandIsKilledAtItsTimeoutWithItsChildren) {
   const std::string marker = (dir_ / "late").string();
-  for (const std::string command :
+  for (const std::string& command :
        {std::string("sleep 30"),
         // Prints its answer, but a child it left behind holds its output open.
         "(sleep 3; touch " + marker + ") & echo 1"}) {
@@ -301,7 +301,10 @@ TEST_F(GrpoCommand, BadOutputIsOneLineNamingTheKey) {
       {"echo 1; echo 1e999", "line 2 of its output is '1e999', not a finite number"},
       {"echo 1; echo 2; echo 3", "grpo.command: printed more than 2 lines"},
       {"echo 1; echo", "line 2 of its output is '', not a finite number"},
-      {"no-such-verifier-command", "grpo.command: exited with status 127"}};
+      {"no-such-verifier-command",
+       "grpo.command: exited with status 127 (its stderr: sh: 1: no-such-verifier-command: not "
+       "found)"},
+      {"echo why >&2; echo; echo x >&2; exit 2", "exited with status 2 (its stderr: x)"}};
   for (const auto& [command, message] : cases)
     testing::expect_error(ExitCode::data, message,
                           [&] { run_verifier_command(command, "{}\n{}\n", 2, 10); });

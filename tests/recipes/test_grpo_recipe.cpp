@@ -1,8 +1,8 @@
 // Recipe grpo through the forge binary, from a tiny byte-level base GPT (trained in SetUp) and
 // prompts whose checkable answer is a letter: a fixed-seed run with asserted metrics, where the
 // first update's ratio is 1 and its KL to the reference 0; beta 0 loads and references no
-// reference model; kill-and-resume is exact; online rejection sampling trains on exactly the
-// completions that reach the threshold; an external verifier's bad output and hang stop a run
+// reference model; a LoRA policy saves its adapters and is its own reference; kill-and-resume is
+// exact; online rejection sampling trains on exactly the completions that reach the threshold; an external verifier's bad output and hang stop a run
 // with one line; set-up refuses G of 1, a regex that does not compile and a record without its
 // answer; forge validate's estimate counts the reference only when beta > 0; every grpo: key
 // arrives in its GRPOSection field.
@@ -147,7 +147,24 @@ TEST_F(GRPORecipe, BetaZeroLoadsNoReference) {
   auto [c1, v1] = forge_output("validate " + write_config("v1").string());
   ASSERT_EQ(c0, 0) << v0;
   ASSERT_EQ(c1, 0) << v1;
-  EXPECT_NE(v0, v1);
+  const auto parameters = [](const std::string& out) {
+    const size_t at = out.find("# parameters: ");
+    return at == std::string::npos ? -1 : std::stoll(out.substr(at + 14));
+  };
+  EXPECT_GT(parameters(v0), 0) << v0;
+  EXPECT_EQ(parameters(v1), 2 * parameters(v0)) << v1;
+}
+
+TEST_F(GRPORecipe, ALoRAPolicySavesItsAdaptersAndIsItsOwnReference) {
+  const std::string train = "{batch_size: 8, grad_accum: 2, max_steps: 2, save_every: 2, log_every: 1}";
+  auto [code, out] = forge_output("train " + write_config("lora", train).string() +
+                                  " lora.rank=4 lora.alpha=8");
+  ASSERT_EQ(code, 0) << out;
+  // The adapters start at 0: the first rollout's policy is its reference (adapters off) exactly.
+  EXPECT_EQ(losses(dir_ / "lora", "train", "kl").at(1), 0.0);
+  const CheckpointInfo info = read_checkpoint_info(resolve_checkpoint(dir_ / "lora"));
+  EXPECT_FALSE(info.references.count("reference"));
+  for (const TensorSpec& t : info.model) EXPECT_NE(t.name.find("lora_"), std::string::npos) << t.name;
 }
 
 TEST_F(GRPORecipe, KilledAndRestartedIsExact) {
