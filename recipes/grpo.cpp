@@ -276,12 +276,12 @@ int train_grpo(const RunConfig& config) {
   recipe.tokens_per_step = s.prompts_per_step * G * s.max_new_tokens;
   recipe.custom_step = [&](StepContext& context) -> StepOutcome {
     const int64_t step = context.step();
-    const Prompts step_prompts_ = subset(
+    const Prompts batch_prompts = subset(
         prompts.train, step_prompts(int64_t(prompts.train.ids.size()), uint64_t(config.seed), step,
                                     s.prompts_per_step, "grpo_prompts"));
     RolloutStats rs;
     const GRPORollout ro =
-        collect_rollout(model, policy.reference.get(), *tokenizer, rewards, s, step_prompts_,
+        collect_rollout(model, policy.reference.get(), *tokenizer, rewards, s, batch_prompts,
                         sampling_seed(config, "grpo_rollout", step), B, rs);
 
     const auto t_update = Clock::now();
