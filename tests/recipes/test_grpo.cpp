@@ -26,15 +26,13 @@ namespace {
 using In = std::vector<Tensor>;
 constexpr int64_t G = 3, B = 9, T = 7;
 
+// The goldens by name, a [B, T] one as a tensor, and a comparison with one.
+const char* const kGoldens = "grpo/grpo.txt";
 const std::vector<double>& golden(const std::string& name) {
-  static const testing::Goldens table = testing::load_goldens("grpo/grpo.txt");
-  return testing::golden_values(table, name, "grpo/grpo.txt");
+  static const testing::Goldens table = testing::load_goldens(kGoldens);
+  return testing::golden_values(table, name, kGoldens);
 }
-
-Tensor bt(const std::string& name, DType dt = DType::f64) {
-  return from_vector(golden(name), {B, T}, dt);
-}
-
+Tensor bt(const std::string& name, DType dt = DType::f64) { return from_vector(golden(name), {B, T}, dt); }
 void expect_golden(const std::vector<double>& got, const std::string& name, double rtol) {
   testing::expect_near_golden(got, golden(name), name, rtol);
 }

@@ -86,14 +86,12 @@ for i, (loss_type, eps_low, eps_high, beta, adv_kind) in enumerate(cases):
     is_low = (coef_1 < 1 - eps_low) & (adv.unsqueeze(1) < 0)
     is_high = (coef_1 > 1 + eps_high) & (adv.unsqueeze(1) > 0)
     clip = ((is_low | is_high) * mask).sum() / mask.sum()
-    name = f"case{i}"
-    put(name + ".type", [["grpo", "dapo", "dr_grpo"].index(loss_type)])
-    put(name + ".options", [eps_low, eps_high, beta])
-    put(name + ".scaled", [1.0 if adv_kind == "scaled" else 0.0])
-    put(name + ".loss", loss)
-    put(name + ".dlogp", lp.grad * mask)
-    put(name + ".clip_frac", clip)
-    put(name + ".kl", (per_token_kl * mask).sum() / mask.sum() if beta != 0.0 else 0.0)
+    kl_mean = (per_token_kl * mask).sum() / mask.sum() if beta != 0.0 else 0.0
+    for key, value in {"type": [["grpo", "dapo", "dr_grpo"].index(loss_type)],
+                       "options": [eps_low, eps_high, beta],
+                       "scaled": [1.0 if adv_kind == "scaled" else 0.0], "loss": loss,
+                       "dlogp": lp.grad * mask, "clip_frac": clip, "kl": kl_mean}.items():
+        put(f"case{i}.{key}", value)
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpo.txt")
 with open(out, "w") as f:
