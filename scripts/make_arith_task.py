@@ -5,7 +5,7 @@
     python3 scripts/make_arith_task.py make [--out data/samples/arith]   # the data files (seeded)
     python3 scripts/make_arith_task.py score SAMPLES.jsonl [--answers FILE]  # exact-match accuracy
     python3 scripts/make_arith_task.py rft SAMPLES.jsonl OUT.jsonl [--answers FILE]  # RFT records
-    python3 scripts/make_arith_task.py curve METHOD RUN SAMPLES_PER_STEP >> curves.tsv
+    python3 scripts/make_arith_task.py curve METHOD RUN ROWS_PER_STEP [--start BASE] >> curves.tsv
     python3 scripts/make_arith_task.py plot curves.tsv OUT.svg
 
 `make` writes, from one seeded draw of distinct problems (a test problem never appears in the
@@ -21,9 +21,10 @@ training files, in either order of its operands):
 whose completion, up to its first newline, is the answer of its prompt (the answers from --answers,
 default test.jsonl). `rft` keeps the correct samples as SFT records (offline rejection sampling;
 --answers data/samples/arith/prompts.jsonl for samples of the training prompts). `curve` scores
-every checkpoint of a run greedily on the held-out prompts (scripts/forge generate, temperature 0)
-and prints "METHOD<TAB>samples<TAB>exact_match" lines, samples = step x SAMPLES_PER_STEP (the
-completions or records a step trains on); `plot` draws such lines as accuracy curves (SVG).
+every checkpoint of a run (and the run it started from, as step 0) greedily on the held-out prompts
+(scripts/forge generate, temperature 0) and prints "METHOD<TAB>rows<TAB>exact_match" lines, rows =
+step x ROWS_PER_STEP (the completions or records a step trains on); `plot` draws such lines as
+accuracy curves (SVG).
 """
 import argparse
 import json
@@ -101,19 +102,22 @@ def exact_match(samples, answers):
     return sum(results) / max(len(results), 1), sum(results), len(results)
 
 
-def curve(method, run, per_step):
-    """The greedy held-out accuracy of every checkpoint of `run`, one TSV line each."""
+def curve(method, run, per_step, start):
+    """The greedy held-out accuracy of every checkpoint of `run` (and of the run `start` as step
+    0), one TSV line each."""
     checkpoints = sorted(pathlib.Path(run, "checkpoints").glob("step-*.h5"))
     if not checkpoints:
         sys.exit(f"make_arith_task.py: {run}: no checkpoints/step-*.h5")
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp, "samples.jsonl")
-        for c in checkpoints:
+        if start:
+            checkpoints.insert(0, max(pathlib.Path(start, "checkpoints").glob("step-*.h5")))
+        for i, c in enumerate(checkpoints):
             subprocess.run([str(ROOT / "scripts" / "forge"), "generate", "--checkpoint", str(c),
                             "--prompts", str(DEFAULT_DIR / "test_prompts.txt"), "--temperature",
                             "0", "--max-new-tokens", "6", "--stop", "\n", "--output", str(out)],
                            check=True, stderr=subprocess.DEVNULL)
-            step = int(re.search(r"step-(\d+)", c.name).group(1))
+            step = int(re.search(r"step-(\d+)", c.name).group(1)) if i or not start else 0
             accuracy = exact_match(out, DEFAULT_DIR / "test.jsonl")[0]
             print(f"{method}\t{step * per_step}\t{accuracy:.4f}", flush=True)
 
@@ -145,7 +149,7 @@ def plot(tsv, svg):
     for v in ticks(ylo, 1.0, ystep):
         o.append(f'<line x1="{left}" y1="{Y(v):.1f}" x2="{W - right}" y2="{Y(v):.1f}" stroke="#e6e6e6"/>'
                  f'<text x="{left - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{fmt(v, ystep)}</text>')
-    o.append(f'<text x="{(W - right + left) / 2}" y="{H - 12}" text-anchor="middle">samples trained on '
+    o.append(f'<text x="{(W - right + left) / 2}" y="{H - 12}" text-anchor="middle">rows trained on '
              f'(completions or records)</text></g>')
     for i, (method, pts) in enumerate(series.items()):
         colour, shape = STYLES[i % len(STYLES)]
@@ -175,6 +179,7 @@ def main():
     p.add_argument("method")
     p.add_argument("run")
     p.add_argument("per_step", type=int)
+    p.add_argument("--start", help="the run it started from, scored as step 0")
     p = sub.add_parser("plot")
     p.add_argument("tsv")
     p.add_argument("svg")
@@ -185,7 +190,7 @@ def main():
         accuracy, correct, samples = exact_match(args.samples, args.answers)
         print(f"exact_match={accuracy:.4f} correct={correct} samples={samples}")
     elif args.command == "curve":
-        curve(args.method, args.run, args.per_step)
+        curve(args.method, args.run, args.per_step, args.start)
     elif args.command == "plot":
         plot(args.tsv, args.svg)
     else:
