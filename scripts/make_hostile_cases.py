@@ -559,6 +559,50 @@ case("prompts", "ppo-reward-model-is-a-base",
       "data.train=" + good_prompts, "output_dir=" + path("prompts", "not-rm-run"),
       "train.max_steps=1", *PPO_SETTINGS], (4,), [good_prompts], timeout=60)
 
+# --- hostile prompt records, regexes and verifier commands (grpo) --------------------------------
+GRPO_SETTINGS = ["model.dropout=0.0", "grpo.num_generations=2", "grpo.prompts_per_step=1",
+                 "grpo.max_new_tokens=4", "train.batch_size=2", "train.eval_every=0",
+                 "data.val_fraction=0.2"]
+
+
+def grpo_case(name, content, allowed=(2, 3), extra=()):
+    jsonl_train_case("grpo", "grpo", "grpo-" + name, content, allowed, [*GRPO_SETTINGS, *extra])
+
+
+good_task = b'{"prompt": "a: ", "answer": "1"}\n'
+grpo_case("invalid-json", good_task * 5 + b'{"prompt": "a\n')
+grpo_case("number-prompt", good_task * 5 + b'{"prompt": 5, "answer": "1"}\n')
+grpo_case("missing-answer", good_task * 5 + b'{"prompt": "a: ", "solution": "1"}\n', (3,))
+grpo_case("null-answer", good_task * 5 + b'{"prompt": "a: ", "answer": null}\n', (3,))
+grpo_case("list-answer", good_task * 5 + b'{"prompt": "a: ", "answer": [1, 2]}\n', (3,))
+grpo_case("not-utf8", good_task * 5 + b'{"prompt": "a: ", "answer": "\xff"}\n')
+grpo_case("deep-nesting", good_task * 5 + b'{"prompt": "a", "answer": ' + b"[" * 200000 +
+          b"]" * 200000 + b"}\n")
+grpo_case("empty", b"")
+grpo_case("too-long", good_task * 5 + b'{"prompt": "' + b"p" * 5000 + b'", "answer": "1"}\n', (3,))
+grpo_case("one-prompt", good_task, (0, 3))
+# Config errors at set-up, naming the key: nothing is sampled.
+grpo_case("regex-does-not-compile", good_task * 5, (2,),
+          ["grpo.rewards=[answer, regex]", "grpo.format_pattern=(a"])
+grpo_case("regex-control-bytes", good_task * 5, (2,),
+          ["grpo.rewards=[regex]", "grpo.format_pattern=\x01(\x1b[31m"])
+grpo_case("answer-pattern-without-group", good_task * 5, (2,), ["grpo.answer_pattern=[0-9]+"])
+grpo_case("catastrophic-regex", good_task * 5, (0,),
+          ["grpo.rewards=[regex]", "grpo.format_pattern=(a*)*b"])
+grpo_case("one-generation", good_task * 5, (2,), ["grpo.num_generations=1"])
+grpo_case("unknown-reward", good_task * 5, (2,), ["grpo.rewards=[answers]"])
+grpo_case("command-missing", good_task * 5, (2,), ["grpo.rewards=[command]"])
+# External verifiers that hang, crash or print the wrong thing: one line, exit 3, never a hang.
+for name, command in [("hangs", "sleep 600"), ("hangs-after-printing", "echo 1; echo 1; sleep 600"),
+                      ("leaves-a-child", "(sleep 600 &); echo 1; echo 1"),
+                      ("crashes", "kill -SEGV $$"), ("fails", "exit 1"),
+                      ("too-few-lines", "echo 1"), ("too-many-lines", "yes 1 | head -n 100"),
+                      ("not-numbers", "echo one; echo two"), ("nan", "echo nan; echo 1"),
+                      ("binary-output", "head -c 4096 /dev/urandom"),
+                      ("endless-output", "yes 1"), ("not-found", "/no/such/verifier")]:
+    grpo_case("command-" + name, good_task * 5, (3,),
+              ["grpo.rewards=[command]", "grpo.command_timeout=2", "grpo.command=" + command])
+
 # --- hostile tokenizer files --------------------------------------------------------------------
 byte_encoder = {}
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
