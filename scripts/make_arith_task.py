@@ -134,11 +134,12 @@ def plot(tsv, svg):
     xhi = max(x for pts in series.values() for x, _ in pts)
     xstep = nice_step(xhi)
     xhi = -(-xhi // xstep) * xstep
-    ylo = max(0.0, min(y for pts in series.values() for _, y in pts) - 0.05)
-    ystep = 0.1
-    ylo = int(ylo / ystep) * ystep
+    ys = [y for pts in series.values() for _, y in pts]
+    ystep = 0.05
+    ylo = max(0.0, int((min(ys) - 0.02) / ystep) * ystep)
+    yhi = min(1.0, -(-(max(ys) + 0.02) // ystep) * ystep)
     X = lambda v: left + v / xhi * (W - left - right)
-    Y = lambda v: H - bottom - (v - ylo) / (1.0 - ylo) * (H - top - bottom)
+    Y = lambda v: H - bottom - (v - ylo) / (yhi - ylo) * (H - top - bottom)
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
          f'<rect width="{W}" height="{H}" fill="white"/>',
          f'<text x="{(W - right + left) / 2}" y="22" text-anchor="middle" font-size="14" '
@@ -146,7 +147,7 @@ def plot(tsv, svg):
     for v in ticks(0, xhi, xstep):
         o.append(f'<line x1="{X(v):.1f}" y1="{top}" x2="{X(v):.1f}" y2="{H - bottom}" stroke="#e6e6e6"/>'
                  f'<text x="{X(v):.1f}" y="{H - bottom + 16}" text-anchor="middle">{fmt(v, xstep)}</text>')
-    for v in ticks(ylo, 1.0, ystep):
+    for v in ticks(ylo, yhi, ystep):
         o.append(f'<line x1="{left}" y1="{Y(v):.1f}" x2="{W - right}" y2="{Y(v):.1f}" stroke="#e6e6e6"/>'
                  f'<text x="{left - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{fmt(v, ystep)}</text>')
     o.append(f'<text x="{(W - right + left) / 2}" y="{H - 12}" text-anchor="middle">rows trained on '
