@@ -34,6 +34,7 @@ import bench_gpt
 from bench_dpo import next_token_rows, token_logprobs
 from bench_generate import forward_cached
 from bench_gpt import GPT, adamw, argument_parser, clip_and_update, time_and_report
+from bench_ppo import seeded_epochs
 
 # The grpo: keys of one step with recipes/grpo.cpp's defaults; the resolved config
 # scripts/bench_train.sh passes sets every one anyway.
@@ -169,17 +170,7 @@ def grpo_step(models, records, optimizer, params, config, h):
     generator = torch.Generator().manual_seed(config["seed"])
     pattern = re.compile(h["answer_pattern"])
     stop = list(h["stop_text"].encode("utf-8"))
-    order, cursor = [], 0
-
-    def next_prompts():  # step_prompts' shape: epochs of seeded shuffles of the prompts
-        nonlocal order, cursor
-        chosen = []
-        while len(chosen) < P:
-            if cursor == len(order):
-                order, cursor = torch.randperm(len(records), generator=generator).tolist(), 0
-            chosen.append(records[order[cursor]])
-            cursor += 1
-        return chosen
+    next_prompts = seeded_epochs(records, P, generator)
 
     def step(i):
         with torch.no_grad():
