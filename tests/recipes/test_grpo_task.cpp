@@ -66,7 +66,9 @@ TEST(GRPOTaskData, NoHeldOutSumIsATrainingSum) {
 }
 
 TEST(GRPOTaskVerifier, OnlyTheExactAnswerLineEarnsTheReward) {
-  const RunConfig config = load_config("configs/grpo_arith.yaml");
+  // The shipped config's base (runs/gpt_arith_sft) exists only after the chain ran: not read here.
+  const RunConfig config = load_config_string(testing::read_file("configs/grpo_arith.yaml"),
+                                              "grpo_arith.yaml", {}, ConfigFiles::skip);
   const Rewards rewards(verifier_options(grpo_section_settings(config)));
   const nlohmann::json record = {{"prompt", "653+466="}, {"answer", "1119"}};
   const std::map<std::string, double> expected = {
