@@ -482,10 +482,11 @@ void PrepareProgressPrinter::update(const PrepareProgress& p, double seconds) {
 void PrepareProgressPrinter::finish(const PrepareStats& stats, double seconds) {
   const double elapsed = std::max(seconds, 1e-9);
   std::fprintf(out_, "%sprepare: %s tokens from %.1f MB in %.1f s: %.1f MB/s, %s tokens/s "
-               "(%lld threads)\n",
+               "(%lld thread%s)\n",
                line_open_ ? "\r\x1b[K" : "", short_count(double(stats.tokens)).c_str(),
                double(stats.bytes) / 1e6, seconds, double(stats.bytes) / 1e6 / elapsed,
-               short_count(double(stats.tokens) / elapsed).c_str(), (long long)stats.threads);
+               short_count(double(stats.tokens) / elapsed).c_str(), (long long)stats.threads,
+               stats.threads == 1 ? "" : "s");
   std::fflush(out_);
   line_open_ = false;
 }

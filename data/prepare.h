@@ -47,7 +47,7 @@ struct PrepareOptions {
   /// Replace an existing output (a file, or a shard directory prepare wrote) once the new one is
   /// complete.
   bool overwrite = false;
-  std::function<void(const PrepareProgress&)> progress;
+  std::function<void(const PrepareProgress&)> progress = {};
   /// Bytes read from an input at a time, text given to one thread at a time, and the size a large
   /// document is cut into for the threads (Tokenizer::independent_cuts, which must decide a cut
   /// from the text within part_bytes of it). Tests shrink them to put every boundary everywhere.

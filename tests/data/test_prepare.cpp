@@ -1,16 +1,14 @@
 // forge prepare's library half: record splitting and text -> token dataset round trips.
 #include <gtest/gtest.h>
-#include <omp.h>
 #include <sys/stat.h>
 
-#include "data/prepare.h"
-#include "data/token_dataset.h"
-#include "tests/test_util.h"
+#include "tests/data/prepare_checks.h"
 
 namespace forge {
 namespace {
 
 using testing::TempDir;
+using testing::with_threads;
 using testing::write_file;
 
 std::vector<std::string> docs(std::string_view text, RecordFormat f) {
@@ -101,18 +99,6 @@ TEST(Prepare, InputsMustBeRegularFiles) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "o.h5"));
 }
 
-// Runs `f` with OpenMP limited to `threads`, restoring the previous limit.
-template <class F>
-auto with_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  struct Restore {
-    int n;
-    ~Restore() { omp_set_num_threads(n); }
-  } restore{before};
-  return f();
-}
-
 // Prepares `inputs` under `options` with one thread and with four (more than this machine's cores,
 // so they interleave) and expects the same documents, tokens and progress, and the one-thread
 // dataset to be each document of split_records over the whole file, encode()d in turn.
@@ -136,18 +122,9 @@ void expect_thread_count_independent(const Tokenizer& tok,
   EXPECT_EQ(a.doc_offsets(), b.doc_offsets());
   EXPECT_TRUE(*a.tokens() == *b.tokens());
 
-  std::vector<int32_t> expected;
-  std::vector<int64_t> offsets{0};
-  for (const auto& in : inputs) {
-    const std::string text = testing::read_file(in);
-    for (std::string_view doc : split_records(text, options.format)) {
-      const std::vector<int32_t> ids = tok.encode(doc);
-      expected.insert(expected.end(), ids.begin(), ids.end());
-      offsets.push_back(int64_t(expected.size()));
-    }
-  }
-  EXPECT_EQ(a.doc_offsets(), offsets);
-  EXPECT_TRUE(*a.tokens() == expected);
+  const testing::DatasetContents expected = testing::expected_contents(tok, inputs, options.format);
+  EXPECT_EQ(a.doc_offsets(), expected.first);
+  EXPECT_TRUE(*a.tokens() == expected.second);
 }
 
 // gpt2 over files where one thread's batches (4 MB) end after the large file and four threads'
