@@ -1,7 +1,7 @@
 // forge prepare as a pipeline: a reader thread streams the inputs in blocks and cuts them into
 // documents and, for a large document, parts its tokenizer encodes apart; kernels::max_threads()
-// threads encode chunks of that text; the calling thread writes the chunks in the order they were
-// read. What is written depends on neither which thread encoded what nor where the blocks ended,
+// threads encode chunks of that text, one of them the calling thread, which between chunks writes
+// them in the order they were read. What is written depends on neither which thread encoded what nor where the blocks ended,
 // so any thread count and block size give the dataset one thread reading whole files gives.
 #include "data/prepare.h"
 
@@ -119,6 +119,7 @@ class Pipeline {
     if (stopped_) return false;
     todo_.emplace_back(pushed_++, std::move(chunk));
     work_.notify_one();
+    ready_.notify_one();
     return true;
   }
   void close() {
@@ -142,16 +143,27 @@ class Pipeline {
     encoded_.emplace(number, std::move(chunk));
     if (number == written_) ready_.notify_one();
   }
-  // The writer: the next chunk in order; false when every chunk was taken.
-  bool next(Chunk& chunk) {
+  // The writer: the next chunk in order to write or, while that one is not encoded yet, a chunk to
+  // encode (`to_encode`), so that the writer's thread is an encoder too; false when every chunk
+  // was written.
+  bool next(int64_t& number, Chunk& chunk, bool& to_encode) {
     std::unique_lock lock(mutex_);
-    ready_.wait(lock, [&] { return encoded_.count(written_) || (closed_ && written_ == pushed_); });
-    auto it = encoded_.find(written_);
-    if (it == encoded_.end()) return false;
-    chunk = std::move(it->second);
-    encoded_.erase(it);
-    ++written_;
-    space_.notify_one();
+    ready_.wait(lock, [&] {
+      return encoded_.count(written_) || !todo_.empty() || (closed_ && written_ == pushed_);
+    });
+    if (auto it = encoded_.find(written_); it != encoded_.end()) {
+      chunk = std::move(it->second);
+      encoded_.erase(it);
+      ++written_;
+      space_.notify_one();
+      to_encode = false;
+      return true;
+    }
+    if (todo_.empty()) return false;
+    number = todo_.front().first;
+    chunk = std::move(todo_.front().second);
+    todo_.pop_front();
+    to_encode = true;
     return true;
   }
   void stop() {
@@ -377,7 +389,8 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
   PreparedOutput out(output, {tokenizer.name(), tokenizer.vocab_size(), vocabulary_hash(tokenizer)},
                      options.shard_tokens);
 
-  // Two chunks per encoder keep every one busy while the writer catches up.
+  // Two chunks per encoder keep every one busy while the writer catches up. The writer encodes
+  // too: writing is a tenth of the work, which one more thread would leave a core idle for.
   Pipeline pipeline(2 * stats.threads + 2);
   DocumentReader reader(tokenizer, options, pipeline);
   std::vector<std::thread> threads;
@@ -401,7 +414,7 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
     }
     pipeline.close();
   });
-  for (int64_t t = 0; t < stats.threads; ++t)
+  for (int64_t t = 1; t < stats.threads; ++t)
     threads.emplace_back([&] {
       int64_t number;
       Chunk chunk;
@@ -413,7 +426,14 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const std::vector<fs::p
 
   std::vector<int32_t> document;  // the parts so far of a document cut into parts
   Chunk chunk;
-  while (pipeline.next(chunk)) {
+  int64_t number;
+  bool to_encode;
+  while (pipeline.next(number, chunk, to_encode)) {
+    if (to_encode) {
+      encode_chunk(tokenizer, chunk);
+      pipeline.encoded(number, std::move(chunk));
+      continue;
+    }
     if (chunk.error) std::rethrow_exception(chunk.error);
     for (size_t i = 0; i < chunk.pieces.size(); ++i) {
       const std::vector<int32_t>& ids = chunk.ids[i];
