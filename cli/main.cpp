@@ -697,7 +697,8 @@ int cmd_prepare(const std::vector<std::string>& args) {
   options.format =
       parse_record_format(p.options.count("records") ? p.options.at("records") : "file");
   if (p.options.count("shard-tokens"))
-    options.shard_tokens = parse_token_count("prepare: --shard-tokens", p.options.at("shard-tokens"));
+    options.shard_tokens =
+        parse_token_count("prepare: --shard-tokens", p.options.at("shard-tokens"));
   options.overwrite = force;
   std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
   const auto start = std::chrono::steady_clock::now();

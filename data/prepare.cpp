@@ -1,8 +1,9 @@
 // forge prepare as a pipeline: a reader thread streams the inputs in blocks and cuts them into
 // documents and, for a large document, parts its tokenizer encodes apart; kernels::max_threads()
 // threads encode chunks of that text, one of them the calling thread, which between chunks writes
-// them in the order they were read. What is written depends on neither which thread encoded what nor where the blocks ended,
-// so any thread count and block size give the dataset one thread reading whole files gives.
+// them in the order they were read. What is written depends neither on which thread encoded what
+// nor on where the blocks ended, so any thread count and block size give the dataset one thread
+// reading whole files gives.
 #include "data/prepare.h"
 
 #include <fcntl.h>
@@ -343,7 +344,8 @@ void encode_chunk(const Tokenizer& tokenizer, Chunk& chunk) {
   for (size_t i = 0; i < chunk.pieces.size(); ++i) {
     const Piece& p = chunk.pieces[i];
     try {
-      chunk.ids[i] = tokenizer.encode(std::string_view(chunk.text).substr(p.begin, p.end - p.begin));
+      const std::string_view text(chunk.text.data() + p.begin, p.end - p.begin);
+      chunk.ids[i] = tokenizer.encode(text);
     } catch (...) {
       chunk.error = std::current_exception();
       return;
@@ -468,11 +470,11 @@ std::string short_count(double n) {
 }
 
 std::string duration(double seconds) {
-  const auto s = int64_t(seconds + 0.5);
+  const auto s = (long long)(seconds + 0.5);
   char text[32];
-  if (s >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
-  else if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else std::snprintf(text, sizeof text, "%llds", (long long)s);
+  if (s >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(text, sizeof text, "%llds", s);
   return text;
 }
 
@@ -489,7 +491,8 @@ void PrepareProgressPrinter::update(const PrepareProgress& p, double seconds) {
   const double bytes_per_s = double(p.bytes_done) / elapsed;
   const std::string eta =
       bytes_per_s > 0 ? duration(double(p.bytes_total - p.bytes_done) / bytes_per_s) : "?";
-  std::fprintf(out_, "%sprepare: %.1f/%.1f MB (%lld%%), %s tokens, %.1f MB/s, %s tokens/s, ETA %s%s",
+  std::fprintf(out_,
+               "%sprepare: %.1f/%.1f MB (%lld%%), %s tokens, %.1f MB/s, %s tokens/s, ETA %s%s",
                terminal_ ? "\r" : "", double(p.bytes_done) / 1e6, double(p.bytes_total) / 1e6,
                (long long)(p.bytes_total > 0 ? 100 * p.bytes_done / p.bytes_total : 100),
                short_count(double(p.tokens)).c_str(), bytes_per_s / 1e6,

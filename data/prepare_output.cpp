@@ -45,11 +45,20 @@ bool holds_only_shards(const fs::path& dir) {
 }
 
 [[noreturn]] void refuse(const fs::path& output, const std::string& why) {
-  throw Error(ExitCode::usage, std::string(kWhat) + " " + quoted_path(output.string()) + ": " + why);
+  throw Error(ExitCode::usage,
+              std::string(kWhat) + " " + quoted_path(output.string()) + ": " + why);
 }
 
 fs::path parent_of(const fs::path& path) {
   return path.parent_path().empty() ? fs::path(".") : path.parent_path();
+}
+
+// `.NAME.TAG-PID` beside `path`: hidden, and of this process alone.
+fs::path hidden_sibling(const fs::path& path, const char* tag) {
+  std::string name = ".";
+  name.append(path.filename().string()).append(".").append(tag).append("-");
+  name.append(std::to_string(::getpid()));
+  return parent_of(path) / name;
 }
 
 // renameat2 with `flags`, or plain rename(2) where the file system knows no flags (EINVAL):
@@ -60,8 +69,7 @@ void publish(const fs::path& from, const fs::path& to, bool replace) {
                                     quoted_path(from.string()) + " into place (" +
                                     std::strerror(err) + ")");
   };
-  const fs::path old =
-      parent_of(to) / ("." + to.filename().string() + ".old-" + std::to_string(::getpid()));
+  const fs::path old = hidden_sibling(to, "old");
   const unsigned flags = replace ? RENAME_EXCHANGE : RENAME_NOREPLACE;
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags) != 0) {
     if (errno != EINVAL) fail(errno);
@@ -108,8 +116,7 @@ PreparedOutput::PreparedOutput(fs::path output, TokenizerInfo info, int64_t shar
     return;
   }
   // Only a prepare of this process id, killed, can have left this name: no live one owns it.
-  partial_ = parent_of(output_) /
-             ("." + output_.filename().string() + ".partial-" + std::to_string(::getpid()));
+  partial_ = hidden_sibling(output_, "partial");
   fs::remove_all(partial_, ec);
   if (!fs::create_directory(partial_, ec))
     throw Error(ExitCode::data, quoted_path(partial_.string()) + ": cannot create (" +

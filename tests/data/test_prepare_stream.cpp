@@ -177,8 +177,12 @@ TEST(PrepareStream, ShardsEndAtTheFirstDocumentBoundaryPastTheSize) {
       joined.second.insert(joined.second.end(), tokens.begin(), tokens.end());
     }
     EXPECT_TRUE(joined == whole);
-    if (size == 1) EXPECT_EQ(s.shards, 150);
-    if (size == int64_t(1) << 40) EXPECT_EQ(s.shards, 1);
+    if (size == 1) {
+      EXPECT_EQ(s.shards, 150);
+    }
+    if (size == int64_t(1) << 40) {
+      EXPECT_EQ(s.shards, 1);
+    }
   }
   // Nothing is left beside the outputs.
   std::vector<std::string> names;
@@ -256,7 +260,8 @@ TEST(PrepareStream, AKilledPrepareLeavesNothingThatLooksComplete) {
       EXPECT_FALSE(fs::exists(out));
       for (const std::string& left : listing(dir.path()))
         EXPECT_TRUE(left == "lines.txt" || left == "previous" || left == "fresh.h5.tmp" ||
-                    left.rfind(".fresh.partial-", 0) == 0 || left.rfind(".previous.partial-", 0) == 0)
+                    left.rfind(".fresh.partial-", 0) == 0 ||
+                    left.rfind(".previous.partial-", 0) == 0)
             << left;
     }
     PrepareOptions replace = options;
@@ -334,11 +339,10 @@ TEST(PrepareStream, AnInputThatChangesWhileReadIsADataError) {
       if (!changed) write_file(second, grow ? "one\ntwo\nthree\nfour\n" : "one\n");
       changed = true;
     };
-    testing::expect_error(ExitCode::data, grow ? "grew past its 14 bytes" : "ended after 4 of its 14",
-                          [&] {
-                            prepare_dataset(*make_tokenizer("bytes"), {first, second},
-                                            dir.path() / "o.h5", o);
-                          });
+    const std::string error = grow ? "grew past its 14 bytes" : "ended after 4 of its 14";
+    testing::expect_error(ExitCode::data, error, [&] {
+      prepare_dataset(*make_tokenizer("bytes"), {first, second}, dir.path() / "o.h5", o);
+    });
     EXPECT_FALSE(fs::exists(dir.path() / "o.h5"));
   }
 }
