@@ -73,7 +73,8 @@ constexpr const char* kUsage =
     "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
     "  export --checkpoint RUN --format gguf --output FILE.gguf   a GPT for llama.cpp\n"
     "  tokenize --tokenizer NAME-or-DIR (--text STR | --input FILE) [--decode]\n"
-    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5 [--records FORMAT] [--force]\n"
+    "  prepare --tokenizer NAME-or-DIR --input FILE... --output FILE.h5-or-DIR [--records FORMAT]\n"
+    "          [--shard-tokens N] [--force]   a token dataset, one file or a shard directory\n"
     "  tokenizer train --vocab-size N --input FILE... --output DIR   learn a GPT-2-style BPE\n";
 
 constexpr const char* kUsageTail =
@@ -164,13 +165,16 @@ const std::map<std::string, std::string> kCommandUsage = {
      "encoder.json + vocab.bpe or vocab.json + merges.txt (byte-level BPE) or vocab.txt (BERT's\n"
      "WordPiece, which decodes to its tokens joined by spaces rather than the original text).\n"},
     {"prepare",
-     "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5\n"
-     "                     [--records file|percent|lines] [--force]\n"
+     "usage: forge prepare --tokenizer NAME-or-DIR --input FILE [FILE...] --output FILE.h5-or-DIR\n"
+     "                     [--records file|percent|lines] [--shard-tokens N] [--force]\n"
      "Tokenizes text files into an HDF5 token dataset (docs/data-format.md). Documents are whole\n"
-     "files (default), '%'-separated records (the fortunes format) or lines. An existing output\n"
-     "is replaced only with --force, and never when it is one of the inputs. Documents are\n"
-     "encoded on every core (OMP_NUM_THREADS) and written in order: any thread count gives the\n"
-     "same dataset.\n"},
+     "files (default), '%'-separated records (the fortunes format) or lines. Inputs are read in\n"
+     "blocks, so they may be larger than memory, and encoded on every core (OMP_NUM_THREADS);\n"
+     "any thread count gives the same dataset. --shard-tokens N (suffixes k, M, G) writes a\n"
+     "directory of shards instead of one file, each ending at the first document boundary at or\n"
+     "past N tokens. The output appears only when complete; an existing one is replaced only with\n"
+     "--force (a directory only if it is a shard directory prepare wrote), never when it is or\n"
+     "holds an input. Progress goes to stderr, a summary with tokens/s and MB/s at the end.\n"},
     {"tokenizer",
      "usage: forge tokenizer train --vocab-size N --input FILE [FILE...] --output DIR\n"
      "Learns byte-level BPE merges with GPT-2's pre-tokenisation and writes encoder.json and\n"
@@ -684,30 +688,34 @@ int cmd_prepare(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool force = take_flag(rest, "--force");
   std::vector<std::string> inputs = multi_option(rest, "prepare", "input");
-  ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records"});
+  ParsedArgs p = parse_args("prepare", rest, {"tokenizer", "output", "records", "shard-tokens"});
   if (!p.positional.empty()) usage_error("prepare: unexpected argument '" + p.positional[0] + "'");
   if (!p.options.count("tokenizer")) usage_error("prepare: --tokenizer is required");
   if (!p.options.count("output")) usage_error("prepare: --output is required");
   if (inputs.empty()) usage_error("prepare: --input needs at least one file");
-  RecordFormat format = parse_record_format(p.options.count("records") ? p.options.at("records") : "file");
+  PrepareOptions options;
+  options.format =
+      parse_record_format(p.options.count("records") ? p.options.at("records") : "file");
+  if (p.options.count("shard-tokens"))
+    options.shard_tokens =
+        parse_token_count("prepare: --shard-tokens", p.options.at("shard-tokens"));
+  options.overwrite = force;
   std::unique_ptr<Tokenizer> tok = make_tokenizer(p.options.at("tokenizer"));
-  std::vector<fs::path> paths(inputs.begin(), inputs.end());
-  bool tty = isatty(fileno(stderr));
-  int last_percent = -1;
-  PrepareStats s = prepare_dataset(*tok, paths, format, p.options.at("output"),
-                                   [&](int64_t done, int64_t total) {
-                                     int percent = total ? int(100 * done / total) : 100;
-                                     if (percent == last_percent || (!tty && percent % 10)) return;
-                                     last_percent = percent;
-                                     std::fprintf(stderr, tty ? "\rprepare: %3d%%" : "prepare: %d%%\n",
-                                                  percent);
-                                   },
-                                   force);
-  if (tty) std::fputc('\n', stderr);
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  PrepareProgressPrinter printer(stderr, isatty(fileno(stderr)));
+  options.progress = [&](const PrepareProgress& progress) { printer.update(progress, seconds()); };
+  const PrepareStats s =
+      prepare_dataset(*tok, {inputs.begin(), inputs.end()}, p.options.at("output"), options);
+  printer.finish(s, seconds());
   std::printf("%s: %lld documents, %lld tokens from %lld bytes in %lld files (tokenizer %s, "
-              "vocabulary %d)\n",
+              "vocabulary %d)",
               p.options.at("output").c_str(), (long long)s.documents, (long long)s.tokens,
               (long long)s.bytes, (long long)s.files, tok->name().c_str(), tok->vocab_size());
+  if (s.shards > 0) std::printf(" in %lld shards", (long long)s.shards);
+  std::printf("\n");
   return 0;
 }
 

@@ -83,8 +83,8 @@ class BpeTokenizer final : public Tokenizer {
   bpe::MergeTable pairs_;  // rank == the id made, as in tiktoken
   std::vector<std::pair<int32_t, uint32_t>> merges_;  // (token made, left_bytes) in rank order
   // piece -> ids, kept across calls. Concurrent calls (forge prepare encodes on every core) each
-  // take the first free slot, so every thread keeps a warm cache; a call finding none free uses
-  // its own.
+  // take the first free slot from one their thread starts at, so every thread keeps a warm cache
+  // of its own; a call finding none free uses its own.
   struct CacheSlot {
     std::mutex mutex;
     bpe::PieceCache cache;

@@ -1123,6 +1123,28 @@ if os.geteuid() != 0:  # root writes into a read-only directory anyway
 special("prepare-input-missing", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
                                   path("special", "nope.txt"), "--output", path("special", "d.h5")],
         (2, 3))
+# forge prepare --shard-tokens: a count that is no count, an output directory that holds an input
+# or files prepare did not write (--force must not delete them), a file where the directory would
+# go, and the one-file writer's temp name given as an input.
+for label, value in [("zero", "0"), ("garbage", "lots"), ("negative", "-5"), ("fraction", "1.5M"),
+                     ("huge", "99999999999999999999"), ("unknown-suffix", "10T")]:
+    special("prepare-shard-tokens-" + label,
+            ["FORGE", "prepare", "--tokenizer", "bytes", "--input", tiny_txt, "--output",
+             path("special", "shards-" + label), "--shard-tokens", value], (2,), [tiny_txt])
+special("prepare-shards-hold-input", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                      tiny_txt, "--output", BASE, "--shard-tokens", "1k",
+                                      "--force"], (2,), [tiny_txt])
+keep = write(path("special", "not-shards", "notes.txt"), b"mine\n")
+special("prepare-shards-over-other-directory",
+        ["FORGE", "prepare", "--tokenizer", "bytes", "--input", tiny_txt, "--output",
+         os.path.dirname(keep), "--shard-tokens", "1k", "--force"], (2,), [tiny_txt, keep])
+special("prepare-shards-over-file", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                     tiny_txt, "--output", keep, "--shard-tokens", "1k",
+                                     "--force"], (2,), [tiny_txt, keep])
+tmp_input = write(path("special", "t.h5.tmp"), b"text\n")
+special("prepare-input-is-output-tmp", ["FORGE", "prepare", "--tokenizer", "bytes", "--input",
+                                        tmp_input, "--output", path("special", "t.h5")], (2,),
+        [tmp_input])
 special("tokenize-input-dev-zero", ["FORGE", "tokenize", "--tokenizer", "bytes", "--input",
                                     "/dev/zero"], (2, 3))
 for label, target in [("dev-zero", "/dev/zero"), ("dev-null", "/dev/null"), ("fifo", fifo),

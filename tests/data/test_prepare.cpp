@@ -1,16 +1,14 @@
 // forge prepare's library half: record splitting and text -> token dataset round trips.
 #include <gtest/gtest.h>
-#include <omp.h>
 #include <sys/stat.h>
 
-#include "data/prepare.h"
-#include "data/token_dataset.h"
-#include "tests/test_util.h"
+#include "tests/data/prepare_checks.h"
 
 namespace forge {
 namespace {
 
 using testing::TempDir;
+using testing::with_threads;
 using testing::write_file;
 
 std::vector<std::string> docs(std::string_view text, RecordFormat f) {
@@ -36,7 +34,7 @@ TEST(Prepare, TextBecomesADatasetThatDecodesBack) {
   write_file(dir.path() / "b.txt", "Third record.\n");
   auto tok = make_tokenizer("gpt2");
   PrepareStats s = prepare_dataset(*tok, {dir.path() / "a.txt", dir.path() / "b.txt"},
-                                   RecordFormat::percent, dir.path() / "out.h5");
+                                   dir.path() / "out.h5", {.format = RecordFormat::percent});
   EXPECT_EQ(s.files, 2);
   EXPECT_EQ(s.documents, 3);
   TokenizerInfo info{tok->name(), tok->vocab_size(), vocabulary_hash(*tok)};
@@ -65,9 +63,7 @@ TEST(Prepare, TextBecomesADatasetThatDecodesBack) {
 TEST(Prepare, MissingInputIsADataErrorAndWritesNothing) {
   TempDir dir;
   auto tok = make_tokenizer("bytes");
-  EXPECT_THROW(prepare_dataset(*tok, {dir.path() / "missing.txt"}, RecordFormat::file,
-                               dir.path() / "out.h5"),
-               Error);
+  EXPECT_THROW(prepare_dataset(*tok, {dir.path() / "missing.txt"}, dir.path() / "out.h5"), Error);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "out.h5"));
 }
 
@@ -77,21 +73,17 @@ TEST(Prepare, NeverWritesOverWhatExistsUnlessAsked) {
   const auto in = dir.path() / "in.txt", out = dir.path() / "out.h5";
   testing::write_file(in, "some text\n");
   // The output naming the input would replace the text with the dataset.
-  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, RecordFormat::file, in); }),
-            ExitCode::usage);
-  EXPECT_EQ(testing::exit_code_of(
-                [&] { prepare_dataset(*tok, {in}, RecordFormat::file, in, {}, /*overwrite=*/true); }),
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, in); }), ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, in, {.overwrite = true}); }),
             ExitCode::usage);
   EXPECT_EQ(testing::read_file(in), "some text\n");
   // A device node is never an output, and an existing file only with overwrite.
-  EXPECT_EQ(testing::exit_code_of(
-                [&] { prepare_dataset(*tok, {in}, RecordFormat::file, "/dev/null"); }),
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, "/dev/null"); }),
             ExitCode::usage);
   testing::write_file(out, "keep me");
-  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, RecordFormat::file, out); }),
-            ExitCode::usage);
+  EXPECT_EQ(testing::exit_code_of([&] { prepare_dataset(*tok, {in}, out); }), ExitCode::usage);
   EXPECT_EQ(testing::read_file(out), "keep me");
-  EXPECT_EQ(prepare_dataset(*tok, {in}, RecordFormat::file, out, {}, /*overwrite=*/true).tokens, 10);
+  EXPECT_EQ(prepare_dataset(*tok, {in}, out, {.overwrite = true}).tokens, 10);
 }
 
 TEST(Prepare, InputsMustBeRegularFiles) {
@@ -102,40 +94,26 @@ TEST(Prepare, InputsMustBeRegularFiles) {
   // Reading a FIFO would block for ever; a directory or a device is no text either.
   for (const std::filesystem::path& in : {fifo, dir.path(), std::filesystem::path("/dev/zero")})
     testing::expect_error(ExitCode::data, in.string() + ": not a regular file", [&] {
-      prepare_dataset(*tok, {in}, RecordFormat::file, dir.path() / "o.h5");
+      prepare_dataset(*tok, {in}, dir.path() / "o.h5");
     });
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "o.h5"));
 }
 
-// Runs `f` with OpenMP limited to `threads`, restoring the previous limit.
-template <class F>
-auto with_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  struct Restore {
-    int n;
-    ~Restore() { omp_set_num_threads(n); }
-  } restore{before};
-  return f();
-}
-
-// Prepares `inputs` with one thread and with four (more than this machine's cores, so they
-// interleave) and expects the same documents, tokens and progress, and the one-thread dataset to
-// be each document's encode() in turn.
+// Prepares `inputs` under `options` with one thread and with four (more than this machine's cores,
+// so they interleave) and expects the same documents, tokens and progress, and the one-thread
+// dataset to be each document of split_records over the whole file, encode()d in turn.
 void expect_thread_count_independent(const Tokenizer& tok,
                                      const std::vector<std::filesystem::path>& inputs,
-                                     RecordFormat format, const std::filesystem::path& dir) {
+                                     PrepareOptions options, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   const TokenizerInfo info{tok.name(), tok.vocab_size(), vocabulary_hash(tok)};
   std::vector<int64_t> serial_progress, parallel_progress;
-  const PrepareStats serial = with_threads(1, [&] {
-    return prepare_dataset(tok, inputs, format, dir / "serial.h5",
-                           [&](int64_t done, int64_t) { serial_progress.push_back(done); });
-  });
-  const PrepareStats parallel = with_threads(4, [&] {
-    return prepare_dataset(tok, inputs, format, dir / "parallel.h5",
-                           [&](int64_t done, int64_t) { parallel_progress.push_back(done); });
-  });
+  options.progress = [&](const PrepareProgress& p) { serial_progress.push_back(p.bytes_done); };
+  const PrepareStats serial =
+      with_threads(1, [&] { return prepare_dataset(tok, inputs, dir / "serial.h5", options); });
+  options.progress = [&](const PrepareProgress& p) { parallel_progress.push_back(p.bytes_done); };
+  const PrepareStats parallel =
+      with_threads(4, [&] { return prepare_dataset(tok, inputs, dir / "parallel.h5", options); });
   EXPECT_EQ(parallel.documents, serial.documents);
   EXPECT_EQ(parallel.tokens, serial.tokens);
   EXPECT_EQ(parallel_progress, serial_progress);
@@ -144,18 +122,9 @@ void expect_thread_count_independent(const Tokenizer& tok,
   EXPECT_EQ(a.doc_offsets(), b.doc_offsets());
   EXPECT_TRUE(*a.tokens() == *b.tokens());
 
-  std::vector<int32_t> expected;
-  int64_t documents = 0;
-  for (const auto& in : inputs) {
-    const std::string text = testing::read_file(in);
-    for (std::string_view doc : split_records(text, format)) {
-      const std::vector<int32_t> ids = tok.encode(doc);
-      expected.insert(expected.end(), ids.begin(), ids.end());
-      ++documents;
-    }
-  }
-  EXPECT_EQ(a.num_documents(), documents);
-  EXPECT_TRUE(*a.tokens() == expected);
+  const testing::DatasetContents expected = testing::expected_contents(tok, inputs, options.format);
+  EXPECT_EQ(a.doc_offsets(), expected.first);
+  EXPECT_TRUE(*a.tokens() == expected.second);
 }
 
 // gpt2 over files where one thread's batches (4 MB) end after the large file and four threads'
@@ -177,11 +146,12 @@ TEST(Prepare, EveryThreadCountWritesWhatOneThreadWrites) {
     }
   }
   const auto gpt2 = make_tokenizer("gpt2");
-  expect_thread_count_independent(*gpt2, all, RecordFormat::lines, dir.path() / "lines");
-  expect_thread_count_independent(*gpt2, all, RecordFormat::file, dir.path() / "files");
+  expect_thread_count_independent(*gpt2, all, {.format = RecordFormat::lines},
+                                  dir.path() / "lines");
+  expect_thread_count_independent(*gpt2, all, {.format = RecordFormat::file}, dir.path() / "files");
   expect_thread_count_independent(
       *make_tokenizer(std::string(FORGE_SOURCE_DIR) + "/tests/golden/tokenizers/llama3"), small,
-      RecordFormat::lines, dir.path() / "llama3");
+      {.format = RecordFormat::lines}, dir.path() / "llama3");
 }
 
 // Fails on every document holding "BAD", naming it.
@@ -208,7 +178,8 @@ TEST(Prepare, AParallelEncodingErrorIsTheFirstDocumentsError) {
   const FailingTokenizer tok;
   with_threads(4, [&] {
     testing::expect_error(ExitCode::data, "cannot encode BAD 700", [&] {
-      prepare_dataset(tok, {dir.path() / "in.txt"}, RecordFormat::lines, dir.path() / "o.h5");
+      prepare_dataset(tok, {dir.path() / "in.txt"}, dir.path() / "o.h5",
+                      {.format = RecordFormat::lines});
     });
     return 0;
   });
