@@ -10,9 +10,8 @@ ShardedAdamW::ShardedAdamW(const AdamW& adamw, Comm& comm)
     : AdamW(adamw.groups(), adamw.options()), comm_(comm) {
   int64_t total = 0;
   for (const NamedTensor& p : parameters()) {
-    FORGE_CHECK(p.tensor.dtype() == DType::f32 || comm_.size() == 1,
-                "sharded adamw: parameter '", p.name, "' must be f32 under mpirun, got ",
-                dtype_name(p.tensor.dtype()));
+    FORGE_CHECK(p.tensor.dtype() == DType::f32, "sharded adamw: parameter '", p.name,
+                "' must be f32, got ", dtype_name(p.tensor.dtype()));
     offsets_.push_back(total);
     total += p.tensor.numel();
   }
@@ -39,9 +38,14 @@ void ShardedAdamW::update(size_t index, const Tensor& param, const Tensor& grad,
 }
 
 NamedTensors ShardedAdamW::state() const {
+  NamedTensors out;
+  gather_state([&](const NamedTensor& t) { out.push_back(t); });
+  return out;
+}
+
+void ShardedAdamW::gather_state(const std::function<void(const NamedTensor&)>& take) const {
   const NamedTensors params = parameters();
   const bool lead = comm_.rank() == 0;
-  NamedTensors out;
   for (size_t i = 0; i < params.size(); ++i) {
     const Slice& s = slices_[i];
     if (s.step == 0) continue;  // the same on every rank: they update the same parameters
@@ -51,12 +55,10 @@ NamedTensors ShardedAdamW::state() const {
       Tensor whole = lead ? empty(params[i].tensor.shape(), params[i].tensor.dtype()) : Tensor();
       comm_.gather(part->defined() ? part->data<float>() : nullptr, counts.data(),
                    lead ? whole.data<float>() : nullptr);
-      if (lead) out.push_back({std::string("adamw.") + kind + "." + params[i].name, whole});
+      if (lead) take({std::string("adamw.") + kind + "." + params[i].name, whole});
     }
-    if (lead)
-      out.push_back({"adamw.step." + params[i].name, scalar(double(s.step), DType::i64)});
+    if (lead) take({"adamw.step." + params[i].name, scalar(double(s.step), DType::i64)});
   }
-  return out;
 }
 
 void ShardedAdamW::load_state(const NamedTensors& state) {

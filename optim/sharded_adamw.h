@@ -5,6 +5,7 @@
 // AdamW's names, so a run moves between sharded and unsharded and between numbers of ranks.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/comm.h"
@@ -16,12 +17,16 @@ namespace forge::optim {
 class ShardedAdamW final : public AdamW {
  public:
   /// The groups and options of `adamw` (whose own state is not used) over `comm`'s ranks. Every
-  /// parameter must be f32 under MPI.
+  /// parameter must be f32.
   ShardedAdamW(const AdamW& adamw, Comm& comm);
 
   /// Collective (every rank calls it): on rank 0, AdamW's whole state, gathered from the ranks
   /// (copies, not live handles); empty on the other ranks.
   NamedTensors state() const override;
+  /// Collective, as state(), one tensor at a time: rank 0 calls `take` with each tensor of the
+  /// whole state in state()'s order (a checkpoint writes it and lets it go, so no rank ever holds
+  /// the whole state); the other ranks send their slices and never call it.
+  void gather_state(const std::function<void(const NamedTensor&)>& take) const;
   /// AdamW's whole state (any checkpoint's), validated as AdamW validates it; this rank keeps its
   /// slice.
   void load_state(const NamedTensors& state) override;

@@ -203,13 +203,21 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
   return data.step;
 }
 
+// A sharded optimizer's state is gathered from the ranks tensor by tensor as it is written: the
+// other ranks join the gathers (TrainingRun::save).
 void save_run(const RunConfig& config, int64_t step, const RunModels& models,
-              NamedTensors optim_state, const Recipe& recipe, ProgressPrinter& progress) {
+              const optim::Optimizer& optimizer, const optim::ShardedAdamW* sharded,
+              const Recipe& recipe, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
   data.model = models.saved();
-  data.optim = std::move(optim_state);
+  if (sharded)
+    data.optim_stream = [sharded](const std::function<void(const NamedTensor&)>& write) {
+      sharded->gather_state(write);
+    };
+  else
+    data.optim = optimizer.state();
   data.references = models.references();
   data.auxiliary = models.auxiliary();
   data.counters["rng.seed"] = config.seed;
@@ -500,10 +508,12 @@ class TrainingRun {
   }
 
   // After a save the other ranks wait for rank 0: an exit while it still writes would make mpirun
-  // end the job, and the checkpoint with it. A sharded optimizer's state is gathered by every rank.
+  // end the job, and the checkpoint with it. Every rank joins the gathers of a sharded state.
   void save(int64_t step) {
-    NamedTensors optim_state = optimizer_.state();
-    if (lead_) save_run(config_, step, *models_, std::move(optim_state), recipe_, progress_);
+    if (lead_)
+      save_run(config_, step, *models_, optimizer_, sharded_.get(), recipe_, progress_);
+    else if (sharded_)
+      sharded_->gather_state([](const NamedTensor&) {});
     agree_max(0);
     last_save_ = step;
   }

@@ -67,7 +67,8 @@ TEST(OptimKernels, StatisticsMatchPlainLoops) {
   // same whether the blocks are summed from the start or from a later block.
   auto h = randn(n, 9), h2 = h;
   const int64_t block = 1000, blocks = (n + block - 1) / block;
-  std::vector<double> scaled(size_t(blocks), 0.0), sums(size_t(blocks)), tail(size_t(blocks));
+  const size_t nb = static_cast<size_t>(blocks);
+  std::vector<double> scaled(nb, 0.0), sums(nb, 0.0), tail(nb, 0.0);
   for (int64_t i = 0; i < n; ++i) {
     h2[size_t(i)] *= 0.25f;
     scaled[size_t(i / block)] += double(h2[size_t(i)]) * double(h2[size_t(i)]);
