@@ -98,7 +98,8 @@ awk '
     printf "speedup_mpi_vs_single=%.2f allreduce_ms=%.2f hidden_fraction=%.2f\n",
            tok["mpi"] / tok["single"], ms["mpi-no-overlap"], hidden
     state = mb["mpi"] - mb["mpi-sgd"]; sharded = mb["mpi-sharded"] - mb["mpi-sgd"]
-    printf "optimizer_state_mb=%.0f sharded_state_mb=%.0f sharded_state_fraction=%.2f " \
-           "sharded_step_time_ratio=%.3f\n", state, sharded, state > 0 ? sharded / state : 0,
-           tok["mpi"] / tok["mpi-sharded"]
+    fraction = state > 0 ? sharded / state : 0
+    printf "optimizer_state_mb=%.0f sharded_state_mb=%.0f sharded_state_fraction=%.2f ",
+           state, sharded, fraction
+    printf "sharded_step_time_ratio=%.3f\n", tok["mpi"] / tok["mpi-sharded"]
   }' "$tmp/summary"
