@@ -137,10 +137,19 @@ bool check_sidecar_digest(const fs::path& file, ExitCode code) {
   return true;
 }
 
+// Opened without blocking and checked to be a regular file, so a FIFO planted as LATEST or as a
+// sidecar reads as unreadable instead of hanging the process; a few kilobytes are plenty.
 std::string read_first_line(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  if (!in || !std::getline(in, line)) return "";
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string text(4096, '\0');
+  ssize_t n = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (n <= 0) return "";
+  text.resize(size_t(n));
+  std::string line = text.substr(0, text.find('\n'));
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
   return line;
 }

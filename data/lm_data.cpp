@@ -29,24 +29,26 @@ TokenSplit split_by_position(std::vector<int32_t> tokens, double val_fraction) {
   return {std::make_shared<const std::vector<int32_t>>(std::move(tokens)), std::move(val)};
 }
 
-LMWindows::LMWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t context)
+LMWindows::LMWindows(std::shared_ptr<const TokenSource> tokens, int64_t context)
     : tokens_(std::move(tokens)), context_(context) {
   FORGE_CHECK(context_ > 0, "LMWindows: context must be positive, got ", context_);
-  if (int64_t(tokens_->size()) < context_ + 1)
+  if (tokens_->size() < context_ + 1)
     throw Error(ExitCode::data, detail::concat("the split has ", tokens_->size(),
                                                " tokens, fewer than context + 1 = ", context_ + 1));
 }
 
-namespace {
-// Fills row b of ids/targets from tokens[start .. start + T].
-void fill_row(const std::vector<int32_t>& tokens, int64_t start, int64_t T, int64_t* ids,
-              int64_t* targets) {
+LMWindows::LMWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t context)
+    : LMWindows(std::make_shared<const MemoryTokens>(std::move(tokens)), context) {}
+
+void LMWindows::fill_row(int64_t start, int64_t* ids, int64_t* targets) const {
+  const int64_t T = context_;
+  std::vector<int32_t> window(size_t(T + 1));
+  tokens_->read(start, T + 1, window.data());
   for (int64_t t = 0; t < T; ++t) {
-    ids[t] = tokens[size_t(start + t)];
-    targets[t] = tokens[size_t(start + t + 1)];
+    ids[t] = window[size_t(t)];
+    targets[t] = window[size_t(t + 1)];
   }
 }
-}  // namespace
 
 LMBatch LMWindows::sample(int64_t batch_size, uint64_t seed, int64_t step, int64_t micro) const {
   const int64_t T = context_;
@@ -57,7 +59,7 @@ LMBatch LMWindows::sample(int64_t batch_size, uint64_t seed, int64_t step, int64
     auto w = philox(seed, stream, uint64_t(micro * batch_size + b));
     uint64_t r = (uint64_t(w[0]) << 32) | w[1];
     int64_t start = int64_t(r % starts);
-    fill_row(*tokens_, start, T, ids.data<int64_t>() + b * T, targets.data<int64_t>() + b * T);
+    fill_row(start, ids.data<int64_t>() + b * T, targets.data<int64_t>() + b * T);
   }
   return {ids, targets};
 }
@@ -78,10 +80,10 @@ LMBatch LMWindows::eval_batch(int64_t first, int64_t count) const {
     if (start + T + 1 > num_tokens()) {
       // The last window ends at the split's end; skip the targets the previous window scored.
       int64_t shifted = num_tokens() - 1 - T;
-      fill_row(*tokens_, shifted, T, ids.data<int64_t>() + i * T, pt);
+      fill_row(shifted, ids.data<int64_t>() + i * T, pt);
       for (int64_t t = 0; t < start - shifted; ++t) pt[t] = kIgnoreTarget;
     } else {
-      fill_row(*tokens_, start, T, ids.data<int64_t>() + i * T, pt);
+      fill_row(start, ids.data<int64_t>() + i * T, pt);
     }
   }
   return {ids, targets};

@@ -1,7 +1,8 @@
 // Language-model data from a token stream: the byte tokenizer, a train/validation split by
 // position, random training windows drawn from the counter-based generator (so the batch of any
 // step is a pure function of seed and step: resuming needs no data cursor replay), and sequential
-// windows covering a split for evaluation.
+// windows covering a split for evaluation. Windows read their ids from a TokenSource, in memory or
+// streamed from a token dataset on disk, with the same batches either way.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/token_source.h"
 
 namespace forge {
 
@@ -31,6 +33,8 @@ struct LMBatch {
 class LMWindows {
  public:
   /// Windows of `context` inputs plus one target position over `tokens`.
+  LMWindows(std::shared_ptr<const TokenSource> tokens, int64_t context);
+  /// The same over ids held in memory.
   LMWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t context);
 
   /// Batch `micro` of training step `step`: starts uniform over all windows, drawn from Philox
@@ -45,11 +49,14 @@ class LMWindows {
   LMBatch eval_batch(int64_t first, int64_t count) const;
   static constexpr int64_t kIgnoreTarget = -100;
 
-  int64_t num_tokens() const { return int64_t(tokens_->size()); }
+  int64_t num_tokens() const { return tokens_->size(); }
   int64_t context() const { return context_; }
 
  private:
-  std::shared_ptr<const std::vector<int32_t>> tokens_;
+  // One window: ids [T] from tokens [start, start + T), targets [T] one position later.
+  void fill_row(int64_t start, int64_t* ids, int64_t* targets) const;
+
+  std::shared_ptr<const TokenSource> tokens_;
   int64_t context_;
 };
 

@@ -11,6 +11,8 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <optional>
 
 #include "core/checksum.h"
@@ -18,7 +20,9 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/isolate.h"
+#include "core/kernels/parallel.h"
 #include "data/hdf5_io.h"
+#include "data/token_shards.h"
 
 namespace forge {
 
@@ -73,7 +77,7 @@ void append(const Reporter& file, hid_t ds, hid_t mem_type, hsize_t at, const vo
 }
 
 /// Reads elements [at, at + n) of a 1-D dataset as `mem_type`.
-void read_range(const Reporter& file, hid_t ds, hid_t mem_type, hsize_t at, hsize_t n, void* dst,
+void read_slab(const Reporter& file, hid_t ds, hid_t mem_type, hsize_t at, hsize_t n, void* dst,
                 const char* name) {
   if (n == 0) return;
   const std::string what = std::string("cannot read dataset '") + name + "' (corrupt file?)";
@@ -216,43 +220,7 @@ void TokenDatasetWriter::finish() {
 int64_t TokenDatasetWriter::num_documents() const { return impl_->num_documents; }
 int64_t TokenDatasetWriter::num_tokens() const { return impl_->total_tokens; }
 
-// ---------------------------------------------------------------------------------------------
 // Reader.
-
-TokenDataset::TokenDataset(fs::path path, TokenizerInfo info,
-                           std::shared_ptr<const std::vector<int32_t>> tokens,
-                           std::vector<int64_t> doc_offsets)
-    : path_(std::move(path)),
-      info_(std::move(info)),
-      tokens_(std::move(tokens)),
-      doc_offsets_(std::move(doc_offsets)) {
-  FORGE_CHECK(!doc_offsets_.empty() && doc_offsets_.front() == 0 &&
-                  doc_offsets_.back() == int64_t(tokens_->size()),
-              "TokenDataset: doc_offsets must run from 0 to the token count ", tokens_->size());
-}
-
-TokenSplit TokenDataset::split_by_document(double val_fraction) const {
-  FORGE_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "val_fraction must be in [0, 1), got ",
-              val_fraction);
-  const int64_t D = num_documents(), N = num_tokens();
-  int64_t first_val = D;  // index of the first validation document
-  if (val_fraction > 0.0) {
-    if (D < 2)
-      data_file(path_).fail(detail::concat(
-          "has ", D, " document(s); splitting off validation by document", " needs at least 2"));
-    // The boundary nearest to where the tail of val_fraction * N tokens starts.
-    double target = double(N) * (1.0 - val_fraction);
-    auto it = std::lower_bound(doc_offsets_.begin(), doc_offsets_.end() - 1, int64_t(target));
-    int64_t k = int64_t(it - doc_offsets_.begin());
-    if (k > 0 &&
-        target - double(doc_offsets_[size_t(k - 1)]) <= double(doc_offsets_[size_t(k)]) - target)
-      k -= 1;
-    first_val = std::clamp<int64_t>(k, 1, D - 1);
-  }
-  auto start = tokens_->begin() + ptrdiff_t(doc_offsets_[size_t(first_val)]);
-  return {std::make_shared<const std::vector<int32_t>>(tokens_->begin(), start),
-          std::make_shared<const std::vector<int32_t>>(start, tokens_->end())};
-}
 
 namespace {
 
@@ -261,8 +229,12 @@ Hid open_vector(const Reporter& file, hid_t root, const char* name, int64_t expe
                 hid_t* stored_type) {
   if (H5Lexists(root, name, H5P_DEFAULT) <= 0)
     file.fail(std::string("missing dataset '/") + name + "'");
+  // No HDF5 chunk cache: reads go through the reader's own bounded cache (token_source.h), and
+  // one open shard must not hold a megabyte of its own.
+  Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
   Hid ds =
-      file.check(H5Dopen2(root, name, H5P_DEFAULT), H5Dclose,
+      file.check(H5Dopen2(root, name, dapl.get()), H5Dclose,
                  std::string("cannot open dataset '/") + name + "' (corrupt, or not a dataset)");
   Hid space(H5Dget_space(ds.get()), H5Sclose);
   hsize_t length = 0;
@@ -307,29 +279,23 @@ bool any_outside(const int32_t* p, size_t n, int32_t limit) {
   return lo < 0 || hi >= limit;
 }
 
-}  // namespace
+std::string describe(const TokenizerInfo& t) {
+  return detail::concat("'", t.name, "' (vocabulary size ", t.vocab_size, ", hash ", t.vocab_hash,
+                        ")");
+}
 
-TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expected,
-                                int64_t model_vocab_size) {
-  quiet_hdf5();
-  const Reporter report = data_file(path);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) report.fail("no such token dataset");
-  if (fs::is_directory(path, ec)) report.fail("is a directory, not a token dataset");
-  const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
-  // A dataset `forge prepare` wrote is checked against its digest before libhdf5 parses it; one
-  // from elsewhere is read once in a throwaway process first (core/isolate.h), whole: without a
-  // tokenizer to compare, so that a later read with another one needs no probe of its own.
-  if (!check_sidecar_digest(path, ExitCode::data)) {
-    if (std::optional<std::string> crash = probe_file_once(path, [&] { open_token_dataset(path); }))
-      report.fail("the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
-  }
-  if (H5Fis_hdf5(path.c_str()) <= 0) report.fail("not an HDF5 file (truncated or overwritten?)");
-  Hid fapl = file_access_plist();
-  Hid file = report.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
-                          "cannot open as HDF5 (truncated or corrupt file)");
-  const hid_t root = file.get();
+bool same_tokenizer(const TokenizerInfo& a, const TokenizerInfo& b) {
+  return a.name == b.name && a.vocab_hash == b.vocab_hash && a.vocab_size == b.vocab_size;
+}
 
+// The metadata of a file: its root attributes, checked for plausibility.
+struct FileMetadata {
+  TokenizerInfo info;
+  int64_t num_tokens = 0, num_documents = 0;
+  uint32_t tokens_crc = 0, offsets_crc = 0;
+};
+
+FileMetadata read_metadata(const Reporter& report, hid_t root) {
   std::string format = read_attr_str(report, root, "format");
   if (format != kFormat)
     report.fail("not a forge token dataset (attribute 'format' is '" + format + "', expected '" +
@@ -340,98 +306,429 @@ TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expec
                                " is newer than this build of forge reads (",
                                kTokenDatasetFormatVersion, "); upgrade forge"));
   if (version < 1) report.fail(detail::concat("unknown format_version ", version));
-  TokenizerInfo info;
-  info.name = read_attr_str(report, root, "tokenizer");
-  info.vocab_size = read_attr_int(report, root, "vocab_size");
-  info.vocab_hash = read_attr_str(report, root, "vocab_hash");
-  const int64_t num_tokens = read_attr_int(report, root, "num_tokens");
-  const int64_t num_documents = read_attr_int(report, root, "num_documents");
-  const auto tokens_crc = uint32_t(read_attr_int(report, root, "tokens_crc32"));
-  const auto offsets_crc = uint32_t(read_attr_int(report, root, "doc_offsets_crc32"));
-  if (info.vocab_size <= 0 || info.vocab_size > int64_t(INT32_MAX) + 1 || num_tokens < 0 ||
-      num_documents < 0 || num_documents == INT64_MAX)
-    report.fail(detail::concat("implausible metadata: vocab_size ", info.vocab_size,
-                               ", num_tokens ", num_tokens, ", num_documents ", num_documents));
+  FileMetadata m;
+  m.info.name = read_attr_str(report, root, "tokenizer");
+  m.info.vocab_size = read_attr_int(report, root, "vocab_size");
+  m.info.vocab_hash = read_attr_str(report, root, "vocab_hash");
+  m.num_tokens = read_attr_int(report, root, "num_tokens");
+  m.num_documents = read_attr_int(report, root, "num_documents");
+  m.tokens_crc = uint32_t(read_attr_int(report, root, "tokens_crc32"));
+  m.offsets_crc = uint32_t(read_attr_int(report, root, "doc_offsets_crc32"));
+  if (m.info.vocab_size <= 0 || m.info.vocab_size > int64_t(INT32_MAX) + 1 || m.num_tokens < 0 ||
+      m.num_documents < 0 || m.num_documents == INT64_MAX)
+    report.fail(detail::concat("implausible metadata: vocab_size ", m.info.vocab_size,
+                               ", num_tokens ", m.num_tokens, ", num_documents ",
+                               m.num_documents));
+  return m;
+}
 
+Hid open_hdf5(const Reporter& report, const fs::path& path) {
+  if (H5Fis_hdf5(path.c_str()) <= 0) report.fail("not an HDF5 file (truncated or overwritten?)");
+  Hid fapl = file_access_plist();
+  return report.check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
+                      "cannot open as HDF5 (truncated or corrupt file)");
+}
+
+// One forge-tokens file, open and validated: its metadata, and its ids read in ranges on demand,
+// each range checked against the vocabulary (the model's when smaller than the file's).
+class TokenFile final : public TokenSource {
+ public:
+  TokenFile(fs::path path, Hid file, FileMetadata meta, Hid tokens, Hid offsets, bool narrow,
+            int64_t model_vocab_size)
+      : path_(std::move(path)),
+        report_(data_file(path_)),
+        file_(std::move(file)),
+        meta_(std::move(meta)),
+        tokens_(std::move(tokens)),
+        offsets_(std::move(offsets)),
+        narrow_(narrow),
+        model_vocab_size_(model_vocab_size) {}
+
+  int64_t size() const override { return meta_.num_tokens; }
+  const FileMetadata& meta() const { return meta_; }
+  const fs::path& path() const { return path_; }
+  bool narrow() const { return narrow_; }
+
+  /// doc_offsets[d], d in [0, num_documents]: one element read.
+  int64_t document_start(int64_t d) const {
+    int64_t v = 0;
+    read_slab(report_, offsets_.get(), H5T_NATIVE_INT64, hsize_t(d), 1, &v, "doc_offsets");
+    return v;
+  }
+  /// All of doc_offsets.
+  std::vector<int64_t> doc_offsets() const {
+    std::vector<int64_t> v(size_t(meta_.num_documents + 1));
+    for (size_t at = 0; at < v.size(); at += kOffsetBlock)
+      read_slab(report_, offsets_.get(), H5T_NATIVE_INT64, at,
+                 std::min(kOffsetBlock, v.size() - at), v.data() + at, "doc_offsets");
+    return v;
+  }
+
+  /// Ids must be below the model's vocabulary size when given, and the file's own.
+  int64_t limit() const {
+    return model_vocab_size_ >= 0 ? std::min(model_vocab_size_, meta_.info.vocab_size)
+                                  : meta_.info.vocab_size;
+  }
+  bool any_bad(const int32_t* p, int64_t n) const {
+    return any_outside(p, size_t(n), int32_t(std::min<int64_t>(limit(), INT32_MAX)));
+  }
+
+  /// Error(data) for the first id of p[0, n) (file positions from `at`) outside [0, limit), if any.
+  void check_ids(const int32_t* p, int64_t n, int64_t at) const {
+    if (!any_bad(p, n)) return;
+    int64_t i = 0;
+    while (p[i] >= 0 && int64_t(p[i]) < limit()) ++i;
+    const int32_t id = p[i];
+    if (model_vocab_size_ >= 0 && (id < 0 || id >= model_vocab_size_))
+      report_.fail(detail::concat("token id ", id, " at position ", at + i,
+                                  " is out of range for the model's vocabulary size ",
+                                  model_vocab_size_, " (dataset tokenizer '", meta_.info.name,
+                                  "', vocabulary size ", meta_.info.vocab_size, ")"));
+    report_.fail(detail::concat("token id ", id, " at position ", at + i,
+                                " is outside the dataset's own vocabulary size ",
+                                meta_.info.vocab_size, " (tokenizer '", meta_.info.name, "')"));
+  }
+
+  /// Reads every id once in blocks as stored: their CRC-32 against tokens_crc32, then their range
+  /// (an out-of-range id is reported only after the checksum passed: corruption explains it too).
+  void check_contents() const {
+    const size_t n_all = size_t(meta_.num_tokens);
+    std::vector<uint16_t> narrow(narrow_ ? std::min(kTokenBlock, n_all) : 0);
+    std::vector<int32_t> wide(std::min(kTokenBlock, n_all));
+    int64_t first_bad_block = -1;
+    uint32_t crc = 0;
+    for (size_t at = 0; at < n_all; at += kTokenBlock) {
+      const size_t n = std::min(kTokenBlock, n_all - at);
+      if (narrow_) {
+        read_slab(report_, tokens_.get(), H5T_NATIVE_UINT16, at, n, narrow.data(), "tokens");
+        crc = crc32(narrow.data(), n * sizeof(uint16_t), crc);
+        widen(narrow.data(), wide.data(), n);
+      } else {
+        read_slab(report_, tokens_.get(), H5T_NATIVE_INT32, at, n, wide.data(), "tokens");
+        crc = crc32(wide.data(), n * sizeof(int32_t), crc);
+      }
+      if (first_bad_block < 0 && any_bad(wide.data(), int64_t(n))) first_bad_block = int64_t(at);
+    }
+    if (crc != meta_.tokens_crc)
+      report_.fail("checksum mismatch in dataset '/tokens' (stored crc32 " +
+                   crc_hex(meta_.tokens_crc) + ", computed " + crc_hex(crc) +
+                   "): the file is corrupt");
+    if (first_bad_block >= 0) {
+      const size_t n = std::min(kTokenBlock, n_all - size_t(first_bad_block));
+      read_slab(report_, tokens_.get(), H5T_NATIVE_INT32, hsize_t(first_bad_block), n,
+                 wide.data(), "tokens");
+      check_ids(wide.data(), int64_t(n), first_bad_block);
+    }
+  }
+
+ private:
+  void read_range(int64_t at, int64_t n, int32_t* dst) const override {
+    read_slab(report_, tokens_.get(), H5T_NATIVE_INT32, hsize_t(at), hsize_t(n), dst,
+                      "tokens");
+    check_ids(dst, n, at);
+  }
+
+  fs::path path_;
+  Reporter report_;
+  Hid file_;
+  FileMetadata meta_;
+  Hid tokens_, offsets_;
+  bool narrow_;
+  int64_t model_vocab_size_;
+};
+
+// Opens and validates one file. Its bytes are checked once: against its digest (the caller
+// checked the manifest's: `digest_checked`), or its `.digest` sidecar when there is one, which
+// covers every byte, tokens included, so the ids are then only range-checked as they are read; a
+// file without one is read whole in a throwaway process first (core/isolate.h), then its tokens
+// once more here, checksummed and range-checked. `expected` is compared with the file's
+// tokenizer, `expected_is` naming where it comes from.
+std::shared_ptr<TokenFile> open_file(const fs::path& path, const TokenizerInfo* expected,
+                                     const std::string& expected_is, int64_t model_vocab_size,
+                                     bool digest_checked) {
+  quiet_hdf5();
+  const Reporter report = data_file(path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) report.fail("no such token dataset");
+  if (fs::is_directory(path, ec)) report.fail("is a directory, not a token dataset");
+  const uint64_t file_bytes = regular_file_size(path.string(), kTokenDatasetInput);
+  const bool verified = digest_checked || check_sidecar_digest(path, ExitCode::data);
+  if (!verified) {
+    if (std::optional<std::string> crash =
+            probe_file_once(path, [&] { open_file(path, nullptr, "", -1, false); }))
+      report.fail("the HDF5 library crashed reading it (" + *crash + "): the file is corrupt");
+  }
+  Hid file = open_hdf5(report, path);
+  const hid_t root = file.get();
+  FileMetadata meta = read_metadata(report, root);
   // The cheap, likely mistake first: a dataset prepared with another tokenizer.
-  if (expected && (expected->name != info.name || expected->vocab_hash != info.vocab_hash ||
-                   expected->vocab_size != info.vocab_size))
-    report.fail(detail::concat("prepared with tokenizer '", info.name, "' (vocabulary size ",
-                               info.vocab_size, ", hash ", info.vocab_hash,
-                               ") but the model uses tokenizer '", expected->name,
-                               "' (vocabulary size ", expected->vocab_size, ", hash ",
-                               expected->vocab_hash, "); prepare it again with that tokenizer"));
+  if (expected && !same_tokenizer(*expected, meta.info))
+    report.fail("prepared with tokenizer " + describe(meta.info) + " but " + expected_is +
+                " tokenizer " + describe(*expected) + "; prepare it again with that tokenizer");
 
   hid_t raw_type = -1;
-  Hid offsets_ds = open_vector(report, root, "doc_offsets", num_documents + 1, &raw_type);
+  Hid offsets_ds = open_vector(report, root, "doc_offsets", meta.num_documents + 1, &raw_type);
   Hid offsets_type(raw_type, H5Tclose);
   if (H5Tget_class(offsets_type.get()) != H5T_INTEGER || H5Tget_size(offsets_type.get()) != 8)
     report.fail("dataset '/doc_offsets' is not int64");
-  check_stored(report, offsets_ds.get(), "doc_offsets", num_documents + 1, sizeof(int64_t),
+  check_stored(report, offsets_ds.get(), "doc_offsets", meta.num_documents + 1, sizeof(int64_t),
                file_bytes);
-  std::vector<int64_t> offsets(size_t(num_documents + 1));
-  read_range(report, offsets_ds.get(), H5T_NATIVE_INT64, 0, offsets.size(), offsets.data(),
-             "doc_offsets");
-  uint32_t crc = crc32(offsets.data(), offsets.size() * sizeof(int64_t), 0);
-  if (crc != offsets_crc)
+  // Streamed in blocks: checksum, order and end points, without holding the offsets.
+  std::vector<int64_t> block(std::min(kOffsetBlock, size_t(meta.num_documents + 1)));
+  uint32_t crc = 0;
+  int64_t previous = 0;
+  for (size_t at = 0; at < size_t(meta.num_documents + 1); at += kOffsetBlock) {
+    const size_t n = std::min(kOffsetBlock, size_t(meta.num_documents + 1) - at);
+    read_slab(report, offsets_ds.get(), H5T_NATIVE_INT64, at, n, block.data(), "doc_offsets");
+    crc = crc32(block.data(), n * sizeof(int64_t), crc);
+    if (at == 0 && block[0] != 0)
+      report.fail(detail::concat("doc_offsets must run from 0 to num_tokens ", meta.num_tokens,
+                                 ", got ", block[0], " at the start"));
+    for (size_t i = 0; i < n; ++i) {
+      if (block[i] < previous)
+        report.fail(detail::concat("doc_offsets decrease at document ", at + i - 1, " (",
+                                   previous, " > ", block[i], ")"));
+      previous = block[i];
+    }
+  }
+  if (crc != meta.offsets_crc)
     report.fail("checksum mismatch in dataset '/doc_offsets' (stored crc32 " +
-                crc_hex(offsets_crc) + ", computed " + crc_hex(crc) + "): the file is corrupt");
-  for (size_t d = 0; d + 1 < offsets.size(); ++d)
-    if (offsets[d] > offsets[d + 1])
-      report.fail(detail::concat("doc_offsets decrease at document ", d, " (", offsets[d], " > ",
-                                 offsets[d + 1], ")"));
-  if (offsets.front() != 0 || offsets.back() != num_tokens)
-    report.fail(detail::concat("doc_offsets must run from 0 to num_tokens ", num_tokens, ", got ",
-                               offsets.front(), " .. ", offsets.back()));
+                crc_hex(meta.offsets_crc) + ", computed " + crc_hex(crc) +
+                "): the file is corrupt");
+  if (previous != meta.num_tokens)
+    report.fail(detail::concat("doc_offsets must run from 0 to num_tokens ", meta.num_tokens,
+                               ", got 0 .. ", previous));
 
-  Hid tokens_ds = open_vector(report, root, "tokens", num_tokens, &raw_type);
+  Hid tokens_ds = open_vector(report, root, "tokens", meta.num_tokens, &raw_type);
   Hid tokens_type(raw_type, H5Tclose);
   const size_t width = H5Tget_size(tokens_type.get());
   const bool is_u16 = width == 2 && H5Tget_sign(tokens_type.get()) == H5T_SGN_NONE;
   const bool is_i32 = width == 4 && H5Tget_sign(tokens_type.get()) == H5T_SGN_2;
   if (H5Tget_class(tokens_type.get()) != H5T_INTEGER || !(is_u16 || is_i32))
     report.fail("dataset '/tokens' must be uint16 or int32");
-  check_stored(report, tokens_ds.get(), "tokens", num_tokens, width, file_bytes);
+  check_stored(report, tokens_ds.get(), "tokens", meta.num_tokens, width, file_bytes);
+  auto f = std::make_shared<TokenFile>(path, std::move(file), std::move(meta),
+                                       std::move(tokens_ds), std::move(offsets_ds), is_u16,
+                                       model_vocab_size);
+  if (!verified) f->check_contents();
+  return f;
+}
 
-  // One pass over blocks: read as stored, checksum the stored bytes, widen, range-check. An
-  // out-of-range id is reported only after the checksum passed, since corruption explains it too.
-  const int64_t limit =
-      model_vocab_size >= 0 ? std::min(model_vocab_size, info.vocab_size) : info.vocab_size;
-  const auto limit32 = int32_t(std::min<int64_t>(limit, INT32_MAX));
-  auto tokens = std::make_shared<std::vector<int32_t>>(size_t(num_tokens));
-  std::vector<uint16_t> narrow(is_u16 ? std::min<size_t>(kTokenBlock, size_t(num_tokens)) : 0);
-  int64_t first_bad_block = -1;
-  crc = 0;
-  for (size_t at = 0; at < size_t(num_tokens); at += kTokenBlock) {
-    size_t n = std::min(kTokenBlock, size_t(num_tokens) - at);
-    int32_t* dst = tokens->data() + at;
-    if (is_u16) {
-      read_range(report, tokens_ds.get(), H5T_NATIVE_UINT16, at, n, narrow.data(), "tokens");
-      crc = crc32(narrow.data(), n * sizeof(uint16_t), crc);
-      widen(narrow.data(), dst, n);
-    } else {
-      read_range(report, tokens_ds.get(), H5T_NATIVE_INT32, at, n, dst, "tokens");
-      crc = crc32(dst, n * sizeof(int32_t), crc);
+// Ids move to and from disk in blocks of this many through a cache of this many blocks (16 MiB).
+constexpr int64_t kCacheBlock = 8192;
+constexpr int64_t kCacheBlocks = 512;
+
+}  // namespace
+
+int64_t first_validation_document(int64_t num_documents, int64_t num_tokens, double val_fraction,
+                                  const std::function<int64_t(int64_t)>& document_start,
+                                  const fs::path& path) {
+  FORGE_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "val_fraction must be in [0, 1), got ",
+              val_fraction);
+  const int64_t D = num_documents;
+  if (val_fraction == 0.0) return D;
+  if (D < 2)
+    data_file(path).fail(detail::concat(
+        "has ", D, " document(s); splitting off validation by document", " needs at least 2"));
+  // The boundary nearest to where the tail of val_fraction * N tokens starts: the first of
+  // starts 0 .. D - 1 at or after it, or the one before when that is nearer.
+  const double target = double(num_tokens) * (1.0 - val_fraction);
+  int64_t lo = 0, hi = D;  // the answer k is in [lo, hi]: start(k) >= target, start(k-1) < target
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (document_start(mid) < int64_t(target))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  int64_t k = lo;
+  if (k > 0) {
+    const double before = double(document_start(k - 1));
+    const double at = double(k < D ? document_start(k) : num_tokens);
+    if (target - before <= at - target) k -= 1;
+  }
+  return std::clamp<int64_t>(k, 1, D - 1);
+}
+
+TokenDataset::TokenDataset(fs::path path, TokenizerInfo info,
+                           std::shared_ptr<const std::vector<int32_t>> tokens,
+                           std::vector<int64_t> doc_offsets)
+    : path_(std::move(path)),
+      info_(std::move(info)),
+      tokens_(std::move(tokens)),
+      doc_offsets_(std::move(doc_offsets)) {
+  FORGE_CHECK(!doc_offsets_.empty() && doc_offsets_.front() == 0 &&
+                  doc_offsets_.back() == int64_t(tokens_->size()),
+              "TokenDataset: doc_offsets must run from 0 to the token count ", tokens_->size());
+}
+
+TokenSplit TokenDataset::split_by_document(double val_fraction) const {
+  const int64_t first_val =
+      first_validation_document(num_documents(), num_tokens(), val_fraction,
+                                [&](int64_t d) { return doc_offsets_[size_t(d)]; }, path_);
+  auto start = tokens_->begin() + ptrdiff_t(doc_offsets_[size_t(first_val)]);
+  return {std::make_shared<const std::vector<int32_t>>(tokens_->begin(), start),
+          std::make_shared<const std::vector<int32_t>>(start, tokens_->end())};
+}
+
+TokenDataset open_token_dataset(const fs::path& path, const TokenizerInfo* expected,
+                                int64_t model_vocab_size) {
+  std::shared_ptr<TokenFile> f =
+      open_file(path, expected, "the model uses", model_vocab_size, false);
+  auto tokens = std::make_shared<std::vector<int32_t>>(size_t(f->size()));
+  for (int64_t at = 0; at < f->size(); at += int64_t(kTokenBlock)) {
+    const int64_t n = std::min(int64_t(kTokenBlock), f->size() - at);
+    f->read(at, n, tokens->data() + at);
+  }
+  return TokenDataset(path, f->meta().info, std::move(tokens), f->doc_offsets());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming reader.
+
+struct TokenDatasetReader::Impl {
+  fs::path path;
+  TokenizerInfo info;
+  std::vector<std::shared_ptr<TokenFile>> files;  // the shards in order, or the one file
+  std::vector<int64_t> token_starts, doc_starts;  // prefix sums over files, files.size() + 1
+  std::shared_ptr<const TokenSource> tokens;
+
+  void index() {
+    token_starts = {0};
+    doc_starts = {0};
+    std::vector<std::shared_ptr<const TokenSource>> parts;
+    for (const auto& f : files) {
+      token_starts.push_back(token_starts.back() + f->size());
+      doc_starts.push_back(doc_starts.back() + f->meta().num_documents);
+      parts.push_back(f);
     }
-    if (first_bad_block < 0 && any_outside(dst, n, limit32)) first_bad_block = int64_t(at);
+    tokens = cache_tokens(concatenate_tokens(std::move(parts)), kCacheBlock, kCacheBlocks);
   }
-  if (crc != tokens_crc)
-    report.fail("checksum mismatch in dataset '/tokens' (stored crc32 " + crc_hex(tokens_crc) +
-                ", computed " + crc_hex(crc) + "): the file is corrupt");
-  if (first_bad_block >= 0) {
-    size_t i = size_t(first_bad_block);
-    while (i < tokens->size() && (*tokens)[i] >= 0 && int64_t((*tokens)[i]) < limit) ++i;
-    int32_t id = (*tokens)[i];
-    if (model_vocab_size >= 0 && (id < 0 || id >= model_vocab_size))
-      report.fail(detail::concat("token id ", id, " at position ", i,
-                                 " is out of range for the model's vocabulary size ",
-                                 model_vocab_size, " (dataset tokenizer '", info.name,
-                                 "', vocabulary size ", info.vocab_size, ")"));
-    report.fail(detail::concat("token id ", id, " at position ", i,
-                               " is outside the dataset's own vocabulary size ", info.vocab_size,
-                               " (tokenizer '", info.name, "')"));
+};
+
+TokenDatasetReader::TokenDatasetReader(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const fs::path& TokenDatasetReader::path() const { return impl_->path; }
+const TokenizerInfo& TokenDatasetReader::info() const { return impl_->info; }
+int64_t TokenDatasetReader::num_tokens() const { return impl_->token_starts.back(); }
+int64_t TokenDatasetReader::num_documents() const { return impl_->doc_starts.back(); }
+int64_t TokenDatasetReader::num_files() const { return int64_t(impl_->files.size()); }
+const std::shared_ptr<const TokenSource>& TokenDatasetReader::tokens() const {
+  return impl_->tokens;
+}
+
+int64_t TokenDatasetReader::document_start(int64_t d) const {
+  const Impl& m = *impl_;
+  FORGE_CHECK(d >= 0 && d <= num_documents(), "document_start: document ", d, " of ",
+              num_documents());
+  if (d == num_documents()) return num_tokens();
+  // The file holding document d: the last whose first document is at or before it.
+  const size_t i =
+      size_t(std::upper_bound(m.doc_starts.begin(), m.doc_starts.end() - 1, d) -
+             m.doc_starts.begin()) - 1;
+  return m.token_starts[i] + m.files[i]->document_start(d - m.doc_starts[i]);
+}
+
+TokenSourceSplit TokenDatasetReader::split_by_document(double val_fraction) const {
+  const int64_t first_val = first_validation_document(
+      num_documents(), num_tokens(), val_fraction, [&](int64_t d) { return document_start(d); },
+      impl_->path);
+  const int64_t at = document_start(first_val);
+  return {slice_tokens(tokens(), 0, at), slice_tokens(tokens(), at, num_tokens())};
+}
+
+TokenDatasetIdentity TokenDatasetReader::identity() const {
+  TokenDatasetIdentity id{num_tokens(), num_documents(), 0};
+  for (const auto& f : impl_->files) {
+    const uint32_t crcs[2] = {f->meta().tokens_crc, f->meta().offsets_crc};
+    id.crc32 = crc32(crcs, sizeof crcs, id.crc32);
   }
-  return TokenDataset(path, std::move(info), std::move(tokens), std::move(offsets));
+  return id;
+}
+
+std::string TokenDatasetIdentity::describe() const {
+  return detail::concat(num_tokens, " tokens in ", num_documents, " documents, content crc32 ",
+                        crc_hex(crc32));
+}
+
+bool is_token_dataset_path(const fs::path& path) {
+  return path.extension() == ".h5" || is_shard_directory(path);
+}
+
+TokenDatasetReader open_token_dataset_reader(const fs::path& path, const TokenizerInfo* expected,
+                                             int64_t model_vocab_size) {
+  auto impl = std::make_shared<TokenDatasetReader::Impl>();
+  impl->path = path;
+  if (!is_shard_directory(path)) {
+    impl->files.push_back(
+        open_file(path, expected, "the model uses", model_vocab_size, false));
+    impl->info = impl->files[0]->meta().info;
+    impl->index();
+    return TokenDatasetReader(std::move(impl));
+  }
+  const ShardManifest manifest = read_shard_manifest(path);
+  const fs::path manifest_file = path / kShardManifestName;
+  const std::string listed = quoted_path(manifest_file.string());
+  if (expected && !same_tokenizer(*expected, manifest.tokenizer))
+    throw Error(ExitCode::data, listed + ": prepared with tokenizer " +
+                                    describe(manifest.tokenizer) + " but the model uses tokenizer " +
+                                    describe(*expected) + "; prepare it again with that tokenizer");
+  check_shard_files(path, manifest);
+  // The digest pass reads every byte of the dataset: the shards on every core, the first failure
+  // in manifest order reported.
+  std::vector<std::exception_ptr> errors(manifest.shards.size());
+  kernels::parallel_for(int64_t(errors.size()), [&](int64_t i) {
+    try {
+      const TokenShard& s = manifest.shards[size_t(i)];
+      check_digest(path / s.file, s.digest, manifest_file.string(), ExitCode::data);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  impl->info = manifest.tokenizer;
+  for (size_t i = 0; i < manifest.shards.size(); ++i) {
+    const TokenShard& s = manifest.shards[i];
+    std::shared_ptr<TokenFile> f = open_file(path / s.file, nullptr, "", model_vocab_size, true);
+    const Reporter report = data_file(f->path());
+    if (i > 0 && f->narrow() != impl->files[0]->narrow())
+      report.fail(detail::concat("stores ids as ", f->narrow() ? "uint16" : "int32", ", but ",
+                                 quoted_path(impl->files[0]->path().string()), " as ",
+                                 f->narrow() ? "int32" : "uint16",
+                                 ": the shards of a dataset share one type"));
+    if (!same_tokenizer(f->meta().info, manifest.tokenizer))
+      report.fail("prepared with tokenizer " + describe(f->meta().info) + " but " + listed +
+                  " lists tokenizer " + describe(manifest.tokenizer));
+    if (f->meta().num_tokens != s.num_tokens || f->meta().num_documents != s.num_documents)
+      report.fail(detail::concat("holds ", f->meta().num_tokens, " tokens in ",
+                                 f->meta().num_documents, " documents, but ", listed, " lists ",
+                                 s.num_tokens, " in ", s.num_documents));
+    impl->files.push_back(std::move(f));
+  }
+  impl->index();
+  return TokenDatasetReader(std::move(impl));
+}
+
+TokenDatasetIdentity read_token_dataset_identity(const fs::path& path) {
+  quiet_hdf5();
+  std::vector<fs::path> files;
+  if (is_shard_directory(path)) {
+    for (const TokenShard& s : read_shard_manifest(path).shards) files.push_back(path / s.file);
+  } else {
+    files.push_back(path);
+  }
+  TokenDatasetIdentity id{0, 0, 0};
+  for (const fs::path& file : files) {
+    const Reporter report = data_file(file);
+    Hid h = open_hdf5(report, file);
+    const FileMetadata meta = read_metadata(report, h.get());
+    id.num_tokens += meta.num_tokens;
+    id.num_documents += meta.num_documents;
+    const uint32_t crcs[2] = {meta.tokens_crc, meta.offsets_crc};
+    id.crc32 = crc32(crcs, sizeof crcs, id.crc32);
+  }
+  return id;
 }
 
 }  // namespace forge

@@ -140,12 +140,19 @@ Tensor whiten(const Tensor& x, const Tensor& mask, bool shift_mean) {
   return from_vector(out, x.shape(), x.dtype());
 }
 
-PPOPolicyLoss ppo_policy_loss(const Tensor& logp_new, const Tensor& logp_old,
-                              const Tensor& advantages, const Tensor& mask, double clip_range) {
-  // [B, T] x 4 -> 0-d
-  const char* who = "ppo_policy_loss";
-  check_option(std::isfinite(clip_range) && clip_range >= 0, who,
-               "clip_range must be finite and >= 0", clip_range);
+namespace {
+
+// The clipped surrogate per token and its statistics, for PPO's loss and GRPO's: with
+// ratio = exp(logp_new - logp_old), max(-A ratio, -A clip(ratio, 1 - low, 1 + high)), 0 at masked
+// positions. Clipped tokens are those where the clipped term is the larger (TRL's clipfrac, and
+// GRPO's is_low_clipped | is_high_clipped).
+struct Surrogate {
+  Tensor per_token;
+  double tokens = 0, clip_frac = 0, approx_kl = 0, ratio_mean = 0;
+};
+
+Surrogate surrogate(const Tensor& logp_new, const Tensor& logp_old, const Tensor& advantages,
+                    const Tensor& mask, double low, double high, const char* who) {
   FORGE_CHECK(logp_new.defined(), who, ": logp_new is undefined");
   check_like(logp_new, logp_new, who, "logp_new");
   check_like(logp_old, logp_new, who, "logp_old");
@@ -156,9 +163,10 @@ PPOPolicyLoss ppo_policy_loss(const Tensor& logp_new, const Tensor& logp_old,
   const Tensor ratio = exp(log_ratio);  // 1 at masked positions
   const Tensor a = masked(advantages.detach(), mask);
   const Tensor unclipped = -a * ratio;
-  const Tensor clipped = -a * clamp(ratio, 1 - clip_range, 1 + clip_range);
-  PPOPolicyLoss out;
-  out.loss = sum(maximum(unclipped, clipped)) / n;
+  const Tensor clipped = -a * clamp(ratio, 1 - low, 1 + high);
+  Surrogate out;
+  out.per_token = maximum(unclipped, clipped);
+  out.tokens = n;
   const std::vector<double> u = host(unclipped), c = host(clipped), lr = host(log_ratio),
                             r = host(ratio);
   double clipped_tokens = 0, squares = 0, ratios = 0;
@@ -172,6 +180,19 @@ PPOPolicyLoss ppo_policy_loss(const Tensor& logp_new, const Tensor& logp_old,
   out.approx_kl = 0.5 * squares / n;
   out.ratio_mean = ratios / n;
   return out;
+}
+
+}  // namespace
+
+PPOPolicyLoss ppo_policy_loss(const Tensor& logp_new, const Tensor& logp_old,
+                              const Tensor& advantages, const Tensor& mask, double clip_range) {
+  // [B, T] x 4 -> 0-d
+  const char* who = "ppo_policy_loss";
+  check_option(std::isfinite(clip_range) && clip_range >= 0, who,
+               "clip_range must be finite and >= 0", clip_range);
+  const Surrogate s =
+      surrogate(logp_new, logp_old, advantages, mask, clip_range, clip_range, who);
+  return {sum(s.per_token) / s.tokens, s.clip_frac, s.approx_kl, s.ratio_mean};
 }
 
 PPOValueLoss ppo_value_loss(const Tensor& values_new, const Tensor& values_old,
@@ -249,6 +270,109 @@ void KLController::restore(double value) {
                 detail::concat("kl controller: a saved kl_coef must be finite and >= 0, got ",
                                value));
   value_ = value;
+}
+
+// ---- GRPO ----------------------------------------------------------------------------------------
+
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size,
+                                     bool scale) {
+  // [N] -> [N], N = groups x group_size
+  FORGE_CHECK(group_size >= 1 && rewards.size() % size_t(group_size) == 0,
+              "group_advantages: ", rewards.size(), " rewards do not form groups of ", group_size);
+  const size_t G = size_t(group_size);
+  std::vector<double> out(rewards.size());
+  for (size_t first = 0; first < rewards.size(); first += G) {
+    double mean = 0, var = 0;
+    for (size_t i = first; i < first + G; ++i) mean += rewards[i];
+    mean /= double(G);
+    for (size_t i = first; i < first + G; ++i) var += (rewards[i] - mean) * (rewards[i] - mean);
+    // torch.std: unbiased, and nan for a group of one, as TRL would divide by.
+    const double std = G > 1 ? std::sqrt(var / double(G - 1)) : std::nan("");
+    for (size_t i = first; i < first + G; ++i)
+      out[i] = scale ? (rewards[i] - mean) / (std + 1e-4) : rewards[i] - mean;
+  }
+  return out;
+}
+
+std::vector<double> rejection_advantages(const std::vector<double>& rewards, double threshold) {
+  std::vector<double> out;
+  for (double r : rewards) out.push_back(r >= threshold ? 1.0 : 0.0);
+  return out;
+}
+
+int64_t zero_variance_groups(const std::vector<double>& rewards, int64_t group_size) {
+  FORGE_CHECK(group_size >= 1 && rewards.size() % size_t(group_size) == 0,
+              "zero_variance_groups: ", rewards.size(), " rewards do not form groups of ",
+              group_size);
+  int64_t n = 0;
+  for (size_t first = 0; first < rewards.size(); first += size_t(group_size))
+    n += std::all_of(rewards.begin() + long(first), rewards.begin() + long(first) + group_size,
+                     [&](double r) { return r == rewards[first]; });
+  return n;
+}
+
+Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp, const Tensor& mask) {
+  // [B, T] x 3 -> [B, T]
+  const char* who = "k3_kl";
+  FORGE_CHECK(logp.defined(), who, ": logp is undefined");
+  check_like(logp, logp, who, "logp");
+  check_like(ref_logp, logp, who, "ref_logp");
+  mask_values(mask, logp, who);
+  const Tensor d = masked(ref_logp.detach(), mask) - masked(logp, mask);  // 0 at masked positions
+  return exp(d) - d - 1.0;
+}
+
+GRPOLoss grpo_loss(const Tensor& logp_new, const Tensor& logp_old, const Tensor& ref_logp,
+                   const Tensor& advantages, const Tensor& mask, const GRPOLossOptions& o) {
+  // [B, T], [B, T], [B, T], [B], [B, T] -> 0-d
+  const char* who = "grpo_loss";
+  check_option(std::isfinite(o.epsilon) && o.epsilon >= 0, who,
+               "epsilon must be finite and >= 0", o.epsilon);
+  check_option(std::isfinite(o.epsilon_high) && o.epsilon_high >= 0, who,
+               "epsilon_high must be finite and >= 0", o.epsilon_high);
+  check_option(std::isfinite(o.beta) && o.beta >= 0, who, "beta must be finite and >= 0", o.beta);
+  check_option(o.type != GRPOLossType::dr_grpo || o.max_completion_length >= 1, who,
+               "dr_grpo needs max_completion_length >= 1", double(o.max_completion_length));
+  FORGE_CHECK(logp_new.defined() && logp_new.dim() == 2, who, ": logp_new must be [B, T]");
+  const int64_t B = logp_new.size(0), T = logp_new.size(1);
+  FORGE_CHECK(advantages.defined() && advantages.shape() == (Shape{B}), who,
+              ": advantages must be [B] = [", B, "], got ",
+              advantages.defined() ? shape_str(advantages.shape()) : "undefined");
+  // Each row's advantage at each of its positions, as TRL's advantages.unsqueeze(1) broadcasts.
+  std::vector<double> per_token;
+  for (double a : host(advantages)) per_token.insert(per_token.end(), size_t(T), a);
+  const Surrogate s = surrogate(logp_new, logp_old, from_vector(per_token, {B, T}, logp_new.dtype()),
+                                mask, o.epsilon, o.epsilon_high, who);
+  Tensor loss = s.per_token;
+  GRPOLoss out;
+  if (o.beta > 0) {
+    const Tensor kl = k3_kl(logp_new, ref_logp, mask);
+    loss = loss + o.beta * kl;
+    out.kl = sum(kl).item() / s.tokens;
+  }
+  const std::vector<double> m = host(mask);
+  switch (o.type) {
+    case GRPOLossType::grpo: {
+      std::vector<double> lengths(size_t(B), 0.0);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) lengths[size_t(b)] += m[size_t(b * T + t)];
+      for (double& n : lengths) n = 1 / std::max(1.0, n);
+      out.loss_sum = sum(sum(loss, {1}) * from_vector(lengths, {B}, loss.dtype()));
+      out.units = B;
+      break;
+    }
+    case GRPOLossType::dapo:
+      out.loss_sum = sum(loss);
+      out.units = int64_t(s.tokens);
+      break;
+    case GRPOLossType::dr_grpo:
+      out.loss_sum = sum(loss) / double(o.max_completion_length);
+      out.units = B;
+      break;
+  }
+  out.clip_frac = s.clip_frac;
+  out.ratio_mean = s.ratio_mean;
+  return out;
 }
 
 }  // namespace forge::nn

@@ -1,12 +1,15 @@
 // The numerical pieces of PPO for language models (Ziegler et al. 2019, Ouyang et al. 2022), as
 // TRL's PPOTrainer writes them: per-token rewards with a KL penalty, GAE, masked whitening, the
-// clipped policy and value losses, the entropy of the policy and the adaptive KL controller.
+// clipped policy and value losses, the entropy of the policy and the adaptive KL controller; and
+// GRPO's (Shao et al. 2024) as TRL's GRPOTrainer writes them: group-relative advantages, the k3 KL
+// estimator and the clipped loss with its three normalisations.
 // Per-token tensors are [B, T] over a rollout's response positions with a response mask [B, T] of
 // 0/1; the losses are composites of differentiable ops, the rollout quantities (rewards,
 // advantages) plain numbers.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -112,5 +115,59 @@ class KLController {
   KLControllerOptions options_;
   double value_;
 };
+
+// ---- GRPO ----------------------------------------------------------------------------------------
+
+/// TRL's group-relative advantages of `rewards` in consecutive groups of `group_size` (a prompt's
+/// completions): A = r - mean(group), divided by std(group) + 1e-4 when `scale` (the unbiased std,
+/// torch's); scale false is Dr. GRPO. Throws Error(internal) unless the size is a multiple of
+/// group_size >= 1.
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group_size,
+                                     bool scale);
+
+/// Online rejection sampling's advantages: 1 for a reward >= threshold (kept), else 0.
+std::vector<double> rejection_advantages(const std::vector<double>& rewards, double threshold);
+
+/// How many groups of `group_size` consecutive rewards are all equal (their advantages all 0).
+int64_t zero_variance_groups(const std::vector<double>& rewards, int64_t group_size);
+
+/// The k3 estimator of KL(pi || ref) per token (Schulman 2020), TRL's:
+/// exp(ref_logp - logp) - (ref_logp - logp) - 1, >= 0, with graph through logp; 0 at masked
+/// positions. ref_logp is a constant.
+Tensor k3_kl(const Tensor& logp, const Tensor& ref_logp, const Tensor& mask);
+
+/// How grpo_loss divides the sum of its per-token losses (TRL's loss_type).
+enum class GRPOLossType {
+  grpo,     ///< by each completion's length, then the mean over completions (the paper)
+  dapo,     ///< by the response tokens of the whole update (DAPO; TRL's "dapo")
+  dr_grpo,  ///< by completions x max_completion_length, a constant (Dr. GRPO)
+};
+
+struct GRPOLossOptions {
+  double epsilon = 0.2;       ///< the ratio's lower clip: 1 - epsilon
+  double epsilon_high = 0.2;  ///< its upper clip: 1 + epsilon_high (DAPO's clip-higher: 0.28)
+  double beta = 0.0;          ///< weight of the k3 KL to the reference; 0: no reference needed
+  GRPOLossType type = GRPOLossType::dapo;
+  int64_t max_completion_length = 0;  ///< dr_grpo's constant
+};
+
+/// GRPO's loss of a batch as a sum and what it is divided by, so that micro-batches accumulate:
+/// loss_sum / units over one batch is TRL's loss, and summed over the micro-batches of an update
+/// before the division it is TRL's loss of the whole update (dapo counts its tokens).
+struct GRPOLoss {
+  Tensor loss_sum;        ///< 0-d, with graph through logp_new
+  int64_t units = 0;      ///< completions (grpo, dr_grpo) or response tokens (dapo)
+  double clip_frac = 0;   ///< share of response tokens where the clipped term is the larger
+  double kl = 0;          ///< token mean of k3 (0 when beta is 0)
+  double ratio_mean = 0;  ///< token mean of exp(logp_new - logp_old)
+};
+
+/// TRL's GRPO loss per token, -min(ratio A, clip(ratio, 1 - epsilon, 1 + epsilon_high) A) +
+/// beta k3, with ratio = exp(logp_new - logp_old) and A = advantages[b] ([B]) at every response
+/// token of row b; normalised as options.type says. logp_old, ref_logp and the advantages are
+/// constants; ref_logp is read only when beta > 0. Throws Error(usage) for an epsilon or beta not
+/// finite and >= 0, or dr_grpo without max_completion_length >= 1.
+GRPOLoss grpo_loss(const Tensor& logp_new, const Tensor& logp_old, const Tensor& ref_logp,
+                   const Tensor& advantages, const Tensor& mask, const GRPOLossOptions& options);
 
 }  // namespace forge::nn

@@ -8,6 +8,7 @@
 #include "recipes/dpo.h"
 #include "recipes/finetune.h"
 #include "recipes/gpt_pretrain.h"
+#include "recipes/grpo.h"
 #include "recipes/ppo.h"
 #include "recipes/preference_config.h"
 #include "recipes/reward_model.h"
@@ -26,6 +27,7 @@ Catalog forge_catalog() {
       reward_model_recipe(),
       dpo_recipe(),
       ppo_recipe(),
+      grpo_recipe(),
   };
   catalog.sections = {
       bert_section(),
@@ -37,6 +39,7 @@ Catalog forge_catalog() {
       reward_model_section(),
       dpo_section(),
       ppo_section(),
+      grpo_section(),
   };
   return catalog;
 }

@@ -26,6 +26,7 @@
 #include "data/prepare.h"
 #include "data/records.h"
 #include "data/sft.h"
+#include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "nn/generate.h"
 #include "runtime/checkpoint.h"
@@ -40,13 +41,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class DataKind { stream, records, sft };
+enum class DataKind { stream, records, sft, chat };
 
+// A shard directory is one token dataset (data/token_shards.h); any other directory holds record
+// files. Chat records are told apart from prompt/completion ones by their first record, so that a
+// data.val of the other kind is refused before either is read.
 DataKind data_kind(const std::string& path) {
+  if (is_shard_directory(path)) return DataKind::stream;
   if (fs::is_directory(path)) return DataKind::records;
-  if (fs::path(path).extension() == ".jsonl") return DataKind::sft;
+  if (fs::path(path).extension() == ".jsonl")
+    return is_chat_jsonl(path) ? DataKind::chat : DataKind::sft;
   return DataKind::stream;
 }
+
+// Prompt/completion and chat records both become SFT rows.
+bool is_sft(DataKind kind) { return kind == DataKind::sft || kind == DataKind::chat; }
 
 struct FinetuneData {
   std::unique_ptr<Tokenizer> tokenizer;
@@ -129,7 +138,7 @@ FinetuneData load_data(const RunConfig& config) {
     return tokenize_sft(read_sft_jsonl(file), *data.tokenizer, eot, T);
   };
   std::optional<ChatTemplate> chat_template;
-  if (is_chat_jsonl(config.data.train)) {
+  if (data.kind == DataKind::chat) {
     chat_template = find_chat_template(config.data.chat_template,
                                        {config.data.tokenizer, config.model.init_from},
                                        "data.chat_template");
@@ -226,7 +235,7 @@ RecipeSpec finetune_recipe() {
                 const RunConfig& config = c.config();
                 c.cross({"finetune.packing", "data.train"},
                         !config.get<bool>("finetune.packing") ||
-                            data_kind(config.data.train) == DataKind::sft,
+                            is_sft(data_kind(config.data.train)),
                         "finetune.packing packs JSONL instruction records, but data.train '" +
                             config.data.train + "' is not a .jsonl file");
               },
@@ -251,7 +260,7 @@ int train_finetune(const RunConfig& config) {
   recipe.tokens_per_step = B * config.model.context * config.train.grad_accum;
   std::unique_ptr<SFTLoader> train_loader, val_loader;
   std::unique_ptr<PackedSFTLoader> packed_loader;
-  if (data.kind == DataKind::sft) {
+  if (is_sft(data.kind)) {
     if (finetune_settings(config).packing) {
       packed_loader =
           std::make_unique<PackedSFTLoader>(data.sft_train, B, config.model.context, seed);
@@ -275,7 +284,7 @@ int train_finetune(const RunConfig& config) {
   }
   recipe.sample = [&] {
     std::string prompt = "\n";
-    if (data.kind == DataKind::sft && data.sft_val->size() > 0)
+    if (is_sft(data.kind) && data.sft_val->size() > 0)
       prompt = data.tokenizer->decode(
           {data.sft_val->tokens[0].begin(),
            data.sft_val->tokens[0].begin() + data.sft_val->prompt_len[0]});
@@ -290,7 +299,7 @@ int eval_finetune(const RunConfig& config, const fs::path& checkpoint_file, cons
   NoGradGuard no_grad;
   Metrics m;
   const int64_t B = config.train.batch_size;
-  if (data.kind == DataKind::sft)
+  if (is_sft(data.kind))
     m = sft_eval(*loaded.model, SFTLoader(data.sft_val, B, uint64_t(config.seed), false), B, 0,
                  true);
   else

@@ -17,21 +17,25 @@
 namespace forge {
 namespace {
 
-// Token ids of a text file (tokenized now) or of a prepared dataset (validated against the
-// tokenizer and the model's vocabulary).
-std::shared_ptr<const std::vector<int32_t>> load_tokens(const std::string& path,
-                                                        const Tokenizer& tokenizer,
-                                                        const TokenizerInfo& info,
-                                                        int64_t vocab_size,
-                                                        std::optional<TokenDataset>* dataset) {
-  if (std::filesystem::path(path).extension() == ".h5") {
-    TokenDataset ds = open_token_dataset(path, &info, vocab_size);
+// The tokens of a split's file: a prepared dataset (a .h5 file or a shard directory), opened for
+// streaming and validated against the tokenizer and the model's vocabulary, or a text file,
+// tokenized now into memory.
+struct SplitTokens {
+  std::shared_ptr<const TokenSource> tokens;
+  std::optional<TokenDatasetReader> dataset;             // a prepared dataset
+  std::shared_ptr<const std::vector<int32_t>> text_ids;  // a text file's
+};
+
+SplitTokens load_tokens(const std::string& path, const Tokenizer& tokenizer,
+                        const TokenizerInfo& info, int64_t vocab_size) {
+  if (is_token_dataset_path(path)) {
+    TokenDatasetReader ds = open_token_dataset_reader(path, &info, vocab_size);
     auto tokens = ds.tokens();
-    if (dataset) dataset->emplace(std::move(ds));
-    return tokens;
+    return {std::move(tokens), std::move(ds), nullptr};
   }
-  std::vector<int32_t> ids = tokenizer.encode(read_input_file(path, kCorpusInput));
-  return std::make_shared<const std::vector<int32_t>>(std::move(ids));
+  auto ids = std::make_shared<const std::vector<int32_t>>(
+      tokenizer.encode(read_input_file(path, kCorpusInput)));
+  return {std::make_shared<const MemoryTokens>(ids), std::nullopt, ids};
 }
 
 }  // namespace
@@ -41,24 +45,31 @@ LMSplits load_lm_splits(const RunConfig& config) {
   std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer, d.special_tokens);
   const TokenizerInfo info{tokenizer->name(), tokenizer->vocab_size(), vocabulary_hash(*tokenizer)};
   const int64_t V = config.model.vocab_size;
-  std::optional<TokenDataset> dataset;
   // A data error says which split's file it is about, as the same file may serve either.
-  auto load = [&](const char* key, const std::string& path, std::optional<TokenDataset>* ds) {
+  auto keyed = [](const char* key, const auto& fn) {
     try {
-      return load_tokens(path, *tokenizer, info, V, ds);
+      return fn();
     } catch (const Error& e) {
       if (e.code() != ExitCode::data) throw;
       throw Error(ExitCode::data, std::string(key) + ": " + e.what());
     }
   };
-  auto train = load("data.train", d.train, &dataset);
-  TokenSplit split;
-  if (!d.val.empty())
-    split = {train, load("data.val", d.val, nullptr)};
-  else if (dataset)
-    split = dataset->split_by_document(d.val_fraction);  // documents are never cut
-  else
-    split = split_by_position(std::vector<int32_t>(*train), d.val_fraction);
+  auto load = [&](const char* key, const std::string& path) {
+    return keyed(key, [&] { return load_tokens(path, *tokenizer, info, V); });
+  };
+  SplitTokens train = load("data.train", d.train);
+  TokenSourceSplit split;
+  if (!d.val.empty()) {
+    // forge eval --data names one file for both: it is opened (and checked) once.
+    split = {train.tokens, d.val == d.train ? train.tokens : load("data.val", d.val).tokens};
+  } else if (train.dataset) {
+    // Documents are never cut.
+    split = keyed("data.train", [&] { return train.dataset->split_by_document(d.val_fraction); });
+  } else {
+    TokenSplit s = split_by_position(std::vector<int32_t>(*train.text_ids), d.val_fraction);
+    split = {std::make_shared<const MemoryTokens>(s.train),
+             std::make_shared<const MemoryTokens>(s.val)};
+  }
   int64_t T = config.model.context;
   return {std::move(tokenizer), std::make_unique<LMWindows>(split.train, T),
           std::make_unique<LMWindows>(split.val, T)};

@@ -22,9 +22,10 @@ struct LMSplits {
   std::unique_ptr<LMWindows> train, val;
 };
 
-/// data.train (a text file, tokenized now, or a prepared .h5 dataset validated against the
-/// tokenizer and model.vocab_size) and its validation split: data.val, or the last
-/// data.val_fraction (whole documents of a dataset).
+/// data.train (a text file, tokenized now, or a prepared dataset, a .h5 file or a shard directory,
+/// validated against the tokenizer and model.vocab_size and then read from disk as the windows
+/// need it) and its validation split: data.val, or the last data.val_fraction (whole documents of
+/// a dataset).
 LMSplits load_lm_splits(const RunConfig& config);
 
 /// One batch through a GPT: the final hidden states [B, T, C], the logits as rows [B*T, V], their

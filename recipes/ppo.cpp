@@ -34,6 +34,7 @@
 #include "runtime/lora_config.h"
 #include "recipes/policy.h"
 #include "recipes/reward_model.h"
+#include "recipes/rollout.h"
 #include "runtime/trainer.h"
 
 namespace forge {
@@ -41,10 +42,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The ppo: section with the nn option structs its rollout and KL keys make.
 struct PPOSettings : PPOSection {
@@ -69,21 +66,6 @@ PPOSettings ppo_settings(const RunConfig& c) {
 
 // ---- prompts ------------------------------------------------------------------------------------
 
-struct Prompts {
-  std::vector<std::string> text;
-  std::vector<std::vector<int64_t>> ids;
-};
-
-// A model that reads a prompt with its completion of up to ppo.max_new_tokens: a row is the
-// prompt's tokens + max_new_tokens + `extra` long and must fit `context`.
-struct PromptLimit {
-  std::string model;                     // "model.context", "the value model's context", ...
-  int64_t context = 0;
-  int64_t extra = 0;
-  const Tokenizer* tokenizer = nullptr;  // one that re-tokenizes the text; null: the policy's ids
-  std::string extra_text = {};           // what `extra` is, for the message
-};
-
 // The reward model's and the separate value model's limits. The reward model scores prompt +
 // completion re-tokenized with its tokenizer and its preference.end_of_text after them (counted as
 // the prompt's tokens + max_new_tokens: exact for byte tokenizers and for the policy's own one up
@@ -103,82 +85,17 @@ std::vector<PromptLimit> reward_limits(const LoadedRewardModel& reward,
   return limits;
 }
 
-// Prompts of `file` (JSONL {"prompt"} records or one a line), each checked to leave room for the
-// completion in every model's context (`limits`), before the first step rather than at the step
-// that samples it: Error(data) naming the file, the record and the context otherwise.
-Prompts read_prompts(const fs::path& file, const Tokenizer& tokenizer, int64_t max_new_tokens,
-                     const std::vector<PromptLimit>& limits) {
-  Prompts p;
-  p.text = read_texts(file, {"prompt", "a prompt record", {"prompt"}}, "prompt");
-  p.ids = encode_prompts(p.text, tokenizer);
-  for (size_t i = 0; i < p.ids.size(); ++i)
-    for (const PromptLimit& limit : limits) {
-      const int64_t n = limit.tokenizer ? int64_t(limit.tokenizer->encode(p.text[i]).size())
-                                        : int64_t(p.ids[i].size());
-      if (n + max_new_tokens + limit.extra > limit.context)
-        throw Error(ExitCode::data,
-                    detail::concat(file.string(), ": prompt ", i + 1, " is ", n,
-                                   " tokens; with ppo.max_new_tokens ", max_new_tokens,
-                                   limit.extra_text, " it does not fit ", limit.model, " ",
-                                   limit.context));
-    }
-  return p;
-}
-
-Prompts subset(const Prompts& p, const std::vector<int64_t>& rows) {
-  Prompts out;
-  for (int64_t r : rows) {
-    out.text.push_back(p.text[size_t(r)]);
-    out.ids.push_back(p.ids[size_t(r)]);
-  }
-  return out;
-}
-
-struct PromptSplits {
-  Prompts train, val;
-};
-
-// data.train's prompts, and data.val's or data.val_fraction of data.train's, each fitting the
+// data.train's and data.val's prompts (JSONL {"prompt"} records or one a line), each fitting the
 // policy's context and `limits`.
-PromptSplits load_prompts(const RunConfig& config, const Tokenizer& tokenizer,
-                          std::vector<PromptLimit> limits = {}) {
-  const int64_t new_tokens = ppo_section_settings(config).max_new_tokens;
-  limits.insert(limits.begin(), {"model.context", config.model.context});
-  PromptSplits s;
-  s.train = read_prompts(config.data.train, tokenizer, new_tokens, limits);
-  if (!config.data.val.empty()) {
-    s.val = read_prompts(config.data.val, tokenizer, new_tokens, limits);
-    return s;
-  }
-  const auto [train, val] =
-      split_rows_by_fraction(int64_t(s.train.text.size()), config.data.val_fraction,
-                             uint64_t(config.data.split_seed), "ppo_prompts");
-  s.val = subset(s.train, val);
-  s.train = subset(s.train, train);
-  return s;
-}
-
-// The prompts of step `step`: rows step * P .. step * P + P - 1 of the endless sequence of epochs,
-// each a seeded shuffle of the training prompts, so a step's prompts are a function of (seed,
-// step).
-std::vector<int64_t> step_prompts(int64_t n, uint64_t seed, int64_t step, int64_t count) {
-  std::vector<int64_t> rows, order;
-  int64_t epoch = -1;
-  for (int64_t k = step * count; k < (step + 1) * count; ++k) {
-    if (k / n != epoch) {
-      epoch = k / n;
-      order = philox_permutation(n, seed, rng_stream("ppo_prompts", uint64_t(epoch)));
-    }
-    rows.push_back(order[size_t(k % n)]);
-  }
-  return rows;
-}
-
-// The seed of a step's (or an evaluation's) sampling: one Philox draw under the run's seed.
-uint64_t sampling_seed(const RunConfig& config, std::string_view purpose, int64_t step) {
-  const std::array<uint32_t, 4> w =
-      philox(uint64_t(config.seed), rng_stream(purpose, uint64_t(step)), 0);
-  return uint64_t(w[0]) << 32 | w[1];
+PromptSplits load_ppo_prompts(const RunConfig& config, const Tokenizer& tokenizer,
+                              std::vector<PromptLimit> limits = {}) {
+  const auto read = [](const fs::path& file) {
+    Prompts p;
+    p.text = read_texts(file, {"prompt", "a prompt record", {"prompt"}}, "prompt");
+    return p;
+  };
+  return load_prompts(config, tokenizer, ppo_section_settings(config).max_new_tokens,
+                      "ppo.max_new_tokens", read, std::move(limits));
 }
 
 // ---- the value function -------------------------------------------------------------------------
@@ -224,67 +141,10 @@ Critic build_critic(const PPOSettings& s, const nn::GPT& policy, const LoadedRew
 
 // One rollout: per row the prompt + completion tokens and, per response token j (the position
 // prompt_len - 1 + j of next_token_rows' layout predicts it), the quantities PPO needs.
-struct Rollout {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<int64_t> prompt_len;
+struct Rollout : RolloutRows {
   std::vector<std::vector<float>> logp, ref_logp, values, advantages, returns;
   std::vector<double> scores;  // the reward model's, with the missing-EOS penalty
-  std::vector<bool> finished;
-  int64_t size() const { return int64_t(tokens.size()); }
-  int64_t response_tokens(int64_t r) const {
-    return int64_t(tokens[size_t(r)].size()) - prompt_len[size_t(r)];
-  }
 };
-
-// Rows `rows` of a rollout as next_token_rows lays them out, [n, W].
-NextTokenRows rollout_rows(const Rollout& ro, const std::vector<int64_t>& rows) {
-  std::vector<std::span<const int32_t>> spans;
-  std::vector<int64_t> prompt_len;
-  for (int64_t r : rows) {
-    spans.emplace_back(ro.tokens[size_t(r)]);
-    prompt_len.push_back(ro.prompt_len[size_t(r)]);
-  }
-  return next_token_rows(spans, prompt_len);
-}
-
-// Per-response-token vectors of rows `rows` placed at their columns of a [n, width] f32 tensor, 0
-// elsewhere; and back.
-Tensor to_columns(const Rollout& ro, const std::vector<std::vector<float>>& per_token,
-                  const std::vector<int64_t>& rows, int64_t width) {
-  std::vector<float> out(size_t(int64_t(rows.size()) * width), 0.0f);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const size_t r = size_t(rows[i]);
-    const int64_t first = ro.prompt_len[r] - 1;
-    std::copy(per_token[r].begin(), per_token[r].end(),
-              out.begin() + long(int64_t(i) * width + first));
-  }
-  return from_vector(out, {int64_t(rows.size()), width});
-}
-
-void from_columns(const Rollout& ro, const Tensor& t, const std::vector<int64_t>& rows,
-                  std::vector<std::vector<float>>& per_token) {
-  const std::vector<float> v = t.contiguous().to_vector<float>();
-  const int64_t width = t.size(1);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const size_t r = size_t(rows[i]);
-    const auto first = v.begin() + long(int64_t(i) * width + ro.prompt_len[r] - 1);
-    per_token[r].assign(first, first + long(ro.response_tokens(int64_t(r))));
-  }
-}
-
-// 1 where a target is a response token, else 0: f32 [n, W].
-Tensor response_mask(const NextTokenRows& rows) {
-  std::vector<float> mask;
-  for (int64_t t : rows.targets.contiguous().to_vector<int64_t>())
-    mask.push_back(t == LMWindows::kIgnoreTarget ? 0.0f : 1.0f);
-  return from_vector(mask, rows.targets.shape());
-}
-
-std::vector<int64_t> iota_rows(int64_t first, int64_t count) {
-  std::vector<int64_t> rows(static_cast<size_t>(count));
-  std::iota(rows.begin(), rows.end(), first);
-  return rows;
-}
 
 // The models a PPO step reads.
 struct PPOModels {
@@ -294,20 +154,6 @@ struct PPOModels {
   const Critic& critic;
   const Tokenizer& tokenizer;
 };
-
-// The policy's per-token log-probabilities of `targets` at the sampling temperature (the
-// distribution the tokens were drawn from, as TRL scales its logits), and its hidden states.
-struct PolicyForward {
-  Tensor hidden, logits, logp;
-};
-PolicyForward policy_forward(const nn::GPT& model, const NextTokenRows& rows, double temperature) {
-  PolicyForward f;
-  f.hidden = model.forward(rows.ids, nn::GPTOutput::hidden);
-  f.logits = model.head(f.hidden);
-  if (temperature != 1.0) f.logits = mul(f.logits, 1.0 / temperature);
-  f.logp = nn::token_logprobs(f.logits, rows.targets);
-  return f;
-}
 
 // Rollout statistics for the train line.
 struct RolloutStats {
@@ -323,31 +169,16 @@ Rollout collect_rollout(const PPOModels& m, const PPOSettings& s, const Prompts&
                         double& t_score) {
   NoGradGuard no_grad;
   const auto t0 = Clock::now();
-  nn::SamplingOptions sampling = s.sampling;
-  sampling.seed = seed;
-  sampling.vocab_limit = m.tokenizer.vocab_size();  // the completions are decoded for the reward
-  nn::BatchOptions batch;
-  batch.batch_size = s.generation_batch_size;
-  for (int32_t id : end_of_text_ids(m.tokenizer, s.stop_text)) batch.end_of_text.push_back(id);
   const bool training = m.policy.is_training();
   m.policy.eval();
-  const std::vector<nn::Completion> completions =
-      nn::generate_batch(m.policy, prompts.ids, sampling, batch);
+  Rollout ro;
+  std::vector<std::string> texts =
+      sample_rollout(m.policy, m.tokenizer, {s.sampling, s.generation_batch_size, s.stop_text},
+                     prompts, seed, 1, ro);
   t_generate = seconds_since(t0);
 
-  Rollout ro;
   const auto t1 = Clock::now();
-  std::vector<std::string> texts;
-  for (const nn::Completion& c : completions) {
-    const std::vector<int64_t>& p = prompts.ids[size_t(c.prompt_index)];
-    ro.tokens.emplace_back(p.begin(), p.end());
-    ro.tokens.back().insert(ro.tokens.back().end(), c.tokens.begin(), c.tokens.end());
-    ro.prompt_len.push_back(int64_t(p.size()));
-    ro.finished.push_back(c.finished);
-    texts.push_back(prompts.text[size_t(c.prompt_index)] +
-                    m.tokenizer.decode_continuation({p.begin(), p.end()},
-                                                    {c.tokens.begin(), c.tokens.end()}));
-  }
+  for (size_t i = 0; i < texts.size(); ++i) texts[i] = prompts.text[i] + texts[i];
   const size_t n = ro.tokens.size();
   for (auto* v : {&ro.logp, &ro.ref_logp, &ro.values, &ro.advantages, &ro.returns}) v->resize(n);
   for (int64_t first = 0; first < int64_t(n); first += batch_size) {
@@ -549,7 +380,7 @@ int train_ppo(const RunConfig& config) {
   const std::unique_ptr<Tokenizer> reward_tokenizer =
       make_tokenizer(reward.config.data.tokenizer, reward.config.data.special_tokens);
   const PromptSplits prompts =
-      load_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value()));
+      load_ppo_prompts(config, *tokenizer, reward_limits(reward, *reward_tokenizer, !s.shared_value()));
 
   const bool resuming = config.train.resume == "auto" && latest_checkpoint(config.output_dir);
   Policy policy = build_policy(config, resuming, true);
@@ -575,7 +406,6 @@ int train_ppo(const RunConfig& config) {
   Evaluator evaluator(config, s, prompts.val,
                       held_out_text(config, s.eval_text, s.eval_text_fraction));
   const int64_t B = config.train.batch_size;
-  const int64_t minibatch = B * config.train.grad_accum;
 
   Recipe recipe;
   recipe.eval_at_start = true;
@@ -588,30 +418,18 @@ int train_ppo(const RunConfig& config) {
     double t_generate = 0, t_score = 0;
     const Prompts batch_prompts =
         subset(prompts.train, step_prompts(int64_t(prompts.train.ids.size()), uint64_t(config.seed),
-                                           step, s.rollout_batch));
+                                           step, s.rollout_batch, "ppo_prompts"));
     Rollout ro = collect_rollout(m, s, batch_prompts, sampling_seed(config, "ppo_rollout", step), B,
                                  rs, t_generate, t_score);
     const double kl_coef = kl.value();
     const Returns ret = compute_advantages(ro, s, kl_coef);
 
     const auto t_update = Clock::now();
-    std::map<std::string, double> sums;
-    double loss_sum = 0, tokens_sum = 0;
-    for (int64_t epoch = 0; epoch < s.ppo_epochs; ++epoch) {
-      const std::vector<int64_t> order =
-          philox_permutation(ro.size(), uint64_t(config.seed),
-                             rng_stream("ppo_minibatch_" + std::to_string(epoch), uint64_t(step)));
-      for (int64_t first = 0; first < ro.size(); first += minibatch) {
-        const UpdateResult r =
-            context.accumulate_and_update(config.train.grad_accum, [&](int64_t micro) {
-              const auto begin = order.begin() + long(first + micro * B);
-              return ppo_micro_loss(m, s, ro, std::vector<int64_t>(begin, begin + long(B)));
-            });
-        loss_sum += r.accumulated.loss * double(r.accumulated.num_targets);
-        tokens_sum += double(r.accumulated.num_targets);
-        for (const auto& [key, value] : r.accumulated.sums) sums[key] += value;
-      }
-    }
+    const PassTotals passes = minibatch_passes(
+        context, config, ro.size(), s.ppo_epochs, "ppo_minibatch_",
+        [&](const std::vector<int64_t>& rows) { return ppo_micro_loss(m, s, ro, rows); });
+    std::map<std::string, double> sums = passes.sums;
+    const double tokens_sum = passes.units;
     for (auto& [key, value] : sums) value /= std::max(1.0, tokens_sum);
     const double P = double(ro.size());
     const double score_mean = ret.score_sum / P, reward_mean = ret.reward_sum / P;
@@ -629,7 +447,7 @@ int train_ppo(const RunConfig& config) {
     sums["time_score_s"] = t_score;
     sums["time_update_s"] = seconds_since(t_update);
     kl.update(ret.kl_sum / P, ro.size());
-    return {loss_sum / std::max(1.0, tokens_sum), std::move(sums)};
+    return {passes.loss(), std::move(sums)};
   };
   recipe.train_metrics = [](const std::map<std::string, double>& sums) {
     Metrics out;
@@ -668,7 +486,7 @@ int eval_ppo(const RunConfig& config, const fs::path& checkpoint, const CommandO
   return eval_policy(config, checkpoint, options, [&](nn::GPT& policy, const ReferencePolicy& ref) {
     std::unique_ptr<Tokenizer> tokenizer =
         make_tokenizer(config.data.tokenizer, config.data.special_tokens);
-    const PromptSplits prompts = load_prompts(config, *tokenizer);
+    const PromptSplits prompts = load_ppo_prompts(config, *tokenizer);
     const LoadedRewardModel reward = load_reward_model(resolve_checkpoint(s.reward_model));
     const Critic no_critic;
     const PPOModels m{policy, ref, reward, no_critic, *tokenizer};
@@ -708,16 +526,7 @@ void check_ppo(ConfigChecker& checker) {
                                " rows must split into minibatches of train.batch_size x "
                                "train.grad_accum = ",
                                minibatch, " rows"));
-  // Evaluation at step 0 and at the end samples held-out prompts, whatever train.eval_every.
-  checker.cross({"data.val_fraction", "data.val"},
-                !c.data.val.empty() || c.data.val_fraction > 0,
-                "data.val_fraction: 0 and no data.val: ppo evaluates on held-out prompts (at step "
-                "0 and at the end); name a prompt file in data.val or hold out data.val_fraction "
-                "> 0 of data.train");
-  checker.cross({"ppo.max_new_tokens", "model.context"},
-                p.max_new_tokens < c.model.context,
-                "ppo.max_new_tokens: completions must leave room for a prompt "
-                "in model.context");
+  check_rollout(checker, p.max_new_tokens, "ppo.max_new_tokens");
   checker.cross(
       {"ppo.missing_eos_penalty", "ppo.stop_text"},
       p.missing_eos_penalty == 0 || !p.stop_text.empty(),
@@ -758,7 +567,7 @@ PPOSection ppo_section_settings(const RunConfig& c) {
 }
 
 ConfigSection ppo_section() {
-  return {
+  ConfigSection section = {
       "ppo",
       "PPO from a reward model: rollouts, the KL penalty, GAE and the clipped "
       "updates",
@@ -777,19 +586,6 @@ ConfigSection ppo_section() {
        section_key("ppo.ppo_epochs", integer_key(4, "[1, 1024]"),
                    "passes over each rollout, each in shuffled minibatches "
                    "(one update each)"),
-       section_key("ppo.generation_batch_size", integer_key(64, "[1, 65536]"),
-                   "rows sampled together; the rollout does not depend on it"),
-       section_key("ppo.max_new_tokens", integer_key(96, "[1, 65536]"),
-                   "tokens each completion may generate"),
-       section_key("ppo.temperature", number_key(1.0, "> 0"),
-                   "sampling temperature; the policy's log-probabilities use "
-                   "the same (as TRL)"),
-       section_key("ppo.top_k", integer_key(0, ">= 0"), "sample among the k most likely; 0 = all"),
-       section_key("ppo.top_p", number_key(1.0, "(0, 1]"), "nucleus sampling; 1 = off"),
-       section_key("ppo.stop_text", string_key(""),
-                   "a completion ends once it has generated this text (its "
-                   "tokens are kept); "
-                   "empty = completions run to max_new_tokens"),
        section_key("ppo.missing_eos_penalty", number_key(0.0, ">= 0"),
                    "subtracted from the score of a completion that did not "
                    "reach stop_text "
@@ -822,6 +618,9 @@ ConfigSection ppo_section() {
                    "text_loss; empty = none"),
        section_key("ppo.eval_text_fraction", number_key(0.1, "(0, 1)"),
                    "the last fraction of ppo.eval_text scored")}};
+  const std::vector<ConfigKey> sampling = sampling_keys("ppo", 96);
+  section.keys.insert(section.keys.begin() + 4, sampling.begin(), sampling.end());
+  return section;
 }
 
 RecipeSpec ppo_recipe() {

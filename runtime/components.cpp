@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/resource.h>
+
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/durable_file.h"
@@ -175,13 +177,22 @@ std::optional<MemoryLimit> machine_memory() {
     else if (auto total = meminfo(*text, "MemTotal"))
       limit = MemoryLimit{*total, "MemTotal in /proc/meminfo"};
   }
-  // "max" (no limit) does not parse as a number and leaves the limit as it is.
-  if (auto text = read_if_present("/sys/fs/cgroup/memory.max")) {
-    char* end = nullptr;
-    const double bytes = std::strtod(text->c_str(), &end);
-    if (end != text->c_str() && (!limit || bytes < limit->bytes))
-      limit = MemoryLimit{bytes, "the cgroup limit /sys/fs/cgroup/memory.max"};
-  }
+  auto lower = [&limit](double bytes, std::string source) {
+    if (!limit || bytes < limit->bytes) limit = MemoryLimit{bytes, std::move(source)};
+  };
+  // A container's limit: cgroup v2's, or v1's. "max" (no limit) does not parse as a number, and
+  // v1's "no limit" is a number far beyond any machine's memory.
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
+    if (auto text = read_if_present(file)) {
+      char* end = nullptr;
+      const double bytes = std::strtod(text->c_str(), &end);
+      if (end != text->c_str()) lower(bytes, std::string("the cgroup limit ") + file);
+    }
+  // ulimit -v: past it every allocation fails, whatever the machine has.
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    lower(double(as.rlim_cur), "the address-space limit (ulimit -v)");
   return limit;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
@@ -436,8 +437,9 @@ class Loader : public ConfigChecker {
       auto status = std::filesystem::status(file, ec);
       if (!std::filesystem::exists(status))
         error(blame({key.path}), key.path + ": file not found: '" + file + "'");
-      else if (std::filesystem::is_directory(status) && !(key.path.rfind("data.", 0) == 0 &&
-                                                          recipe_reads_data_directories()))
+      else if (std::filesystem::is_directory(status) &&
+               !(key.path.rfind("data.", 0) == 0 &&
+                 (recipe_reads_data_directories() || is_shard_directory(file))))
         error(blame({key.path}), key.path + ": '" + file + "' is a directory, expected a file");
       else if (!std::filesystem::is_directory(status) && !std::filesystem::is_regular_file(status))
         error(blame({key.path}),

@@ -263,7 +263,8 @@ std::vector<ConfigKey> common_keys() {
       "generate --chat`; empty = the chat_template of the tokenizer's (or model.init_from hub "
       "directory's) tokenizer_config.json");
   add("data.train", required_path_key().aka({"train_path", "train_file"}), in(data, &D::train),
-      "training data: a text file, or a token dataset (.h5) from `forge prepare`");
+      "training data: a text file, or a token dataset from `forge prepare` (a .h5 file or a shard "
+      "directory), read from disk as training needs it");
   add("data.val", optional_path_key().aka({"val_path", "valid", "validation"}), in(data, &D::val),
       "validation text file or token dataset; empty = hold out val_fraction of data.train (the "
       "last documents of a dataset)");

@@ -20,7 +20,9 @@
 #include "core/checksum.h"
 #include "core/comm.h"
 #include "core/durable_file.h"
+#include "core/file_io.h"
 #include "core/ops.h"
+#include "data/token_dataset.h"
 #include "nn/aux_loss.h"
 #include "optim/clip.h"
 #include "optim/groups.h"
@@ -180,10 +182,55 @@ class RunModels {
   std::vector<std::string> auxiliary_;
 };
 
+// The token datasets a run reads (data.train, data.val), as checkpoint counters
+// "dataset.<key>.tokens", ".documents" and ".crc32" (TokenDatasetIdentity): a resume on other
+// contents would continue the run on other data.
+DataState dataset_identities(const RunConfig& config) {
+  DataState out;
+  for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.train", config.data.train},
+                                  {"data.val", config.data.val}}) {
+    if (path.empty() || !is_token_dataset_path(path)) continue;
+    TokenDatasetIdentity id;
+    try {
+      id = read_token_dataset_identity(path);
+    } catch (const Error& e) {
+      if (e.code() != ExitCode::data) throw;
+      throw Error(ExitCode::data, key + ": " + e.what());
+    }
+    out["dataset." + key + ".tokens"] = id.num_tokens;
+    out["dataset." + key + ".documents"] = id.num_documents;
+    out["dataset." + key + ".crc32"] = int64_t(id.crc32);
+  }
+  return out;
+}
+
+// Error(data) naming the split's key when a dataset the checkpoint recorded has other contents
+// now (a checkpoint without the counters predates them, or read text).
+void check_same_datasets(const RunConfig& config, const DataState& now, const DataState& saved,
+                         const fs::path& file) {
+  for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.train", config.data.train},
+                                  {"data.val", config.data.val}}) {
+    auto identity = [&](const DataState& s) -> std::optional<TokenDatasetIdentity> {
+      const std::string p = "dataset." + key + ".";
+      if (!s.count(p + "tokens") || !s.count(p + "documents") || !s.count(p + "crc32"))
+        return std::nullopt;
+      return TokenDatasetIdentity{s.at(p + "tokens"), s.at(p + "documents"),
+                                  uint32_t(s.at(p + "crc32"))};
+    };
+    const std::optional<TokenDatasetIdentity> was = identity(saved), is = identity(now);
+    if (!was || was == is) continue;
+    throw Error(ExitCode::data,
+                detail::concat(key, ": ", quoted_path(path), ": the dataset changed since ",
+                               file.string(), " was written (then ", was->describe(), ", now ",
+                               is ? is->describe() : std::string("not a token dataset"),
+                               "); use another output_dir, or train.resume: never"));
+  }
+}
+
 // Loads the latest checkpoint into the trained models and the optimizer; returns the step to
 // continue from.
 int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimizer& optimizer,
-               const Recipe& recipe, ProgressPrinter& progress) {
+               const Recipe& recipe, const DataState& datasets, ProgressPrinter& progress) {
   std::string warning;
   std::optional<fs::path> file = latest_checkpoint(config.output_dir, &warning);
   if (!warning.empty()) progress.message("forge: warning: " + warning);
@@ -191,6 +238,7 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
   CheckpointInfo info = read_checkpoint_info(*file);
   check_same_model(config, info.config_yaml, *file);
   models.check_references(info, *file);
+  check_same_datasets(config, datasets, info.counters, *file);
   CheckpointData data = load_checkpoint(*file, specs_of(models.saved()));
   NoGradGuard no_grad;
   for (size_t i = 0; i < data.model.size(); ++i) {
@@ -207,7 +255,7 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
 // other ranks join the gathers (TrainingRun::save).
 void save_run(const RunConfig& config, int64_t step, const RunModels& models,
               const optim::Optimizer& optimizer, const optim::ShardedAdamW* sharded,
-              const Recipe& recipe, ProgressPrinter& progress) {
+              const Recipe& recipe, const DataState& datasets, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
@@ -222,6 +270,7 @@ void save_run(const RunConfig& config, int64_t step, const RunModels& models,
   data.auxiliary = models.auxiliary();
   data.counters["rng.seed"] = config.seed;
   if (recipe.data_state) data.counters.merge(recipe.data_state());
+  data.counters.insert(datasets.begin(), datasets.end());
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));
   progress.message("saved " + file.string());
 }
@@ -392,9 +441,10 @@ class TrainingRun {
     check_run_files(dir_);  // every rank reads the run it resumes
     signals_.emplace();
     models_.emplace(model_list, optimizer);
+    datasets_ = dataset_identities(config);
     // Nothing in the directory is written before the checkpoint to continue from has loaded.
     if (config.train.resume == "auto")
-      start_ = resume(config, *models_, optimizer_, recipe, progress_);
+      start_ = resume(config, *models_, optimizer_, recipe, datasets_, progress_);
     else if (lead_)
       move_earlier_run_aside(dir_, progress_);
     if (start_ < 0)
@@ -511,7 +561,7 @@ class TrainingRun {
   // end the job, and the checkpoint with it. Every rank joins the gathers of a sharded state.
   void save(int64_t step) {
     if (lead_)
-      save_run(config_, step, *models_, optimizer_, sharded_.get(), recipe_, progress_);
+      save_run(config_, step, *models_, optimizer_, sharded_.get(), recipe_, datasets_, progress_);
     else if (sharded_)
       sharded_->gather_state([](const NamedTensor&) {});
     agree_max(0);
@@ -568,6 +618,7 @@ class TrainingRun {
   std::optional<RunDirectory> directory_;
   std::optional<SignalScope> signals_;
   std::optional<RunModels> models_;
+  DataState datasets_;  // dataset_identities(config_), taken before training reads a batch
   std::optional<MetricsWriter> metrics_;
   std::optional<Updater> updater_;
   int64_t start_ = 0, last_save_ = 0;

@@ -177,6 +177,24 @@ def ppo_loss(logp, values, old, mask, h):
     return (pg * m).sum() + h["vf_coef"] * (vf * m).sum()
 
 
+def seeded_epochs(items, count, generator):
+    """step_prompts' shape: a function giving the next `count` items of an endless sequence of
+    epochs over `items`, each a shuffle drawn from `generator`."""
+    order, cursor = [], 0
+
+    def take():
+        nonlocal order, cursor
+        chosen = []
+        while len(chosen) < count:
+            if cursor == len(order):
+                order, cursor = torch.randperm(len(items), generator=generator).tolist(), 0
+            chosen.append(items[order[cursor]])
+            cursor += 1
+        return chosen
+
+    return take
+
+
 def ppo_step(models, prompts, optimizer, params, config, h):
     """The function time_and_report times: one PPO step (rollout, scoring, ppo_epochs passes of
     minibatch updates, each grad_accum micro-batches of batch_size rows), returning the mean loss
@@ -185,17 +203,7 @@ def ppo_step(models, prompts, optimizer, params, config, h):
     B, accum = config["train"]["batch_size"], config["train"]["grad_accum"]
     P = h["rollout_batch"]
     generator = torch.Generator().manual_seed(config["seed"])
-    order, cursor = [], 0
-
-    def next_prompts():  # step_prompts' shape: epochs of seeded shuffles of the prompts
-        nonlocal order, cursor
-        chosen = []
-        while len(chosen) < P:
-            if cursor == len(order):
-                order, cursor = torch.randperm(len(prompts), generator=generator).tolist(), 0
-            chosen.append(prompts[order[cursor]])
-            cursor += 1
-        return chosen
+    next_prompts = seeded_epochs(prompts, P, generator)
 
     def step(i):
         with torch.no_grad():

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The training suites of scripts/bench (gpt, bert, lora, llama, distill, dpo, ppo): trains a config
+# The training suites of scripts/bench (gpt, bert, lora, llama, distill, dpo, ppo, grpo): trains a config
 # for a few steps with `forge train` and with the equal PyTorch model of scripts/bench_SUITE.py,
 # alternating the two, and prints per config
 #   config=NAME forge_tok_s=X torch_tok_s=Y ratio=X/Y forge_peak_mb=A torch_peak_mb=B forge_est_mb=E
 # tokens/s = tokens per step / the median time of the steps after the warm-up ones (a median, as
 # in scripts/bench, because other work on a shared machine lands on a few steps; the rate over all
 # timed steps is printed to stderr too); peak = the process's peak resident set size. dpo counts
-# preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y), ppo rollout rows
-# (forge_rows_s=X ...); every suite adds the median step of each side (forge_step_ms=,
+# preference pairs instead of tokens (forge_pairs_s=X torch_pairs_s=Y ratio=X/Y), ppo and grpo
+# rollout rows (forge_rows_s=X ...); every suite adds the median step of each side (forge_step_ms=,
 # torch_step_ms=). forge_est_mb is the peak training memory `forge validate` estimates for the run (MiB, as the
 # peaks). The llama suite adds a line per config for greedy generation (see after_config there).
 set -euo pipefail
@@ -18,7 +18,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # the timed steps (run in the temporary directory $tmp, from the repository root);
 # config_overrides, which sets `extra` to one config's own overrides (default: none); and `unit`,
 # what a step's rate counts: tok (the default), batch_size x grad_accum x context tokens, pairs,
-# batch_size x grad_accum preference pairs, or rows, ppo.rollout_batch rollout rows.
+# batch_size x grad_accum preference pairs, or rows, the rollout's rows (ppo.rollout_batch, or
+# grpo.prompts_per_step x grpo.num_generations).
 suite="${1:-}"
 config_overrides() { extra=(); }
 # The preference suites' data: the synthetic pairs of scripts/bench_dpo.py --write-pairs in
@@ -197,8 +198,30 @@ case "$suite" in
       extra=("model.init_from=$tmp/$2.base" "ppo.reward_model=$tmp/$2.reward")
     }
     ;;
+  grpo)
+    # GRPO (recipe grpo) of a GPT policy, each step a rollout of grpo.num_generations completions
+    # of each of grpo.prompts_per_step prompts, the answer verifier's rewards, group-relative
+    # advantages, the reference's log-probabilities (grpo.beta > 0) and the updates. The base (the
+    # policy's start and its reference) is configs/gpt_arith.yaml, the shape of the arithmetic
+    # task's models, trained for one step in $tmp (its weights do not matter for speed: the
+    # answers are wrong on both sides, so completions run to max_new_tokens). The recipe
+    # evaluates at step 0 and at the end: four held-out sums as data.val keep those short.
+    family=GRPO
+    unit=rows
+    default_configs=(configs/grpo_arith.yaml)
+    large_at=1e11 large_note="(none of the defaults)"
+    suite_overrides() {
+      head -c 4096 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
+      head -4 data/samples/arith/test.jsonl >"$tmp/val_prompts.jsonl"
+      base+=("data.val=$tmp/val_prompts.jsonl" "train.sample_tokens=1")
+    }
+    config_overrides() {  # config name
+      train_base configs/gpt_arith.yaml "$2"
+      extra=("model.init_from=$tmp/$2.base")
+    }
+    ;;
   *)
-    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, llama, distill, dpo or ppo)" >&2
+    echo "bench_train: unknown suite '$suite' (gpt, bert, lora, llama, distill, dpo, ppo or grpo)" >&2
     exit 2
     ;;
 esac
@@ -330,7 +353,14 @@ for config in "${configs[@]}"; do
   case "$unit" in
     tok) per_step="$tokens_per_step" ;;
     pairs) per_step=$((batch * accum)) ;;
-    rows) per_step="$(config_key "$tmp/$name.probe.yaml" ppo rollout_batch)" ;;
+    rows)
+      if [ "$suite" = grpo ]; then
+        per_step=$(($(config_key "$tmp/$name.probe.yaml" grpo prompts_per_step) *
+                    $(config_key "$tmp/$name.probe.yaml" grpo num_generations)))
+      else
+        per_step="$(config_key "$tmp/$name.probe.yaml" ppo rollout_batch)"
+      fi
+      ;;
   esac
   if awk -v n="$((forge_params * tokens_per_step))" -v at="$large_at" 'BEGIN { exit !(n > at) }'; then
     n_steps="${steps:-$large_steps}" n_warmup="${warmup:-$large_warmup}"

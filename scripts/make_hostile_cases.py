@@ -15,6 +15,7 @@ import os
 import stat
 import shutil
 import sys
+import zlib
 
 import h5py
 import numpy as np
@@ -394,6 +395,139 @@ dataset_case("fifo", fifo, (2, 3))
 dataset_case("directory", OUT, (2, 3))
 
 
+# --- hostile shard directories (docs/data-format.md, "Sharded datasets") ------------------------
+# A directory of two copies of BASE/tokens.h5 and its manifest.json, each case with one thing
+# wrong; the directory must come out unchanged (nothing written into it).
+def file_digest(f):
+    data = open(f, "rb").read()
+    return "crc32:%08x:%d" % (zlib.crc32(data), len(data))
+
+
+with h5py.File(os.path.join(BASE, "tokens.h5"), "r") as h:
+    tokens_meta = {k: h.attrs[k] for k in ("tokenizer", "vocab_size", "vocab_hash", "num_tokens",
+                                          "num_documents")}
+tokens_meta = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+               for k, v in tokens_meta.items()}
+
+
+def shard_dir(name, edit=None, manifest_edit=None, allowed=(3,)):
+    d = os.path.dirname(path("tokshards", name, "manifest.json"))
+    shards = []
+    for i in range(2):
+        f = os.path.join(d, f"shard-{i}.h5")
+        shutil.copyfile(os.path.join(BASE, "tokens.h5"), f)
+        shards.append(f)
+    if edit:
+        edit(shards)
+    m = {"format": "forge-token-shards", "format_version": 1,
+         "tokenizer": tokens_meta["tokenizer"], "vocab_size": tokens_meta["vocab_size"],
+         "vocab_hash": tokens_meta["vocab_hash"],
+         "num_tokens": 2 * tokens_meta["num_tokens"], "num_documents": 2 * tokens_meta["num_documents"],
+         "shards": [{"file": os.path.basename(f), "num_tokens": tokens_meta["num_tokens"],
+                     "num_documents": tokens_meta["num_documents"],
+                     "digest": file_digest(f) if os.path.isfile(f) else "crc32:00000000:1"}
+                    for f in shards]}
+    if manifest_edit:
+        manifest_edit(m, shards)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    files = [os.path.join(d, n) for n in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, n))]
+    out = path("tokshards", name + "-run")
+    case("tokshards", name, ["FORGE", "train", run_yaml, "data.train=" + d, "output_dir=" + out,
+                             "train.max_steps=1", "train.save_every=1", "train.eval_every=1"],
+         allowed, files, timeout=60, same_listing=[d])
+
+
+def h5_edit(fn):
+    def edit(shards):
+        with h5py.File(shards[1], "r+") as h:
+            fn(h)
+    return edit
+
+
+def int32_tokens(h):
+    t = h["tokens"][()].astype("<i4")
+    del h["tokens"]
+    h.create_dataset("tokens", data=t, chunks=True, maxshape=(None,))
+    h.attrs["tokens_crc32"] = np.uint32(zlib.crc32(t.tobytes()))
+
+
+# The digest the manifest lists for the second shard: the one it had before an edit damaged it.
+listed = {}
+
+
+def truncate_last(shards):
+    data = open(shards[1], "rb").read()
+    listed[shards[1]] = file_digest(shards[1])
+    write(shards[1], data[: len(data) // 2])
+
+
+def flip_last(shards):
+    data = bytearray(open(shards[1], "rb").read())
+    data[len(data) // 2] ^= 0x40
+    listed[shards[1]] = file_digest(shards[1])
+    write(shards[1], bytes(data))
+
+
+def listed_digest(m, shards):
+    m["shards"][1]["digest"] = listed[shards[1]]
+
+
+shard_dir("good", allowed=(0,))
+shard_dir("shard-missing", edit=lambda s: os.remove(s[1]))
+shard_dir("shard-truncated", edit=truncate_last, manifest_edit=listed_digest)
+shard_dir("shard-flipped", edit=flip_last, manifest_edit=listed_digest)
+shard_dir("shard-other-tokenizer-hash", edit=h5_edit(
+    lambda h: h.attrs.__setitem__("vocab_hash", "0123456789abcdef")))
+shard_dir("shard-other-tokenizer-name", edit=h5_edit(
+    lambda h: h.attrs.__setitem__("tokenizer", "gpt2")))
+shard_dir("shard-int32-ids", edit=h5_edit(int32_tokens))
+shard_dir("shard-count-wrong", manifest_edit=lambda m, s: (
+    m["shards"][1].__setitem__("num_documents", m["shards"][1]["num_documents"] + 1),
+    m.__setitem__("num_documents", m["num_documents"] + 1)))
+shard_dir("manifest-other-tokenizer", manifest_edit=lambda m, s: m.__setitem__("tokenizer", "gpt2"))
+shard_dir("manifest-leaves-directory", manifest_edit=lambda m, s: m["shards"][1].__setitem__(
+    "file", "../../tokdata/cut-0.h5"))
+shard_dir("manifest-shard-twice", manifest_edit=lambda m, s: m["shards"][1].__setitem__(
+    "file", "shard-0.h5"))
+shard_dir("manifest-no-shards", manifest_edit=lambda m, s: m.__setitem__("shards", []))
+shard_dir("shard-is-directory", edit=lambda s: (os.remove(s[1]), os.mkdir(s[1])))
+shard_dir("shard-is-fifo", edit=lambda s: (os.remove(s[1]), os.mkfifo(s[1])))
+shard_dir("shard-is-symlink-to-dev-zero", edit=lambda s: (os.remove(s[1]),
+                                                          os.symlink("/dev/zero", s[1])))
+
+
+# --- a resume whose token dataset changed since its checkpoint ----------------------------------
+# The latest checkpoint of a copy of BASE/run, recording (dataset.* counters) another dataset than
+# BASE/tokens.h5 as data.train: training on tokens.h5 from it is refused (3), the run unchanged.
+def with_dataset_counters(label, tokens, documents, crc):
+    f = path("tokdata_resume", LATEST_NAME)
+    shutil.copyfile(GOOD, f)
+    with h5py.File(f, "r+") as h:
+        c = h["counters"]
+        c.attrs["dataset.data.train.tokens"] = np.int64(tokens)
+        c.attrs["dataset.data.train.documents"] = np.int64(documents)
+        c.attrs["dataset.data.train.crc32"] = np.int64(crc)
+    d = write(path("tokdata_resume", label, LATEST_NAME + ".digest"), (file_digest(f) + "\n").encode())
+    ck = write(path("tokdata_resume", label, LATEST_NAME), open(f, "rb").read())
+    latest = write(path("tokdata_resume", label, "LATEST"),
+                   (LATEST_NAME + " " + file_digest(ck) + "\n").encode())
+    rel = os.path.join("run", "checkpoints")
+    # tokens.h5 is one document: validation comes from tiny.txt.
+    case("tokdata_resume", label, ["FORGE", "train", "RUN.yaml",
+                                   "data.train=" + os.path.join(BASE, "tokens.h5"),
+                                   "data.val=" + tiny_txt, "train.max_steps=8"], {3},
+         copy_run=dict(replace={os.path.join(rel, LATEST_NAME): ck,
+                                os.path.join(rel, LATEST_NAME + ".digest"): d,
+                                os.path.join(rel, "LATEST"): latest},
+                       keep=older + [os.path.join(rel, LATEST_NAME), os.path.join(rel, "LATEST")]),
+         timeout=120)
+
+
+with_dataset_counters("other-crc", tokens_meta["num_tokens"], tokens_meta["num_documents"], 12345)
+with_dataset_counters("other-size", tokens_meta["num_tokens"] + 1, tokens_meta["num_documents"], 0)
+
+
 # --- hostile JSONL / SFT records ----------------------------------------------------------------
 def jsonl_train_case(category, recipe, name, content, allowed, extra=()):
     """A one-step run of `recipe` from the base run on the JSONL file `content`."""
@@ -558,6 +692,50 @@ case("prompts", "ppo-reward-model-is-a-base",
      ["FORGE", "train", run_yaml, "recipe=ppo", "model.init_from=" + RUN, "ppo.reward_model=" + RUN,
       "data.train=" + good_prompts, "output_dir=" + path("prompts", "not-rm-run"),
       "train.max_steps=1", *PPO_SETTINGS], (4,), [good_prompts], timeout=60)
+
+# --- hostile prompt records, regexes and verifier commands (grpo) --------------------------------
+GRPO_SETTINGS = ["model.dropout=0.0", "grpo.num_generations=2", "grpo.prompts_per_step=1",
+                 "grpo.max_new_tokens=4", "train.batch_size=2", "train.eval_every=0",
+                 "data.val_fraction=0.2"]
+
+
+def grpo_case(name, content, allowed=(2, 3), extra=()):
+    jsonl_train_case("grpo", "grpo", "grpo-" + name, content, allowed, [*GRPO_SETTINGS, *extra])
+
+
+good_task = b'{"prompt": "a: ", "answer": "1"}\n'
+grpo_case("invalid-json", good_task * 5 + b'{"prompt": "a\n')
+grpo_case("number-prompt", good_task * 5 + b'{"prompt": 5, "answer": "1"}\n')
+grpo_case("missing-answer", good_task * 5 + b'{"prompt": "a: ", "solution": "1"}\n', (3,))
+grpo_case("null-answer", good_task * 5 + b'{"prompt": "a: ", "answer": null}\n', (3,))
+grpo_case("list-answer", good_task * 5 + b'{"prompt": "a: ", "answer": [1, 2]}\n', (3,))
+grpo_case("not-utf8", good_task * 5 + b'{"prompt": "a: ", "answer": "\xff"}\n')
+grpo_case("deep-nesting", good_task * 5 + b'{"prompt": "a", "answer": ' + b"[" * 200000 +
+          b"]" * 200000 + b"}\n")
+grpo_case("empty", b"")
+grpo_case("too-long", good_task * 5 + b'{"prompt": "' + b"p" * 5000 + b'", "answer": "1"}\n', (3,))
+grpo_case("one-prompt", good_task, (0, 3))
+# Config errors at set-up, naming the key: nothing is sampled.
+grpo_case("regex-does-not-compile", good_task * 5, (2,),
+          ["grpo.rewards=[answer, regex]", "grpo.format_pattern=(a"])
+grpo_case("regex-control-bytes", good_task * 5, (2,),
+          ["grpo.rewards=[regex]", "grpo.format_pattern=\x01(\x1b[31m"])
+grpo_case("answer-pattern-without-group", good_task * 5, (2,), ["grpo.answer_pattern=[0-9]+"])
+grpo_case("catastrophic-regex", good_task * 5, (0,),
+          ["grpo.rewards=[regex]", "grpo.format_pattern=(a*)*b"])
+grpo_case("one-generation", good_task * 5, (2,), ["grpo.num_generations=1"])
+grpo_case("unknown-reward", good_task * 5, (2,), ["grpo.rewards=[answers]"])
+grpo_case("command-missing", good_task * 5, (2,), ["grpo.rewards=[command]"])
+# External verifiers that hang, crash or print the wrong thing: one line, exit 3, never a hang.
+for name, command in [("hangs", "sleep 600"), ("hangs-after-printing", "echo 1; echo 1; sleep 600"),
+                      ("leaves-a-child", "(sleep 600 &); echo 1; echo 1"),
+                      ("crashes", "kill -SEGV $$"), ("fails", "exit 1"),
+                      ("too-few-lines", "true"), ("too-many-lines", "yes 1 | head -n 100"),
+                      ("not-numbers", "echo one; echo two"), ("nan", "echo nan; echo 1"),
+                      ("binary-output", "head -c 4096 /dev/urandom"),
+                      ("endless-output", "yes 1"), ("not-found", "/no/such/verifier")]:
+    grpo_case("command-" + name, good_task * 5, (3,),
+              ["grpo.rewards=[command]", "grpo.command_timeout=2", "grpo.command=" + command])
 
 # --- hostile tokenizer files --------------------------------------------------------------------
 byte_encoder = {}

@@ -1,12 +1,15 @@
-// read_input_file: only regular files, never blocking on a FIFO, within a size limit, with the
+// read_input_file and read_first_line: only regular files, never blocking on a FIFO, within a size limit, with the
 // exit code of the kind of input and the path escaped into one line.
 #include <sys/stat.h>
 
+#include "core/durable_file.h"
 #include "core/file_io.h"
 #include "tests/test_util.h"
 
 namespace forge {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr InputKind kSmall{"test input", 16, ExitCode::data};
 
@@ -26,6 +29,19 @@ TEST(FileIO, DevicesDirectoriesAndFifosAreNotRegularFiles) {
                           [&] { read_input_file(path, kSmall); });
   testing::expect_error(ExitCode::usage, "forge: config error: /dev/zero: not a regular file",
                         [&] { read_input_file("/dev/zero", kConfigInput); });
+}
+
+// LATEST and digest sidecars: a FIFO or device planted in their place reads as unreadable ("")
+// rather than hanging the process or reading forever.
+TEST(FileIO, FirstLineOfOnlyARegularFile) {
+  testing::TempDir dir;
+  testing::write_file(dir.path() / "LATEST", "step-000010.h5 crc32:01234567:99 \nmore\n");
+  EXPECT_EQ(read_first_line(dir.path() / "LATEST"), "step-000010.h5 crc32:01234567:99");
+  const fs::path fifo = dir.path() / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(read_first_line(fifo), "");
+  EXPECT_EQ(read_first_line("/dev/zero"), "");
+  EXPECT_EQ(read_first_line(dir.path() / "missing"), "");
 }
 
 TEST(FileIO, SizeLimitIsNamed) {

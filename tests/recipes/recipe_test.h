@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +100,25 @@ class RecipeTest : public ::testing::Test {
                  .dump()
           << "\n";
     }
+  }
+
+  // n prompts of 6 to 13 bytes of corpus.txt, from a fixed LCG (ppo's and grpo's).
+  std::vector<std::string> corpus_prompts(int n, uint64_t seed) const {
+    std::ifstream in(dir_ / "corpus.txt", std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string corpus = text.str();
+    uint64_t state = seed;
+    auto next = [&](uint64_t k) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return (state >> 33) % k;
+    };
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t at = next(30000);
+      out.push_back(corpus.substr(at, 6 + next(8)));
+    }
+    return out;
   }
 
   // Runs the forge binary; returns its exit code (128 + signal when killed).

@@ -379,6 +379,15 @@ TEST_F(FinetuneRecipe, ChatSFTTrainsResumesAndGenerateAnswersAConversation) {
   EXPECT_EQ(none_code, 2) << none_out;
   EXPECT_NE(none_out.find("set data.chat_template to a .jinja file"), std::string::npos)
       << none_out;
+  // Conversations validated on prompt/completion records: refused before either file is read.
+  const std::string plain = write_sft("plain").string();
+  auto [kind_code, kind_out] = forge_output("train " +
+                                            write_config("mixed", 0, "", jsonl).string() +
+                                            with_template + " data.val=" + plain);
+  EXPECT_EQ(kind_code, 2) << kind_out;
+  EXPECT_NE(kind_out.find("data.val '" + plain + "' is not the same kind of data as data.train"),
+            std::string::npos)
+      << kind_out;
 
   // The reply generate --chat prints is the greedy continuation of the rendered conversation,
   // cut before the end of turn ("\n"). The tiny model's greedy reply is often empty; a non-empty

@@ -47,19 +47,10 @@ class PPORecipe : public testing::RecipeTest {
     write_prompts(dir_ / "val_prompts.jsonl", 8, 2);
   }
 
-  // n prompts of 6 to 13 corpus bytes, from a fixed LCG.
   void write_prompts(const fs::path& file, int n, uint64_t seed) {
-    const std::string corpus = testing::read_file(dir_ / "corpus.txt");
-    uint64_t state = seed;
-    auto next = [&](uint64_t k) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      return (state >> 33) % k;
-    };
     std::ofstream out(file);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t at = next(30000);
-      out << nlohmann::json({{"prompt", corpus.substr(at, 6 + next(8))}}).dump() << "\n";
-    }
+    for (const std::string& p : corpus_prompts(n, seed))
+      out << nlohmann::json({{"prompt", p}}).dump() << "\n";
   }
 
   fs::path write_config(const std::string& name, const std::string& ppo = "",

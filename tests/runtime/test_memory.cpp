@@ -2,8 +2,10 @@
 // a Llama's activations to within 10% of what a step allocates, and a run whose estimate exceeds
 // the machine's memory stops with exit 2 before building anything, unless told to go on.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/allocator.h"
@@ -103,6 +105,23 @@ TEST(MemoryCheck, AnEstimateBeyondTheLimitIsAConfigErrorNamingBoth) {
   const std::optional<MemoryLimit> machine = machine_memory();
   ASSERT_TRUE(machine);
   EXPECT_GT(machine->bytes, 0);
+}
+
+// Under ulimit -v every allocation past the limit fails, however much the machine has free. The
+// soft limit is lowered for the call and put back (the hard one stays, so it can be).
+TEST(MemoryCheck, TheAddressSpaceLimitBoundsTheMachinesMemory) {
+  const std::optional<MemoryLimit> free = machine_memory();
+  ASSERT_TRUE(free);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+  rlimit lowered = saved;
+  lowered.rlim_cur = rlim_t(free->bytes / 2);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+  const std::optional<MemoryLimit> limited = machine_memory();
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+  ASSERT_TRUE(limited);
+  EXPECT_EQ(limited->bytes, double(lowered.rlim_cur));
+  EXPECT_EQ(limited->source, "the address-space limit (ulimit -v)");
 }
 
 // A generation's key-value cache holds the key/value heads only: 1 of 8 heads a layer here, so a
