@@ -21,6 +21,17 @@ class Comm {
   /// Starts an in-place sum of `n` floats over the ranks and returns at once. Every rank must start
   /// the same reductions in the same order. `data` must stay untouched until wait_all().
   virtual void start_allreduce_sum(float* data, int64_t n) = 0;
+  /// Starts an in-place reduce-scatter and returns at once: `data` holds the sum of `counts` (one
+  /// per rank) floats, in parts by rank; once wait_all() returns, this rank's part (its count of
+  /// floats after the parts of the lower ranks) holds the part's sum over the ranks and the rest of
+  /// `data` is unspecified. Ordered like start_allreduce_sum; `counts` is read before it returns.
+  virtual void start_reduce_scatter_sum(float* data, const int64_t* counts) = 0;
+  /// In place, blocking: every rank's part of `data` (parts by rank as above) is copied to every
+  /// rank.
+  virtual void allgather(float* data, const int64_t* counts) = 0;
+  /// Blocking: rank 0 receives every rank's `counts[rank]` floats from its `part` into `out`, one
+  /// part after another in rank order; `out` is written on rank 0 only.
+  virtual void gather(const float* part, const int64_t* counts, float* out) = 0;
   /// Lets the started reductions advance (MPI advances them only inside its calls).
   virtual void progress() = 0;
   /// Waits for every started reduction.

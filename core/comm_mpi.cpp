@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -16,6 +18,25 @@ namespace {
 
 // MPI counts are ints: longer buffers go in pieces.
 constexpr int64_t kMaxCount = INT_MAX / 2;
+
+// A buffer in parts by rank (`counts`), cut into pieces of at most kMaxCount floats: calls
+// piece(first, counts, displacements) for each, with every rank's share of the piece relative to
+// its first element.
+template <class F>
+void for_each_piece(int ranks, const int64_t* counts, F&& piece) {
+  std::vector<int64_t> begin(size_t(ranks) + 1, 0);
+  for (int r = 0; r < ranks; ++r) begin[r + 1] = begin[r] + counts[r];
+  for (int64_t lo = 0; lo < begin[ranks]; lo += kMaxCount) {
+    const int64_t hi = std::min(begin[ranks], lo + kMaxCount);
+    std::vector<int> c(static_cast<size_t>(ranks)), d(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t a = std::clamp(begin[r], lo, hi), b = std::clamp(begin[r + 1], lo, hi);
+      c[r] = int(b - a);
+      d[r] = int(a - lo);
+    }
+    piece(lo, std::move(c), std::move(d));
+  }
+}
 
 class MpiComm final : public Comm {
  public:
@@ -43,21 +64,62 @@ class MpiComm final : public Comm {
                      MPI_COMM_WORLD, &pending_.back());
     }
   }
+  void start_reduce_scatter_sum(float* data, const int64_t* counts) override {
+    for_each_piece(size_, counts, [&](int64_t first, std::vector<int> c, std::vector<int> d) {
+      pending_.emplace_back();
+      // A non-blocking collective reads its counts until it completes.
+      const std::vector<int>& kept = counts_.emplace_back(std::move(c));
+      MPI_Ireduce_scatter(MPI_IN_PLACE, data + first, kept.data(), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD, &pending_.back());
+      // In place, MPI leaves this rank's sum at the start of the piece, not at its own place.
+      if (kept[rank_] > 0 && d[rank_] > 0)
+        moves_.push_back({data + first + d[rank_], data + first, kept[rank_]});
+    });
+  }
+  void allgather(float* data, const int64_t* counts) override {
+    for_each_piece(size_, counts, [&](int64_t first, std::vector<int> c, std::vector<int> d) {
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data + first, c.data(), d.data(),
+                     MPI_FLOAT, MPI_COMM_WORLD);
+    });
+  }
+  void gather(const float* part, const int64_t* counts, float* out) override {
+    int64_t mine = 0;  // where this rank's part starts in the whole
+    for (int r = 0; r < rank_; ++r) mine += counts[r];
+    for_each_piece(size_, counts, [&](int64_t first, std::vector<int> c, std::vector<int> d) {
+      MPI_Gatherv(c[rank_] > 0 ? part + (first + d[rank_] - mine) : part, c[rank_], MPI_FLOAT,
+                  rank_ == 0 ? out + first : nullptr, c.data(), d.data(), MPI_FLOAT, 0,
+                  MPI_COMM_WORLD);
+    });
+  }
   void progress() override {
     if (pending_.empty()) return;
     int done = 0;
     MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) pending_.clear();
+    if (done) finish();
   }
   void wait_all() override {
     if (pending_.empty()) return;
     MPI_Waitall(int(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
-    pending_.clear();
+    finish();
   }
 
  private:
+  struct Move {
+    float* to;
+    const float* from;
+    int64_t n;
+  };
+  void finish() {
+    for (const Move& m : moves_) std::memmove(m.to, m.from, size_t(m.n) * sizeof(float));
+    moves_.clear();
+    counts_.clear();
+    pending_.clear();
+  }
+
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> pending_;
+  std::deque<std::vector<int>> counts_;  // of the reduce-scatters under way
+  std::vector<Move> moves_;              // their results, once complete
 };
 
 }  // namespace

@@ -11,8 +11,26 @@
 
 namespace forge::optim {
 
-GradArena::GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_bytes, bool overlap)
-    : params_(params), comm_(comm), overlap_(overlap) {
+Shard shard_of(int64_t total, int rank, int ranks) {
+  const int64_t blocks = (total + kNormBlock - 1) / kNormBlock;
+  auto edge = [&](int r) { return std::min(total, blocks * r / ranks * kNormBlock); };
+  return {edge(rank), edge(rank + 1)};
+}
+
+std::vector<Shard> shards_of(int64_t total, int ranks) {
+  std::vector<Shard> shards;
+  for (int r = 0; r < ranks; ++r) shards.push_back(shard_of(total, r, ranks));
+  return shards;
+}
+
+Shard overlap(const Shard& a, const Shard& b) {
+  const int64_t begin = std::max(a.begin, b.begin);
+  return {begin, std::max(begin, std::min(a.end, b.end))};
+}
+
+GradArena::GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_bytes, bool overlap,
+                     bool sharded)
+    : params_(params), comm_(comm), overlap_(overlap), sharded_(sharded) {
   int64_t total = 0;
   const DType dtype = params_.empty() ? DType::f32 : params_[0].tensor.dtype();
   // f64 parameters are for gradient checks in one process; MPI sums f32.
@@ -25,6 +43,9 @@ GradArena::GradArena(const NamedTensors& params, Comm& comm, int64_t bucket_byte
     total += p.tensor.numel();
   }
   buffer_ = zeros({total}, dtype);
+  shards_ = sharded_ ? shards_of(total, comm_.size())
+                     : std::vector<Shard>(size_t(comm_.size()), Shard{0, total});
+  block_sums_.assign(size_t((total + kNormBlock - 1) / kNormBlock), 0.0);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     auto slot = std::make_shared<GradSlot>();
@@ -91,7 +112,14 @@ void GradArena::on_ready(size_t i) {
 
 void GradArena::start(Bucket& bucket) {
   bucket.started = true;
-  comm_.start_allreduce_sum(buffer_.data<float>() + bucket.begin, bucket.end - bucket.begin);
+  float* data = buffer_.data<float>() + bucket.begin;
+  if (!sharded_) {
+    comm_.start_allreduce_sum(data, bucket.end - bucket.begin);
+    return;
+  }
+  std::vector<int64_t> counts;
+  for (const Shard& s : shards_) counts.push_back(overlap(s, {bucket.begin, bucket.end}).size());
+  comm_.start_reduce_scatter_sum(data, counts.data());
 }
 
 GradArena::Wait GradArena::reduce() {
@@ -127,9 +155,37 @@ GradArena::Wait GradArena::reduce() {
 }
 
 double GradArena::scale(double factor) {
+  const Shard s = shard();
+  double* sums = block_sums_.data() + s.begin / kNormBlock;
+  const bool share = sharded_ && comm_.size() > 1;
+  if (share) std::fill(block_sums_.begin(), block_sums_.end(), 0.0);
   if (buffer_.dtype() == DType::f32)
-    return kernels::scale_sum_squares(buffer_.data<float>(), buffer_.numel(), float(factor));
-  return kernels::scale_sum_squares(buffer_.data<double>(), buffer_.numel(), factor);
+    kernels::scale_block_sum_squares(buffer_.data<float>() + s.begin, s.size(), float(factor),
+                                     kNormBlock, sums);
+  else
+    kernels::scale_block_sum_squares(buffer_.data<double>() + s.begin, s.size(), factor,
+                                     kNormBlock, sums);
+  // Every block's sum comes from one rank and zeros from the others: the sum is exact.
+  if (share) comm_.allreduce_sum(block_sums_.data(), int64_t(block_sums_.size()));
+  double total = 0;
+  for (double x : block_sums_) total += x;
+  return total;
+}
+
+void GradArena::gather_parameters() {
+  if (!sharded_ || comm_.size() == 1) return;
+  float* buffer = buffer_.data<float>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Shard mine = overlap(shard(), {offsets_[i], offsets_[i] + params_[i].tensor.numel()});
+    std::memcpy(buffer + mine.begin, params_[i].tensor.data<float>() + (mine.begin - offsets_[i]),
+                size_t(mine.size()) * sizeof(float));
+  }
+  std::vector<int64_t> counts;
+  for (const Shard& s : shards_) counts.push_back(s.size());
+  comm_.allgather(buffer, counts.data());
+  for (size_t i = 0; i < params_.size(); ++i)
+    std::memcpy(params_[i].tensor.data<float>(), buffer + offsets_[i],
+                size_t(params_[i].tensor.numel()) * sizeof(float));
 }
 
 }  // namespace forge::optim

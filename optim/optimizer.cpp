@@ -157,16 +157,20 @@ void AdamW::update(size_t index, const Tensor& param, const Tensor& grad, double
     s.m = zeros(param.shape(), param.dtype());
     s.v = zeros(param.shape(), param.dtype());
   }
-  ++s.step;
-  double t = double(s.step);
-  double bc1 = 1.0 - std::pow(options_.beta1, t);
-  double bc2 = 1.0 - std::pow(options_.beta2, t);
+  update_elements(++s.step, lr, weight_decay, param, grad, 0, s.m, s.v);
+}
+
+void AdamW::update_elements(int64_t t, double lr, double weight_decay, const Tensor& param,
+                            const Tensor& grad, int64_t begin, Tensor& m, Tensor& v) const {
+  double bc1 = 1.0 - std::pow(options_.beta1, double(t));
+  double bc2 = 1.0 - std::pow(options_.beta2, double(t));
   auto run = [&](auto zero) {
     using T = decltype(zero);
     kernels::AdamWCoeffs<T> c{T(1.0 - lr * weight_decay), T(options_.beta1), T(1.0 - options_.beta1),
                      T(options_.beta2), T(1.0 - options_.beta2), T(std::sqrt(bc2)), T(options_.eps),
                      T(-lr / bc1)};
-    kernels::adamw_update<T>(param.data<T>(), grad.data<T>(), s.m.data<T>(), s.v.data<T>(), param.numel(), c);
+    kernels::adamw_update<T>(param.data<T>() + begin, grad.data<T>() + begin, m.data<T>(),
+                             v.data<T>(), m.numel(), c);
   };
   if (param.dtype() == DType::f32) run(0.0f);
   else run(0.0);
@@ -184,7 +188,7 @@ NamedTensors AdamW::state() const {
   return out;
 }
 
-void AdamW::load_state(const NamedTensors& state) {
+std::vector<std::vector<const Tensor*>> AdamW::match_adamw_state(const NamedTensors& state) const {
   auto found = match_state(state, {{"m", false}, {"v", false}, {"step", true}});
   NamedTensors params = parameters();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -194,6 +198,12 @@ void AdamW::load_state(const NamedTensors& state) {
       throw Error(ExitCode::checkpoint, detail::concat("optimizer state: 'adamw.step.", params[i].name,
                                                        "' must be a positive integer, got ", step));
   }
+  return found;
+}
+
+void AdamW::load_state(const NamedTensors& state) {
+  auto found = match_adamw_state(state);
+  NamedTensors params = parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     ParamState& s = state_[i];
     s = ParamState{};

@@ -103,10 +103,18 @@ class AdamW : public Optimizer {
   NamedTensors state() const override;
   void load_state(const NamedTensors& state) override;
   const char* name() const override { return "adamw"; }
+  const AdamWOptions& options() const { return options_; }
 
  protected:
   void update(size_t index, const Tensor& param, const Tensor& grad, double lr,
               double weight_decay) override;
+  /// The update of `param`'s contiguous elements [begin, begin + m.numel()) from the same
+  /// elements of `grad`, with m and v holding just those elements and t the update's step count:
+  /// the loop behind AdamW and its sharded form (optim/sharded_adamw.h).
+  void update_elements(int64_t t, double lr, double weight_decay, const Tensor& param,
+                       const Tensor& grad, int64_t begin, Tensor& m, Tensor& v) const;
+  /// match_state for AdamW's kinds m, v, step (in that order), every step a positive integer.
+  std::vector<std::vector<const Tensor*>> match_adamw_state(const NamedTensors& state) const;
 
  private:
   struct ParamState {

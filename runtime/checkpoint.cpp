@@ -376,30 +376,37 @@ void check_names(const NamedTensors& tensors, const char* group) {
   }
 }
 
-void write_group(const H5File& f, const std::string& group, const NamedTensors& tensors) {
+Hid create_group(const H5File& f, const std::string& group) {
   Hid gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
   H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-  Hid g = f.check(H5Gcreate2(f.id.get(), group.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
-                  H5Gclose, "cannot create group '" + group + "'");
-  for (const NamedTensor& nt : tensors) {
-    std::string where = "dataset '" + group + "/" + nt.name + "'";
-    Tensor c = nt.tensor.detach().contiguous();
-    std::vector<hsize_t> dims;
-    for (int64_t d : c.shape()) dims.push_back(hsize_t(d));
-    Hid space = dims.empty() ? scalar_space()
-                             : Hid(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-                                   H5Sclose);
-    Hid ds = f.check(H5Dcreate2(g.get(), nt.name.c_str(), file_type(c.dtype()), space.get(),
-                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                     H5Dclose, "cannot create " + where);
-    size_t nbytes = size_t(c.numel()) * dtype_size(c.dtype());
-    if (nbytes > 0)
-      f.check(H5Dwrite(ds.get(), memory_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       c.raw_data()),
-              "cannot write " + where + " (disk full?)");
-    write_attr_str(f, ds.get(), "dtype", dtype_name(c.dtype()));
-    write_attr_int(f, ds.get(), "crc32", H5T_STD_U32LE, crc32(c.raw_data(), nbytes));
-  }
+  return f.check(H5Gcreate2(f.id.get(), group.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                 H5Gclose, "cannot create group '" + group + "'");
+}
+
+void write_dataset(const H5File& f, const Hid& g, const std::string& group,
+                   const NamedTensor& nt) {
+  std::string where = "dataset '" + group + "/" + nt.name + "'";
+  Tensor c = nt.tensor.detach().contiguous();
+  std::vector<hsize_t> dims;
+  for (int64_t d : c.shape()) dims.push_back(hsize_t(d));
+  Hid space = dims.empty() ? scalar_space()
+                           : Hid(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                                 H5Sclose);
+  Hid ds = f.check(H5Dcreate2(g.get(), nt.name.c_str(), file_type(c.dtype()), space.get(),
+                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose, "cannot create " + where);
+  size_t nbytes = size_t(c.numel()) * dtype_size(c.dtype());
+  if (nbytes > 0)
+    f.check(H5Dwrite(ds.get(), memory_type(c.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                     c.raw_data()),
+            "cannot write " + where + " (disk full?)");
+  write_attr_str(f, ds.get(), "dtype", dtype_name(c.dtype()));
+  write_attr_int(f, ds.get(), "crc32", H5T_STD_U32LE, crc32(c.raw_data(), nbytes));
+}
+
+void write_group(const H5File& f, const std::string& group, const NamedTensors& tensors) {
+  Hid g = create_group(f, group);
+  for (const NamedTensor& nt : tensors) write_dataset(f, g, group, nt);
 }
 
 void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
@@ -444,7 +451,18 @@ void write_checkpoint_file(const fs::path& file, const CheckpointData& data) {
     }
   }
   write_group(f, "/model", data.model);
-  write_group(f, "/optim", data.optim);
+  if (data.optim_stream) {
+    Hid g = create_group(f, "/optim");
+    std::set<std::string> seen;
+    data.optim_stream([&](const NamedTensor& nt) {
+      check_names({nt}, "optim");
+      FORGE_CHECK(seen.insert(nt.name).second, "save_checkpoint: duplicate optim tensor name '",
+                  nt.name, "'");
+      write_dataset(f, g, "/optim", nt);
+    });
+  } else {
+    write_group(f, "/optim", data.optim);
+  }
   f.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "cannot flush checkpoint (disk full?)");
 }
 

@@ -39,6 +39,10 @@ struct CheckpointData {
   std::string config_yaml;
   NamedTensors model;
   NamedTensors optim;
+  /// Instead of `optim` (then empty), for a state not held whole anywhere (a sharded optimizer
+  /// gathers it from the ranks, docs/distributed.md): the writer calls it once with a function
+  /// that writes one tensor, to be called for every tensor in order; each may be freed after.
+  std::function<void(const std::function<void(const NamedTensor&)>& write)> optim_stream;
   std::map<std::string, int64_t> counters;
   /// By model name ("model" for the run's main model); stored under /references.
   std::map<std::string, ModelReference> references;

@@ -117,6 +117,7 @@ struct TrainConfig {
   int64_t sample_tokens{};
   double allreduce_bucket_mb{};
   bool allreduce_overlap{};
+  bool shard_optimizer{};
   bool operator==(const TrainConfig&) const = default;
 };
 

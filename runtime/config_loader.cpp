@@ -613,6 +613,10 @@ class Loader : public ConfigChecker {
     cross({"optimizer.nesterov", "optimizer.name", "optimizer.momentum"},
           !c.optimizer.nesterov || (c.optimizer.name == "sgd" && c.optimizer.momentum > 0),
           "optimizer.nesterov needs optimizer.name 'sgd' and optimizer.momentum > 0");
+    cross({"train.shard_optimizer", "optimizer.name"},
+          !c.train.shard_optimizer || c.optimizer.name == "adamw",
+          "train.shard_optimizer shards AdamW's state only; optimizer.name is '" +
+              c.optimizer.name + "'");
     cross({"train.eval_every", "data.val", "data.val_fraction"},
           c.train.eval_every == 0 || !c.data.val.empty() || c.data.val_fraction > 0,
           "train.eval_every (" + str(c.train.eval_every) +

@@ -345,6 +345,8 @@ std::vector<ConfigKey> common_keys() {
       "under mpirun: megabytes of gradients summed across ranks per all-reduce");
   add("train.allreduce_overlap", boolean_key(true), in(train, &T::allreduce_overlap),
       "under mpirun: start a bucket's all-reduce during backward, once its gradients are complete");
+  add("train.shard_optimizer", boolean_key(false), in(train, &T::shard_optimizer),
+      "under mpirun: each rank keeps AdamW's state of its slice of the parameters (ZeRO-1)");
   return keys;
 }
 

@@ -27,6 +27,7 @@
 #include "optim/clip.h"
 #include "optim/groups.h"
 #include "optim/schedule.h"
+#include "optim/sharded_adamw.h"
 #include "runtime/checkpoint.h"
 #include "runtime/fault_injection.h"
 #include "runtime/rank_agreement.h"
@@ -250,14 +251,21 @@ int64_t resume(const RunConfig& config, const RunModels& models, optim::Optimize
   return data.step;
 }
 
+// A sharded optimizer's state is gathered from the ranks tensor by tensor as it is written: the
+// other ranks join the gathers (TrainingRun::save).
 void save_run(const RunConfig& config, int64_t step, const RunModels& models,
-              optim::Optimizer& optimizer, const Recipe& recipe, const DataState& datasets,
-              ProgressPrinter& progress) {
+              const optim::Optimizer& optimizer, const optim::ShardedAdamW* sharded,
+              const Recipe& recipe, const DataState& datasets, ProgressPrinter& progress) {
   CheckpointData data;
   data.step = step;
   data.config_yaml = to_yaml(config);
   data.model = models.saved();
-  data.optim = optimizer.state();
+  if (sharded)
+    data.optim_stream = [sharded](const std::function<void(const NamedTensor&)>& write) {
+      sharded->gather_state(write);
+    };
+  else
+    data.optim = optimizer.state();
   data.references = models.references();
   data.auxiliary = models.auxiliary();
   data.counters["rng.seed"] = config.seed;
@@ -265,6 +273,17 @@ void save_run(const RunConfig& config, int64_t step, const RunModels& models,
   data.counters.insert(datasets.begin(), datasets.end());
   fs::path file = save_checkpoint(config.output_dir, data, int(config.train.keep_last));
   progress.message("saved " + file.string());
+}
+
+// With train.shard_optimizer, the recipe's AdamW trained with its state sharded over the ranks.
+std::unique_ptr<optim::ShardedAdamW> shard(const RunConfig& config, optim::Optimizer& optimizer) {
+  if (!config.train.shard_optimizer) return nullptr;
+  const auto* adamw = dynamic_cast<const optim::AdamW*>(&optimizer);
+  if (!adamw)
+    throw Error(ExitCode::usage,
+                detail::concat("train.shard_optimizer shards AdamW's state only; recipe ",
+                               config.recipe, " trains with ", optimizer.name()));
+  return std::make_unique<optim::ShardedAdamW>(*adamw, world_comm());
 }
 
 // The updates of one step: under nan_policy: skip some may have been skipped. A step is logged
@@ -285,7 +304,7 @@ class Updater final : public StepContext {
         schedule_(schedule_spec(config)),
         params_(optimizer.parameters()),
         arena_(params_, world_comm(), int64_t(config.train.allreduce_bucket_mb * 1048576.0),
-               config.train.allreduce_overlap),
+               config.train.allreduce_overlap, config.train.shard_optimizer),
         skip_(std::move(skip)) {}
 
   void begin(int64_t step) {
@@ -347,6 +366,7 @@ class Updater final : public StepContext {
       if (factor != 1.0) arena_.scale(factor);
       r.lr = optim::learning_rate(schedule_, step_);
       optimizer_.step(r.lr);
+      arena_.gather_parameters();
       arena_.reset();
       // A finite loss and gradient can still overflow the weights (a learning rate far too high);
       // such a model must never reach a checkpoint, and no policy can skip an applied update.
@@ -409,7 +429,8 @@ class TrainingRun {
   TrainingRun(const RunConfig& config, const std::vector<RunModel>& model_list,
               optim::Optimizer& optimizer, const Recipe& recipe)
       : config_(config),
-        optimizer_(optimizer),
+        sharded_(shard(config, optimizer)),
+        optimizer_(sharded_ ? *sharded_ : optimizer),
         recipe_(recipe),
         dir_(config.output_dir),
         lead_(world_comm().rank() == 0),
@@ -423,7 +444,7 @@ class TrainingRun {
     datasets_ = dataset_identities(config);
     // Nothing in the directory is written before the checkpoint to continue from has loaded.
     if (config.train.resume == "auto")
-      start_ = resume(config, *models_, optimizer, recipe, datasets_, progress_);
+      start_ = resume(config, *models_, optimizer_, recipe, datasets_, progress_);
     else if (lead_)
       move_earlier_run_aside(dir_, progress_);
     if (start_ < 0)
@@ -446,7 +467,7 @@ class TrainingRun {
     const fs::path metrics_path = dir_ / "metrics.jsonl";
     if (start_ > 0 && lead_) truncate_after_step(metrics_path, start_);
     if (lead_) metrics_.emplace(metrics_path, /*append=*/start_ > 0);
-    updater_.emplace(config, optimizer, progress_, recipe.skip_micro_batch);
+    updater_.emplace(config, optimizer_, progress_, recipe.skip_micro_batch);
     models_->set_training();
     t0_ = std::chrono::steady_clock::now();
   }
@@ -537,9 +558,12 @@ class TrainingRun {
   }
 
   // After a save the other ranks wait for rank 0: an exit while it still writes would make mpirun
-  // end the job, and the checkpoint with it.
+  // end the job, and the checkpoint with it. Every rank joins the gathers of a sharded state.
   void save(int64_t step) {
-    if (lead_) save_run(config_, step, *models_, optimizer_, recipe_, datasets_, progress_);
+    if (lead_)
+      save_run(config_, step, *models_, optimizer_, sharded_.get(), recipe_, datasets_, progress_);
+    else if (sharded_)
+      sharded_->gather_state([](const NamedTensor&) {});
     agree_max(0);
     last_save_ = step;
   }
@@ -584,7 +608,8 @@ class TrainingRun {
   }
 
   const RunConfig& config_;
-  optim::Optimizer& optimizer_;
+  const std::unique_ptr<optim::ShardedAdamW> sharded_;
+  optim::Optimizer& optimizer_;  // the recipe's, or sharded_
   const Recipe& recipe_;
   const fs::path dir_;
   const bool lead_;

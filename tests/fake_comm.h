@@ -3,6 +3,7 @@
 // their number, and it records the reductions it was asked to start.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -24,6 +25,21 @@ class FakeComm final : public Comm {
     started.push_back({data, n});
     pending_.push_back({data, n});
     if (on_start) on_start();
+  }
+  // This rank's part of the sum, as the other ranks' equal parts make it.
+  void start_reduce_scatter_sum(float* data, const int64_t* counts) override {
+    int64_t first = 0;
+    for (int r = 0; r < rank_; ++r) first += counts[r];
+    started.push_back({data + first, counts[rank_]});
+    pending_.push_back({data + first, counts[rank_]});
+    if (on_start) on_start();
+  }
+  void allgather(float*, const int64_t*) override {}
+  // Only this rank's part is known: it lands at its place.
+  void gather(const float* part, const int64_t* counts, float* out) override {
+    int64_t first = 0;
+    for (int r = 0; r < rank_; ++r) first += counts[r];
+    if (out) std::copy(part, part + counts[rank_], out + first);
   }
   void progress() override {}
   void wait_all() override {

@@ -4,6 +4,7 @@
 #include "core/kernels/optim.h"
 #include "core/kernels/isa.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace forge::kernels {
@@ -63,15 +64,22 @@ FORGE_CLONES void scale(T* g, int64_t n, T factor) {
 }
 
 template <class T>
-FORGE_CLONES double scale_sum_squares(T* g, int64_t n, T factor) {
-  double acc = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    const T x = g[i] * factor;
-    g[i] = x;
-    acc += double(x) * double(x);
+FORGE_CLONES void scale_block_sum_squares(T* g, int64_t n, T factor, int64_t block,
+                                          double* sums) {
+  const int64_t blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t k = 0; k < blocks; ++k) {
+    T* x = g + k * block;
+    const int64_t m = std::min(block, n - k * block);
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < m; ++i) {
+      const T y = x[i] * factor;
+      x[i] = y;
+      acc += double(y) * double(y);
+    }
+    sums[k] = acc;
   }
-  return acc;
 }
 
 // x*0 is NaN exactly for NaN and infinite x, so one vectorisable sum finds both.
@@ -113,7 +121,7 @@ void sgd_momentum_update(T* p, const T* g, T* buf, int64_t n, T wd, T neg_lr, T 
   template void sgd_momentum_update<T>(T*, const T*, T*, int64_t, T, T, T, bool, bool);         \
   template double sum_squares<T>(const T*, int64_t);                                            \
   template void scale<T>(T*, int64_t, T);                                                       \
-  template double scale_sum_squares<T>(T*, int64_t, T);                                         \
+  template void scale_block_sum_squares<T>(T*, int64_t, T, int64_t, double*);                   \
   template bool all_finite<T>(const T*, int64_t);                                               \
   template void ref::adamw_update<T>(T*, const T*, T*, T*, int64_t, const AdamWCoeffs<T>&);     \
   template void ref::sgd_momentum_update<T>(T*, const T*, T*, int64_t, T, T, T, bool, bool);

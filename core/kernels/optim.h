@@ -33,11 +33,13 @@ double sum_squares(const T* g, int64_t n);
 /// g *= factor.
 template <class T>
 void scale(T* g, int64_t n, T factor);
-/// g *= factor, and the sum of squares of the scaled g accumulated in double, in one pass: the
-/// gradient arena's division by the number of targets, which also yields the norm for clipping
-/// and, when it is not finite, tells that a gradient is not.
+/// g *= factor, and in one pass sums[k] = the sum of squares (in double) of the scaled elements
+/// [k*block, min(n, (k+1)*block)): the gradient arena's division by the number of targets, which
+/// also yields the norm for clipping. A block's sum depends on its elements only, not on the
+/// threads or on where a caller's range starts (at a multiple of block), so sums added in block
+/// order give one norm however the buffer was split between threads or ranks.
 template <class T>
-double scale_sum_squares(T* g, int64_t n, T factor);
+void scale_block_sum_squares(T* g, int64_t n, T factor, int64_t block, double* sums);
 /// False when any element is NaN or infinite.
 template <class T>
 bool all_finite(const T* g, int64_t n);

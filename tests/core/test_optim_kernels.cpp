@@ -63,17 +63,26 @@ TEST(OptimKernels, StatisticsMatchPlainLoops) {
   std::vector<float> s = {1, -2, 4};
   kernels::scale(s.data(), 3, 0.5f);
   EXPECT_EQ(s, (std::vector<float>{0.5f, -1, 2}));
-  // The fused pass: the same scaling, and the sum of squares of the scaled values.
+  // The fused pass: the same scaling, and each block's sum of squares of the scaled values, the
+  // same whether the blocks are summed from the start or from a later block.
   auto h = randn(n, 9), h2 = h;
-  double scaled = 0;
-  for (float& x : h2) {
-    x *= 0.25f;
-    scaled += double(x) * double(x);
+  const int64_t block = 1000, blocks = (n + block - 1) / block;
+  const size_t nb = static_cast<size_t>(blocks);
+  std::vector<double> scaled(nb, 0.0), sums(nb, 0.0), tail(nb, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    h2[size_t(i)] *= 0.25f;
+    scaled[size_t(i / block)] += double(h2[size_t(i)]) * double(h2[size_t(i)]);
   }
-  EXPECT_NEAR(kernels::scale_sum_squares(h.data(), n, 0.25f), scaled, 1e-9 * scaled);
+  auto h3 = h;
+  kernels::scale_block_sum_squares(h.data(), n, 0.25f, block, sums.data());
+  for (int64_t k = 0; k < blocks; ++k) EXPECT_NEAR(sums[k], scaled[k], 1e-9 * scaled[k]) << k;
   EXPECT_EQ(h, h2);
+  kernels::scale_block_sum_squares(h3.data() + 2 * block, n - 2 * block, 0.25f, block,
+                                   tail.data() + 2);
+  for (int64_t k = 2; k < blocks; ++k) EXPECT_EQ(tail[k], sums[k]) << k;
   h[7] = NAN;
-  EXPECT_FALSE(std::isfinite(kernels::scale_sum_squares(h.data(), n, 1.0f)));
+  kernels::scale_block_sum_squares(h.data(), n, 1.0f, block, sums.data());
+  EXPECT_FALSE(std::isfinite(sums[0]));
 }
 
 }  // namespace

@@ -106,6 +106,27 @@ class Distributed : public testing::RecipeTest {
     for (const auto& [name, x] : wa) EXPECT_EQ(x, wb.at(name)) << name;
   }
 
+  // The checkpoints of `step` hold bitwise the same weights and optimizer state.
+  static void expect_same_checkpoint(const fs::path& a, const fs::path& b, int step) {
+    const std::vector<TensorSpec> model =
+        read_checkpoint_info(checkpoint_path(a, step)).model;
+    const CheckpointData x = load_checkpoint(checkpoint_path(a, step), model);
+    const CheckpointData y = load_checkpoint(checkpoint_path(b, step), model);
+    for (const NamedTensors* t : {&x.model, &x.optim}) {
+      const NamedTensors& other = t == &x.model ? y.model : y.optim;
+      ASSERT_EQ(t->size(), other.size()) << b << " step " << step;
+      for (size_t i = 0; i < t->size(); ++i) {
+        EXPECT_EQ((*t)[i].name, other[i].name);
+        EXPECT_EQ(tensor_bytes((*t)[i].tensor), tensor_bytes(other[i].tensor))
+            << b << " step " << step << ": " << (*t)[i].name;
+      }
+    }
+  }
+  static std::string tensor_bytes(const Tensor& t) {
+    const Tensor c = t.contiguous();
+    return std::string(static_cast<const char*>(c.raw_data()), size_t(c.numel()) * dtype_size(c.dtype()));
+  }
+
   // Every train and val loss bitwise equal.
   static void expect_same_losses(const fs::path& a, const fs::path& b) {
     for (const char* split : {"train", "val"}) {
@@ -203,6 +224,76 @@ TEST_F(Distributed, RanksStartedWithDifferentConfigsStopAtSetUp) {
             1u)
       << out;
   EXPECT_FALSE(fs::exists(dir_ / "apart" / "metrics.jsonl"));
+}
+
+// ZeRO-1 (train.shard_optimizer): each rank keeps AdamW's state of half the parameters, and the run
+// is bitwise the unsharded 2-rank run's and one process's: losses, gradient norms (clipping at 0.02
+// acts in every step), weights and the whole optimizer state in every checkpoint. Weight decay,
+// per-layer learning rates, a group frozen for the whole run, and gradual unfreezing (lower blocks
+// are not reached by backward until their step, and then count their own AdamW steps).
+TEST_F(Distributed, ShardedOptimizerStateTrainsWhatPlainDataParallelismTrains) {
+  const std::string keys =
+      " optimizer.weight_decay=0.1 optimizer.layer_lr_decay=2.0 optimizer.unfreeze_every=3"
+      " 'optimizer.freeze=[\"blocks.0.attn.*\"]' train.clip_grad_norm=0.02";
+  ASSERT_EQ(forge("train " + write_gpt_config("single").string() + keys, kOneThread), 0);
+  auto [code, out] = mpirun("train " + write_gpt_config("two").string() + keys, kOneThread);
+  ASSERT_EQ(code, 0) << out;
+  auto [sharded, sharded_out] = mpirun(
+      "train " + write_gpt_config("sharded").string() + keys + " train.shard_optimizer=true",
+      kOneThread);
+  ASSERT_EQ(sharded, 0) << sharded_out;
+  for (const char* run : {"single", "two"}) {
+    expect_same_losses(dir_ / run, dir_ / "sharded");
+    EXPECT_EQ(losses(dir_ / run, "train", "grad_norm"), losses(dir_ / "sharded", "train", "grad_norm"))
+        << run;
+    for (int step : {4, 8, 12}) expect_same_checkpoint(dir_ / run, dir_ / "sharded", step);
+  }
+  for (const auto& [step, norm] : losses(dir_ / "sharded", "train", "grad_norm"))
+    EXPECT_GT(norm, 0.02) << "clipping must act at step " << step;
+}
+
+// A sharded 2-rank run killed after step 6 resumes from step 4 exactly: on 2 ranks sharded, and in
+// one process sharded or not. An unsharded checkpoint resumes sharded.
+TEST_F(Distributed, ShardedOptimizerStateResumesOnAnyNumberOfRanks) {
+  ASSERT_EQ(forge("train " + write_gpt_config("whole").string(), kOneThread), 0);
+  const std::string sharded = " train.shard_optimizer=true";
+  auto [killed, killed_out] = mpirun("train " + write_gpt_config("killed").string() + sharded,
+                                     "FORGE_TEST_RANK=1 FORGE_TEST_SIGKILL_AFTER_STEP=6", 60);
+  ASSERT_NE(killed, 0) << killed_out;
+  ASSERT_EQ(read_checkpoint_info(resolve_checkpoint(dir_ / "killed")).step, 4);
+  for (const char* alone : {"alone_sharded", "alone"}) {
+    fs::copy(dir_ / "killed", dir_ / alone, fs::copy_options::recursive);
+    ASSERT_EQ(forge("train " + write_gpt_config(alone).string() +
+                        (std::string(alone) == "alone" ? "" : sharded),
+                    kOneThread),
+              0);
+  }
+  auto [resumed, resumed_out] =
+      mpirun("train " + write_gpt_config("killed").string() + sharded, kOneThread);
+  ASSERT_EQ(resumed, 0) << resumed_out;
+  // One process killed after step 6, resumed sharded on 2 ranks.
+  ASSERT_NE(forge("train " + write_gpt_config("unsharded").string(),
+                  std::string(kOneThread) + " FORGE_TEST_SIGKILL_AFTER_STEP=6"),
+            0);
+  auto [moved, moved_out] =
+      mpirun("train " + write_gpt_config("unsharded").string() + sharded, kOneThread);
+  ASSERT_EQ(moved, 0) << moved_out;
+  for (const char* run : {"killed", "alone_sharded", "alone", "unsharded"}) {
+    expect_same_losses(dir_ / "whole", dir_ / run);
+    EXPECT_EQ(losses(dir_ / "whole", "train", "grad_norm"), losses(dir_ / run, "train", "grad_norm"))
+        << run;
+    expect_same_checkpoint(dir_ / "whole", dir_ / run, 12);
+  }
+}
+
+// Only AdamW's state is sharded.
+TEST_F(Distributed, ShardingAnotherOptimizerIsAConfigError) {
+  auto [code, out] = mpirun("train " + write_gpt_config("sgd").string() +
+                            " optimizer.name=sgd train.shard_optimizer=true");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_EQ(count(out, "train.shard_optimizer shards AdamW's state only; optimizer.name is 'sgd'"),
+            1u)
+      << out;
 }
 
 // BERT: a step's MLM loss is scaled by the masked positions of all its micro-batches, which each
