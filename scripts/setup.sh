@@ -31,7 +31,7 @@ esac
 # Oniguruma is the regex engine Hugging Face's tokenizers runs tokenizer.json's Split patterns on,
 # so Forge's pre-tokenisation matches it by construction; utf8proc does NFC/NFKC; libsentencepiece
 # reads and runs SentencePiece models (data/tokenizer_json.cpp, data/sentencepiece.cpp).
-forge_packages=(g++ cmake make pkg-config libdnnl-dev libyaml-cpp-dev libhdf5-dev libgtest-dev
+forge_packages=(g++ cmake make pkg-config libdnnl-dev libyaml-cpp-dev libhdf5-dev zlib1g-dev libgtest-dev
                 nlohmann-json3-dev libopenmpi-dev openmpi-bin libonig-dev libutf8proc-dev
                 libsentencepiece-dev)
 

@@ -232,7 +232,7 @@ TEST(ConfigErrors, BadChoiceListsTheChoices) {
                                 "(did you mean 'rmsnorm'?)"));
   EXPECT_EQ(errors_of("recipe: gpt_pretrian\ndata: {train: " + std::string(kTiny) + "}\n"),
             line("x.yaml:1:9", "recipe: must be one of gpt_pretrain, bert_pretrain, finetune, distill, classify, "
-                               "reward_model, dpo, ppo; got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
+                               "reward_model, dpo, ppo, grpo; got 'gpt_pretrian' (did you mean 'gpt_pretrain'?)"));
 }
 
 TEST(ConfigErrors, MissingRequiredKeyPointsAtItsSection) {
@@ -538,7 +538,7 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
   }
   EXPECT_EQ(names,
             (std::vector<std::string>{"gpt_pretrain", "bert_pretrain", "finetune", "distill",
-                                      "classify", "reward_model", "dpo", "ppo"}));
+                                      "classify", "reward_model", "dpo", "ppo", "grpo"}));
   EXPECT_EQ(find_config_key("recipe")->choices, names);
   EXPECT_EQ(&find_recipe("bert_pretrain"), &recipe_registry()[1]);
   try {
@@ -548,11 +548,11 @@ TEST(ConfigRegistry, RecipeChoicesComeFromTheRegistry) {
     EXPECT_EQ(e.code(), ExitCode::usage);
     EXPECT_EQ(std::string(e.what()),
               "unknown recipe 'rlhf' (known recipes: gpt_pretrain, bert_pretrain, finetune, "
-              "distill, classify, reward_model, dpo, ppo)");
+              "distill, classify, reward_model, dpo, ppo, grpo)");
   }
   EXPECT_EQ(recipes_reading("bert"), (std::vector<std::string>{"bert_pretrain", "distill"}));
   EXPECT_EQ(recipes_reading("preference"), (std::vector<std::string>{"reward_model", "dpo"}));
-  EXPECT_EQ(recipes_reading("lora"), (std::vector<std::string>{"finetune", "dpo", "ppo"}));
+  EXPECT_EQ(recipes_reading("lora"), (std::vector<std::string>{"finetune", "dpo", "ppo", "grpo"}));
   // Section keys are schema keys, after the common ones, under their section's name.
   for (const ConfigSection& section : config_sections())
     for (const ConfigKey& key : section.keys) {
