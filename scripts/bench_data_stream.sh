@@ -52,22 +52,8 @@ for v in gb shard_gb small_mb steps repeats; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || bad_usage "--${v//_/-} wants N >= 1, got '${!v}'"
 done
 
-forge_build forge forge_data forge_core >&2
+forge_build forge bench_data_stream_tool
 tool="$FORGE_BUILD/bench_data_stream_tool"
-tool_src="$FORGE_ROOT/scripts/bench_data_stream_tool.cpp"
-tool_libs=("$FORGE_BUILD/libforge_data.a" "$FORGE_BUILD/libforge_core.a")
-stale=0
-[ -x "$tool" ] || stale=1
-for f in "$tool_src" "${tool_libs[@]}"; do
-  if [ "$f" -nt "$tool" ]; then stale=1; fi
-done
-if [ "$stale" -eq 1 ]; then
-  hdf5_libs="$(pkg-config --libs hdf5 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")"
-  # shellcheck disable=SC2086  # hdf5_libs is a list of flags
-  c++ -O2 -std=c++20 -Wall -Wextra -I"$FORGE_ROOT" "$tool_src" "${tool_libs[@]}" -fopenmp \
-    $hdf5_libs -lonig -lutf8proc -lsentencepiece -ldnnl -o "$tool" >&2 ||
-    { echo "bench_data_stream: building $tool failed" >&2; exit 1; }
-fi
 [ -x /usr/bin/time ] || forge_install_missing time
 
 tmp_root="${TMPDIR:-/tmp}"

@@ -64,25 +64,8 @@ for p in tiktoken js-tiktoken tokenizers; do
   echo "bench_tokenizer: $p $(node -p "require('$npm_dir/node_modules/$p/package.json').version")" >&2
 done
 
-# Forge's side is one small program linked against the built libraries rather than a CMake target.
-forge_build forge_data forge_core
+forge_build bench_tokenizer_forge
 forge_bin="$FORGE_BUILD/bench_tokenizer_forge"
-forge_src="$FORGE_ROOT/scripts/bench_tokenizer_forge.cpp"
-forge_libs=("$FORGE_BUILD/libforge_data.a" "$FORGE_BUILD/libforge_core.a")
-stale=0
-[ -x "$forge_bin" ] || stale=1
-for f in "$forge_src" "${forge_libs[@]}" "$FORGE_ROOT"/data/*.h; do
-  if [ "$f" -nt "$forge_bin" ]; then stale=1; fi
-done
-if [ "$stale" -eq 1 ]; then
-  hdf5_libs="$(pkg-config --libs hdf5 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")"
-  # forge_data's libraries (CMakeLists.txt): tokenizer.json's regexes and Unicode, SentencePiece.
-  text_libs="-lonig -lutf8proc -lsentencepiece"
-  # shellcheck disable=SC2086  # hdf5_libs and text_libs are lists of flags
-  c++ -O3 -std=c++20 -Wall -Wextra -I"$FORGE_ROOT" "$forge_src" "${forge_libs[@]}" -fopenmp \
-    $hdf5_libs $text_libs -ldnnl -o "$forge_bin" >&2 ||
-    { echo "bench_tokenizer: building $forge_bin failed" >&2; exit 1; }
-fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/forge_bench_tokenizer.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
