@@ -182,13 +182,17 @@ class RunModels {
   std::vector<std::string> auxiliary_;
 };
 
+// The keys that may name a token dataset, with their paths.
+std::vector<std::pair<std::string, std::string>> dataset_keys(const RunConfig& config) {
+  return {{"data.train", config.data.train}, {"data.val", config.data.val}};
+}
+
 // The token datasets a run reads (data.train, data.val), as checkpoint counters
 // "dataset.<key>.tokens", ".documents" and ".crc32" (TokenDatasetIdentity): a resume on other
 // contents would continue the run on other data.
 DataState dataset_identities(const RunConfig& config) {
   DataState out;
-  for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.train", config.data.train},
-                                  {"data.val", config.data.val}}) {
+  for (const auto& [key, path] : dataset_keys(config)) {
     if (path.empty() || !is_token_dataset_path(path)) continue;
     TokenDatasetIdentity id;
     try {
@@ -208,10 +212,9 @@ DataState dataset_identities(const RunConfig& config) {
 // now (a checkpoint without the counters predates them, or read text).
 void check_same_datasets(const RunConfig& config, const DataState& now, const DataState& saved,
                          const fs::path& file) {
-  for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.train", config.data.train},
-                                  {"data.val", config.data.val}}) {
-    auto identity = [&](const DataState& s) -> std::optional<TokenDatasetIdentity> {
-      const std::string p = "dataset." + key + ".";
+  for (const auto& [key, path] : dataset_keys(config)) {
+    const std::string p = "dataset." + key + ".";
+    auto identity = [&p](const DataState& s) -> std::optional<TokenDatasetIdentity> {
       if (!s.count(p + "tokens") || !s.count(p + "documents") || !s.count(p + "crc32"))
         return std::nullopt;
       return TokenDatasetIdentity{s.at(p + "tokens"), s.at(p + "documents"),
