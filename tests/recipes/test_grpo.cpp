@@ -303,9 +303,9 @@ TEST_F(GrpoCommand, BadOutputIsOneLineNamingTheKey) {
        "grpo.command: exited with status 127 (its stderr: sh: 1: no-such-verifier-command: not "
        "found)"},
       {"echo why >&2; echo; echo x >&2; exit 2", "exited with status 2 (its stderr: x)"}};
-  for (const auto& [command, message] : cases)
-    testing::expect_error(ExitCode::data, message,
-                          [&] { run_verifier_command(command, "{}\n{}\n", 2, 10); });
+  for (const auto& c : cases)
+    testing::expect_error(ExitCode::data, c.second,
+                          [&] { run_verifier_command(c.first, "{}\n{}\n", 2, 10); });
   // A trailing newline or none, white space around a number: both fine.
   EXPECT_EQ(run_verifier_command("printf ' 1 \\n-2.5'", "{}\n{}\n", 2, 10),
             (std::vector<double>{1, -2.5}));
