@@ -285,7 +285,10 @@ int cmd_train(const std::vector<std::string>& args) {
     limit->bytes /= double(std::atol(local));
     limit->source += detail::concat(", shared by ", local, " ranks on this machine");
   }
-  check_memory(recipe.estimate(config), limit, ignore_memory);
+  MemoryEstimate estimate = recipe.estimate(config);
+  if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); world && config.train.shard_optimizer)
+    estimate = sharded_optimizer_estimate(estimate, std::atol(world));
+  check_memory(estimate, limit, ignore_memory);
   return recipe.train(config);
 }
 

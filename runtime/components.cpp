@@ -145,6 +145,11 @@ double total_bytes(const MemoryEstimate& e) {
   return e.state_bytes + e.activation_bytes + e.logits_bytes;
 }
 
+MemoryEstimate sharded_optimizer_estimate(MemoryEstimate e, int64_t ranks) {
+  if (ranks > 1) e.state_bytes -= 8.0 * double(e.trainable_parameters) * (1.0 - 1.0 / double(ranks));
+  return e;
+}
+
 namespace {
 
 constexpr InputKind kSystemFile{"system file", 1 << 20, ExitCode::internal};

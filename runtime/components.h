@@ -38,6 +38,9 @@ MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
 
 /// Total bytes of an estimate.
 double total_bytes(const MemoryEstimate& e);
+/// One rank's share of `e` in a job of `ranks` under train.shard_optimizer: each rank keeps AdamW's
+/// moments (8 of the 12 bytes a trained parameter costs) for 1/ranks of the parameters.
+MemoryEstimate sharded_optimizer_estimate(MemoryEstimate e, int64_t ranks);
 
 /// The memory a run may use: the least of MemAvailable (MemTotal if the kernel has no
 /// MemAvailable) in /proc/meminfo and the cgroup's memory.max when set; `source` names which.

@@ -107,6 +107,20 @@ TEST(MemoryCheck, AnEstimateBeyondTheLimitIsAConfigErrorNamingBoth) {
   EXPECT_GT(machine->bytes, 0);
 }
 
+// Under train.shard_optimizer a rank holds AdamW's moments of 1/ranks of the trained parameters.
+TEST(MemoryCheck, ShardedOptimizerStateIsDividedAmongTheRanks) {
+  MemoryEstimate e;
+  e.parameters = 1000;
+  e.trainable_parameters = 600;
+  e.state_bytes = 4.0 * 1000 + 12.0 * 600;
+  e.activation_bytes = 5;
+  EXPECT_EQ(sharded_optimizer_estimate(e, 1).state_bytes, e.state_bytes);
+  const MemoryEstimate half = sharded_optimizer_estimate(e, 2);
+  EXPECT_EQ(half.state_bytes, 4.0 * 1000 + 4.0 * 600 + 8.0 * 600 / 2);
+  EXPECT_EQ(half.activation_bytes, 5);
+  EXPECT_EQ(sharded_optimizer_estimate(e, 4).state_bytes, 4.0 * 1000 + 4.0 * 600 + 8.0 * 600 / 4);
+}
+
 // Under ulimit -v every allocation past the limit fails, however much the machine has free. The
 // soft limit is lowered for the call and put back (the hard one stays, so it can be).
 TEST(MemoryCheck, TheAddressSpaceLimitBoundsTheMachinesMemory) {
