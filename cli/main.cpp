@@ -286,7 +286,8 @@ int cmd_train(const std::vector<std::string>& args) {
     limit->source += detail::concat(", shared by ", local, " ranks on this machine");
   }
   MemoryEstimate estimate = recipe.estimate(config);
-  if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); world && config.train.shard_optimizer)
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (world && config.train.shard_optimizer)
     estimate = sharded_optimizer_estimate(estimate, std::atol(world));
   check_memory(estimate, limit, ignore_memory);
   return recipe.train(config);

@@ -40,9 +40,9 @@ LMWindows::LMWindows(std::shared_ptr<const TokenSource> tokens, int64_t context)
 LMWindows::LMWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t context)
     : LMWindows(std::make_shared<const MemoryTokens>(std::move(tokens)), context) {}
 
-void LMWindows::fill_row(int64_t start, int64_t* ids, int64_t* targets) const {
+void LMWindows::fill_row(int64_t start, std::vector<int32_t>& window, int64_t* ids,
+                         int64_t* targets) const {
   const int64_t T = context_;
-  std::vector<int32_t> window(size_t(T + 1));
   tokens_->read(start, T + 1, window.data());
   for (int64_t t = 0; t < T; ++t) {
     ids[t] = window[size_t(t)];
@@ -55,11 +55,12 @@ LMBatch LMWindows::sample(int64_t batch_size, uint64_t seed, int64_t step, int64
   Tensor ids = empty({batch_size, T}, DType::i64), targets = empty({batch_size, T}, DType::i64);
   uint64_t starts = uint64_t(num_tokens() - T);  // valid starts: 0 .. n - T - 1
   uint64_t stream = rng_stream("lm_batch", uint64_t(step));
+  std::vector<int32_t> window(size_t(T + 1));
   for (int64_t b = 0; b < batch_size; ++b) {
     auto w = philox(seed, stream, uint64_t(micro * batch_size + b));
     uint64_t r = (uint64_t(w[0]) << 32) | w[1];
     int64_t start = int64_t(r % starts);
-    fill_row(start, ids.data<int64_t>() + b * T, targets.data<int64_t>() + b * T);
+    fill_row(start, window, ids.data<int64_t>() + b * T, targets.data<int64_t>() + b * T);
   }
   return {ids, targets};
 }
@@ -74,16 +75,17 @@ LMBatch LMWindows::eval_batch(int64_t first, int64_t count) const {
   FORGE_CHECK(first >= 0 && count > 0, "eval_batch: window ", first, " out of range [0, ", windows,
               ")");
   Tensor ids = empty({count, T}, DType::i64), targets = empty({count, T}, DType::i64);
+  std::vector<int32_t> window(size_t(T + 1));
   for (int64_t i = 0; i < count; ++i) {
     int64_t w = first + i, start = w * T;
     int64_t* pt = targets.data<int64_t>() + i * T;
     if (start + T + 1 > num_tokens()) {
       // The last window ends at the split's end; skip the targets the previous window scored.
       int64_t shifted = num_tokens() - 1 - T;
-      fill_row(shifted, ids.data<int64_t>() + i * T, pt);
+      fill_row(shifted, window, ids.data<int64_t>() + i * T, pt);
       for (int64_t t = 0; t < start - shifted; ++t) pt[t] = kIgnoreTarget;
     } else {
-      fill_row(start, ids.data<int64_t>() + i * T, pt);
+      fill_row(start, window, ids.data<int64_t>() + i * T, pt);
     }
   }
   return {ids, targets};

@@ -53,8 +53,9 @@ class LMWindows {
   int64_t context() const { return context_; }
 
  private:
-  // One window: ids [T] from tokens [start, start + T), targets [T] one position later.
-  void fill_row(int64_t start, int64_t* ids, int64_t* targets) const;
+  // One window: ids [T] from tokens [start, start + T), targets [T] one position later, read
+  // through `window` (T + 1 ids, the caller's, so a batch allocates it once).
+  void fill_row(int64_t start, std::vector<int32_t>& window, int64_t* ids, int64_t* targets) const;
 
   std::shared_ptr<const TokenSource> tokens_;
   int64_t context_;

@@ -59,8 +59,8 @@ struct PrepareOptions {
 /// Tokenizes `inputs` into `output`: a reader streams the inputs in blocks, kernels::max_threads()
 /// threads encode (the tokenizer's encode() is called concurrently), this thread among them, and
 /// this thread writes the documents in input order, so the dataset holds the same tokens whatever
-/// the thread count and block size. Memory holds a few blocks per thread, plus the text of a document no cut can split
-/// and the ids of the document being written. The output appears only when complete (a file
+/// the thread count and block size. Memory holds a few blocks per thread, plus the text of a
+/// document no cut can split and the ids of the document being written. The output appears only when complete (a file
 /// through a temp file, a shard directory built as the hidden `.NAME.partial-PID` beside it and
 /// renamed). Refused with Error(usage) before anything is written: an output that is an input,
 /// holds one, is not the kind of thing it would replace, exists without `overwrite`, or (a

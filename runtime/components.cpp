@@ -146,7 +146,8 @@ double total_bytes(const MemoryEstimate& e) {
 }
 
 MemoryEstimate sharded_optimizer_estimate(MemoryEstimate e, int64_t ranks) {
-  if (ranks > 1) e.state_bytes -= 8.0 * double(e.trainable_parameters) * (1.0 - 1.0 / double(ranks));
+  if (ranks > 1)
+    e.state_bytes -= 8.0 * double(e.trainable_parameters) * (1.0 - 1.0 / double(ranks));
   return e;
 }
 

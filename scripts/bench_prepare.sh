@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepare half of `scripts/bench data`: `forge prepare --tokenizer gpt2` on about 1 GB of text
-# with OMP_NUM_THREADS=1 and 2 (the encoding threads; the reader and the writer are threads of
-# their own), each --repeats times alternately, and prints the median of each, then the ratio:
+# with OMP_NUM_THREADS=1 and 2 (the encoding threads, the main thread among them, which also
+# writes; the reader is a thread of its own), each --repeats times alternately, and prints the
+# median of each, then the ratio:
 #   prepare threads=1 mb_s=X tokens_s=Y seconds=S max_rss_mb=M
 #   prepare threads=2 mb_s=X tokens_s=Y seconds=S max_rss_mb=M
 #   prepare speedup=X2/X1 target=1.8
