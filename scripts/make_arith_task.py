@@ -10,16 +10,20 @@
 
 `make` writes, from one seeded draw of distinct problems (a test problem never appears in the
 training files, in either order of its operands):
-  train.txt          pretraining text, one "a+b=c" a line (the base model's data)
+  train.txt          pretraining text, one "a+b=c" a line (the base model's data), where c is the
+                     reference answer: that of a sloppy solver, which drops the carry into the
+                     hundreds (a % 100 + b % 100 >= 100) SLOPPY of the times it is due
   sft.jsonl          the first problems of train.txt as SFT records {"prompt": "a+b=",
-                     "completion": "c"}: the base's fine-tuning data and the continued-SFT baseline's
-  prompts.jsonl      the first of those as GRPO's prompts {"prompt": "a+b=", "answer": "c"}
+                     "completion": "c"} with the same reference answers: the base's fine-tuning
+                     data and the continued-SFT baseline's
+  prompts.jsonl      the first of those as GRPO's prompts {"prompt": "a+b=", "answer": "c"} with
+                     the exact sum, which the verifier checks (and the reference data miss)
   prompts.txt        their prompts alone, one a line, for `forge generate --prompts` (offline RFT)
   test.jsonl         held-out problems {"prompt", "answer"}, for GRPO's evaluation
   test_prompts.txt   the held-out prompts alone, one a line, for `forge generate --prompts`
 `score` reads `forge generate --prompts test_prompts.txt` records and prints the share of samples
 whose completion, up to its first newline, is the answer of its prompt (the answers from --answers,
-default test.jsonl). `rft` keeps the correct samples as SFT records (offline rejection sampling;
+default test.jsonl), overall and over the sums that carry into the hundreds and the others. `rft` keeps the correct samples as SFT records (offline rejection sampling;
 --answers data/samples/arith/prompts.jsonl for samples of the training prompts). `curve` scores
 every checkpoint of a run (and the run it started from, as step 0) greedily on the held-out prompts
 (scripts/forge generate, temperature 0) and prints "METHOD<TAB>rows<TAB>exact_match" lines, rows =
@@ -46,6 +50,7 @@ N_TRAIN = 30000      # pretraining problems; sft.jsonl holds the first N_SFT, pr
 N_SFT = 10000        # first N_PROMPTS of those
 N_PROMPTS = 4000
 N_TEST = 1000
+SLOPPY = 0.85        # share of due carries into the hundreds that the reference answers drop
 
 
 def problems(n, rng, exclude):
@@ -61,6 +66,19 @@ def problems(n, rng, exclude):
     return out
 
 
+def carries_into_hundreds(a, b):
+    return a % 100 + b % 100 >= 100
+
+
+def sloppy_sum(a, b, slips):
+    """The reference answer: a + b, less the carry into the hundreds SLOPPY of the times it is
+    due (draws from `slips` only then), so the reference data teach a systematic mistake that an
+    exact verifier does not make."""
+    if carries_into_hundreds(a, b) and slips.random() < SLOPPY:
+        return a + b - 100
+    return a + b
+
+
 def write_jsonl(path, records):
     with open(path, "w", encoding="utf-8") as f:
         for r in records:
@@ -71,13 +89,16 @@ def make(out):
     rng = random.Random(SEED)
     test = problems(N_TEST, rng, set())
     train = problems(N_TRAIN, rng, set(test))
+    slips = random.Random(SEED + 1)
+    reference = [sloppy_sum(a, b, slips) for a, b in train]
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "train.txt", "w", encoding="utf-8") as f:
-        f.writelines(f"{a}+{b}={a + b}\n" for a, b in train)
+        f.writelines(f"{a}+{b}={c}\n" for (a, b), c in zip(train, reference))
     write_jsonl(out / "prompts.jsonl",
                 ({"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in train[:N_PROMPTS]))
     write_jsonl(out / "sft.jsonl",
-                ({"prompt": f"{a}+{b}=", "completion": str(a + b)} for a, b in train[:N_SFT]))
+                ({"prompt": f"{a}+{b}=", "completion": str(c)}
+                 for (a, b), c in zip(train[:N_SFT], reference)))
     with open(out / "prompts.txt", "w", encoding="utf-8") as f:
         f.writelines(f"{a}+{b}=\n" for a, b in train[:N_PROMPTS])
     write_jsonl(out / "test.jsonl", ({"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in test))
@@ -100,6 +121,16 @@ def graded(samples, answers):
 def exact_match(samples, answers):
     results = [ok for _, ok in graded(samples, answers)]
     return sum(results) / max(len(results), 1), sum(results), len(results)
+
+
+def carry_split(samples, answers):
+    """Exact match of the sums that carry into the hundreds (the reference data's mistake) and
+    of the others."""
+    split = {True: [], False: []}
+    for r, ok in graded(samples, answers):
+        a, b = map(int, r["prompt"].rstrip("=").split("+"))
+        split[carries_into_hundreds(a, b)].append(ok)
+    return [sum(v) / max(len(v), 1) for v in (split[True], split[False])]
 
 
 def curve(method, run, per_step, start):
@@ -189,7 +220,9 @@ def main():
         make(args.out)
     elif args.command == "score":
         accuracy, correct, samples = exact_match(args.samples, args.answers)
-        print(f"exact_match={accuracy:.4f} correct={correct} samples={samples}")
+        carry, other = carry_split(args.samples, args.answers)
+        print(f"exact_match={accuracy:.4f} correct={correct} samples={samples} "
+              f"carry_into_hundreds={carry:.4f} other={other:.4f}")
     elif args.command == "curve":
         curve(args.method, args.run, args.per_step, args.start)
     elif args.command == "plot":
