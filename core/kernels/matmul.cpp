@@ -214,7 +214,7 @@ struct Descs {
 
 // oneDNN descriptors of p's operands (bias empty without one); with `open`, p's ragged dim is
 // DNNL_RUNTIME_DIM_VAL. Strides stay fixed (groups are blocks of shared buffers) and in the key.
-Descs describe(const Problem& p, bool has_bias, bool open) {
+Descs describe(const Problem& p, bool has_bias, bool open, memory::data_type ab) {
   const size_t nd = p.batch.size() + 2;
   memory::dims a_dims, a_strides, b_dims, b_strides;
   operand_desc(p, true, a_dims, a_strides);
@@ -233,7 +233,7 @@ Descs describe(const Problem& p, bool has_bias, bool open) {
   if (open && p.ragged == Ragged::k) a_dims[nd - 1] = b_dims[nd - 2] = DNNL_RUNTIME_DIM_VAL;
 
   auto f32 = memory::data_type::f32;
-  Descs d{memory::desc(a_dims, f32, a_strides), memory::desc(b_dims, f32, b_strides), {},
+  Descs d{memory::desc(a_dims, ab, a_strides), memory::desc(b_dims, ab, b_strides), {},
           memory::desc(c_dims, f32, c_strides)};
   if (has_bias) d.bias = memory::desc(bias_dims, f32, bias_strides);
   return d;
@@ -260,11 +260,13 @@ Cache& cache() {
 // cleared rather than grown without bound.
 constexpr size_t kMaxCached = 4096;
 
-std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, float beta) {
+std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, float beta,
+                                               memory::data_type ab) {
   // A ragged dim is no part of the key: one primitive serves all its sizes.
   const int64_t m = p.ragged == Ragged::m ? DNNL_RUNTIME_DIM_VAL : p.m;
   const int64_t k = p.ragged == Ragged::k ? DNNL_RUNTIME_DIM_VAL : p.k;
-  std::vector<int64_t> key = {m, p.n, k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias)};
+  std::vector<int64_t> key = {m,      p.n,    k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias),
+                              int64_t(ab)};
   uint32_t beta_bits;
   std::memcpy(&beta_bits, &beta, 4);
   key.push_back(beta_bits);
@@ -282,7 +284,7 @@ std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, 
   }
   ++cc.misses;
   auto prim = std::make_shared<Primitive>();
-  prim->md = describe(p, has_bias, true);
+  prim->md = describe(p, has_bias, true, ab);
   dnnl::primitive_attr attr;
   // Numerics stay f32: no implicit bf16 down-conversion even if DNNL_DEFAULT_FPMATH_MODE says so.
   attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
@@ -312,10 +314,11 @@ bool shared_broadcast(const Problem& p) {
   return false;
 }
 
-// Copies one operand to dense [batch..., rows, cols] scratch and rewrites its strides in `p` to
-// match. Dims it broadcasts stay broadcast, except that A is expanded along dims B broadcasts too.
-// Returns the scratch block (caller frees with its byte size).
-float* densify(Problem& p, bool is_a, const float* src, size_t& nbytes) {
+// Copies one operand to dense [batch..., rows, cols] scratch of `dst_type` and rewrites its
+// strides in `p` to match. Dims it broadcasts stay broadcast, except that A is expanded along dims
+// B broadcasts too. Returns the scratch block (caller frees with its byte size).
+void* densify(Problem& p, bool is_a, const void* src, DType src_type, DType dst_type,
+              size_t& nbytes) {
   std::vector<int64_t>& bs = is_a ? p.a_bs : p.b_bs;
   int64_t& rs = is_a ? p.a_rs : p.b_rs;
   int64_t& cs = is_a ? p.a_cs : p.b_cs;
@@ -331,29 +334,33 @@ float* densify(Problem& p, bool is_a, const float* src, size_t& nbytes) {
   src_strides[nd - 2] = rs, src_strides[nd - 1] = cs;
   int64_t total = 1;
   for (size_t d = nd; d-- > 0;) dst_strides[d] = total, total *= shape[d];
-  nbytes = size_t(total) * sizeof(float);
-  auto* dst = static_cast<float*>(allocator::allocate(nbytes));
-  copy_strided(src, DType::f32, src_strides.data(), dst, DType::f32, dst_strides.data(),
-               shape.data(), int(nd));
+  nbytes = size_t(total) * dtype_size(dst_type);
+  void* dst = allocator::allocate(nbytes);
+  copy_strided(src, src_type, src_strides.data(), dst, dst_type, dst_strides.data(), shape.data(),
+               int(nd));
   for (size_t d = 0; d < p.batch.size(); ++d) bs[d] = shape[d] == 1 ? 0 : dst_strides[d];
   rs = dst_strides[nd - 2], cs = 1;
   fix_unit_dims(rows, cols, rs, cs);
   return dst;
 }
 
-void matmul_onednn(Problem p, const float* a, const float* b, const float* bias, float* c,
+// A and B are f32, or bf16 (oneDNN multiplies them exactly and sums in f32); C and bias are f32.
+void matmul_onednn(Problem p, const void* a, const void* b, DType ab, const float* bias, float* c,
                    float beta) {
   size_t a_bytes = 0, b_bytes = 0;
-  float* a_copy =
-      onednn_takes(p, true) && !shared_broadcast(p) ? nullptr : densify(p, true, a, a_bytes);
-  float* b_copy = onednn_takes(p, false) ? nullptr : densify(p, false, b, b_bytes);
-  auto prim = get_primitive(p, bias != nullptr, beta);
+  void* a_copy = onednn_takes(p, true) && !shared_broadcast(p)
+                     ? nullptr
+                     : densify(p, true, a, ab, ab, a_bytes);
+  void* b_copy = onednn_takes(p, false) ? nullptr : densify(p, false, b, ab, ab, b_bytes);
+  const auto type = ab == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  auto prim = get_primitive(p, bias != nullptr, beta, type);
   // An open dim needs this call's size in the descriptors the memory objects carry.
-  const Descs md = p.ragged == Ragged::none ? prim->md : describe(p, bias != nullptr, false);
+  const Descs md =
+      p.ragged == Ragged::none ? prim->md : describe(p, bias != nullptr, false, type);
   dnnl::engine& eng = cpu_engine();
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(md.a, eng, const_cast<float*>(a_copy ? a_copy : a))},
-      {DNNL_ARG_WEIGHTS, memory(md.b, eng, const_cast<float*>(b_copy ? b_copy : b))},
+      {DNNL_ARG_SRC, memory(md.a, eng, const_cast<void*>(a_copy ? a_copy : a))},
+      {DNNL_ARG_WEIGHTS, memory(md.b, eng, const_cast<void*>(b_copy ? b_copy : b))},
       {DNNL_ARG_DST, memory(md.c, eng, c)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(md.bias, eng, const_cast<float*>(bias)));
   const size_t scratch_bytes = prim->scratchpad.get_size();
@@ -367,9 +374,21 @@ void matmul_onednn(Problem p, const float* a, const float* b, const float* bias,
   if (b_copy) allocator::deallocate(b_copy, b_bytes);
 }
 
+// Without bf16 instructions the same numbers come from an f32 GEMM of the operands widened: every
+// product of two bf16 values is exact in f32, so only the order of the f32 sums can differ.
+void matmul_bf16_widened(Problem p, const bf16* a, const bf16* b, const float* bias, float* c,
+                         float beta) {
+  size_t a_bytes = 0, b_bytes = 0;
+  void* wa = densify(p, true, a, DType::bf16, DType::f32, a_bytes);
+  void* wb = densify(p, false, b, DType::bf16, DType::f32, b_bytes);
+  matmul_onednn(p, wa, wb, DType::f32, bias, c, beta);
+  allocator::deallocate(wa, a_bytes);
+  allocator::deallocate(wb, b_bytes);
+}
+
 // Runs `run` on each problem left after peeling leading batch dims beyond oneDNN's rank limit.
-template <class T, class Run>
-void for_each_subproblem(Problem p, const T* a, const T* b, T* c, Run run) {
+template <class In, class Out, class Run>
+void for_each_subproblem(Problem p, const In* a, const In* b, Out* c, Run run) {
   if (p.batch.size() <= kMaxBatch) return run(p, a, b, c);
   const int64_t outer = p.batch.front(), sa = p.a_bs.front(), sb = p.b_bs.front();
   p.batch.erase(p.batch.begin()), p.a_bs.erase(p.a_bs.begin()), p.b_bs.erase(p.b_bs.begin());
@@ -386,7 +405,7 @@ void solve(const Problem& p, const T* a, const T* b, const T* bias, T* c, float 
   if (p.k == 0) return init_rows(c, count * p.m, p.n, bias, beta);
   if constexpr (std::is_same_v<T, float>) {
     for_each_subproblem(p, a, b, c, [&](const Problem& q, const T* qa, const T* qb, T* qc) {
-      matmul_onednn(q, qa, qb, bias, qc, beta);
+      matmul_onednn(q, qa, qb, DType::f32, bias, qc, beta);
     });
   } else {
     matmul_loop(p, a, b, bias, c, beta);
@@ -429,6 +448,25 @@ void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, cons
   } else {
     for (int64_t i = 0; i < groups; ++i) group(i);
   }
+}
+
+bool bf16_native() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto bf16_bits = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+  return (isa & bf16_bits) == bf16_bits;
+}
+
+void matmul_bf16(const MatmulGeometry& g, const bf16* a, const bf16* b, const float* bias, float* c,
+                 float beta, Bf16Kernel kernel) {
+  const Problem p = normalise(g);
+  const int64_t count = batch_count(p);
+  if (count == 0 || p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return init_rows(c, count * p.m, p.n, bias, beta);
+  const bool native = kernel == Bf16Kernel::native || (kernel == Bf16Kernel::best && bf16_native());
+  for_each_subproblem(p, a, b, c, [&](const Problem& q, const bf16* qa, const bf16* qb, float* qc) {
+    if (native) matmul_onednn(q, qa, qb, DType::bf16, bias, qc, beta);
+    else matmul_bf16_widened(q, qa, qb, bias, qc, beta);
+  });
 }
 
 MatmulCacheStats matmul_cache_stats() {

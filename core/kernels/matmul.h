@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace forge::kernels {
 
 /// Geometry of C[batch..., M, N] = A[batch..., M, K] · B[batch..., K, N]. C is dense row-major.
@@ -23,6 +25,20 @@ struct MatmulGeometry {
 /// contents may be NaN). Operand layouts oneDNN cannot take are copied to dense scratch first.
 template <class T>
 void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c, float beta = 0.f);
+
+/// Whether oneDNN multiplies bf16 natively here (AVX512-BF16 or AMX-BF16, and ONEDNN_MAX_CPU_ISA
+/// does not hold it below avx512_core_bf16).
+bool bf16_native();
+
+/// How matmul_bf16 computes: `native` is oneDNN's bf16 GEMM (bf16_native() must hold), `widened`
+/// an f32 GEMM of the operands converted to f32, which gives the same products exactly and differs
+/// only in the order of the f32 sums; `best` is native where the CPU has it.
+enum class Bf16Kernel { best, native, widened };
+
+/// C (f32) = A·B + bias + beta·C with A and B in bf16: exact products, f32 sums. Same geometry
+/// and contract as matmul; bias is f32.
+void matmul_bf16(const MatmulGeometry& g, const bf16* a, const bf16* b, const float* bias, float* c,
+                 float beta = 0.f, Bf16Kernel kernel = Bf16Kernel::best);
 
 /// Geometry of a grouped GEMM (the experts of a mixture of experts): G products over blocks of
 /// shared buffers, group g owning positions r0 = offsets[g] .. r1 = offsets[g + 1] - 1 of one

@@ -3,6 +3,8 @@
 // copy.
 #include "core/ops/linalg.h"
 
+#include <atomic>
+
 #include "core/autograd.h"
 #include "core/kernels/elementwise.h"
 #include "core/kernels/matmul.h"
@@ -15,6 +17,29 @@ namespace forge {
 namespace {
 
 using op_util::check_float;
+
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::fp32};
+
+// A matmul operand: f32 or f64, or bf16 (a frozen weight: a bf16 tensor never requires grad).
+void check_operand(const Tensor& t, const char* op, const char* what) {
+  FORGE_CHECK(t.defined(), op, ": ", what, " is undefined");
+  if (t.dtype() != DType::bf16) check_float(t, op, what);
+}
+
+// Whether a product of these operands computes in bf16: one of them is bf16, or both are f32
+// and the precision says bf16.
+bool in_bf16(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) {
+    FORGE_CHECK(a.dtype() != DType::f64 && b.dtype() != DType::f64,
+                "matmul: f64 and bf16 operands do not mix");
+    return true;
+  }
+  return a.dtype() == DType::f32 && b.dtype() == DType::f32 &&
+         g_precision.load(std::memory_order_relaxed) == MatmulPrecision::bf16;
+}
+
+// t in bf16: itself when it is, else a dense converted copy.
+Tensor as_bf16(const Tensor& t) { return t.dtype() == DType::bf16 ? t : t.to(DType::bf16); }
 
 // Strides of t's batch dims (all but the last two) seen through broadcasting to `batch`, followed
 // by t's two matrix strides.
@@ -29,6 +54,7 @@ std::vector<int64_t> operand_strides(const Tensor& t, const Shape& batch) {
 
 // out [batch..., M, N] = a [..., M, K] @ b [..., K, N] (+ bias [N], dense); a, b have rank >= 2.
 // No autograd: callers pass detached tensors.
+// bf16 operands give an f32 result (bias f32).
 Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
   FORGE_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", dtype_name(a.dtype()), " vs ",
               dtype_name(b.dtype()), ")");
@@ -44,6 +70,13 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
   Shape out_shape = g.batch;
   out_shape.push_back(m);
   out_shape.push_back(n);
+  if (a.dtype() == DType::bf16) {
+    Tensor out = empty(out_shape, DType::f32);
+    Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
+    kernels::matmul_bf16(g, a.data<bf16>(), b.data<bf16>(),
+                         b32.defined() ? b32.data<float>() : nullptr, out.data<float>());
+    return out;
+  }
   Tensor out = empty(out_shape, a.dtype());
   FORGE_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
     kernels::matmul<scalar_t>(g, a.data<scalar_t>(), b.data<scalar_t>(),
@@ -61,14 +94,24 @@ Tensor dense_view(const Tensor& t, const Shape& shape) {
 
 }  // namespace
 
+MatmulPrecision matmul_precision() { return g_precision.load(std::memory_order_relaxed); }
+
+void set_matmul_precision(MatmulPrecision precision) {
+  g_precision.store(precision, std::memory_order_relaxed);
+}
+
 // a [..., M, K] @ b [..., K, N] -> [..., M, N]; a 1-D [K] acts as [1, K], b 1-D [K] as [K, 1].
+// In bf16 the operands are converted once and saved so for backward, which multiplies the
+// incoming gradient converted to bf16 (what autocast does); gradients stay f32.
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_float(a, "matmul", "a");
-  check_float(b, "matmul", "b");
+  check_operand(a, "matmul", "a");
+  check_operand(b, "matmul", "b");
   FORGE_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must be at least 1-D, got ",
               shape_str(a.shape()), " @ ", shape_str(b.shape()));
+  const bool bf = in_bf16(a, b);
   Tensor a2 = a.dim() == 1 ? unsqueeze(a.detach(), 0) : a.detach();
   Tensor b2 = b.dim() == 1 ? unsqueeze(b.detach(), 1) : b.detach();
+  if (bf) a2 = as_bf16(a2), b2 = as_bf16(b2);
   Tensor out2 = matmul_raw(a2, b2);
   Shape shape = out2.shape();
   if (b.dim() == 1) shape.erase(shape.end() - 1);
@@ -80,8 +123,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Shape a2_shape = a2.shape(), b2_shape = b2.shape(), out2_shape = out2.shape();
     Shape a_shape = a.shape(), b_shape = b.shape();
     record(Op::matmul, out, {a, b},
-           [sa, sb, a2_shape, b2_shape, out2_shape, a_shape, b_shape](const Tensor& dout) {
+           [sa, sb, bf, a2_shape, b2_shape, out2_shape, a_shape, b_shape](const Tensor& dout) {
              Tensor dc = reshape(dout, out2_shape);  // restores dims dropped for 1-D operands
+             if (bf) dc = as_bf16(dc);
              Tensor da, db;
              // C = A·B  =>  dA = dC·Bᵀ, summed over the batch dims A was broadcast along.
              if (sb.defined())
@@ -102,24 +146,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // x [..., K] · w [N, K]ᵀ + bias [N] -> [..., N]: one GEMM over M = x.numel() / K rows, with w read
-// transposed through its strides and the bias added inside the GEMM.
+// transposed through its strides and the bias added inside the GEMM. In bf16 (as matmul) x and w
+// are converted once and saved so; the bias stays f32.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_float(x, "linear", "x");
-  check_float(weight, "linear", "weight");
+  check_operand(weight, "linear", "weight");
   FORGE_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
               "linear: x ", shape_str(x.shape()), " does not match weight ",
               shape_str(weight.shape()), " (expected x [..., K] and weight [N, K])");
-  FORGE_CHECK(x.dtype() == weight.dtype(), "linear: x is ", dtype_name(x.dtype()), ", weight is ",
-              dtype_name(weight.dtype()));
+  const bool bf = in_bf16(x, weight);
+  FORGE_CHECK(bf || x.dtype() == weight.dtype(), "linear: x is ", dtype_name(x.dtype()),
+              ", weight is ", dtype_name(weight.dtype()));
   const int64_t k = weight.size(1), n = weight.size(0);
   if (bias.defined()) {
     FORGE_CHECK(bias.shape() == Shape{n}, "linear: bias ", shape_str(bias.shape()),
                 " does not match weight ", shape_str(weight.shape()), " (expected [", n, "])");
-    FORGE_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()),
-                ", x is ", dtype_name(x.dtype()));
+    FORGE_CHECK(bias.dtype() == x.dtype() || (bf && bias.dtype() == DType::bf16), "linear: bias is ",
+                dtype_name(bias.dtype()), ", x is ", dtype_name(x.dtype()));
   }
   Tensor x2 = reshape(x.detach(), {-1, k});  // [M, K], a view unless x's layout forbids it
   Tensor w = weight.detach();
+  if (bf) x2 = as_bf16(x2), w = as_bf16(w);
   Tensor out2 = matmul_raw(x2, transpose(w, 0, 1),
                            bias.defined() ? bias.detach().contiguous() : Tensor());
   Shape shape = x.shape();
@@ -130,12 +177,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     bool want_bias = bias.defined() && bias.requires_grad();
     Shape x_shape = x.shape();
     record(Op::linear, out, {x, weight, bias},
-           [sx, sw, want_bias, x_shape, n](const Tensor& dout) {
+           [sx, sw, bf, want_bias, x_shape, n](const Tensor& dout) {
              Tensor dy = reshape(dout, {-1, n});  // [M, N]
+             Tensor dyb = bf ? as_bf16(dy) : dy;
              Tensor dx, dw, db;
              // y = x·wᵀ + b  =>  dx = dy·w [M, N]·[N, K], dw = dyᵀ·x [N, M]·[M, K], db = Σ_rows dy.
-             if (sw.defined()) dx = dense_view(matmul_raw(dy, sw), x_shape);
-             if (sx.defined()) dw = matmul_raw(transpose(dy, 0, 1), sx);
+             if (sw.defined()) dx = dense_view(matmul_raw(dyb, sw), x_shape);
+             if (sx.defined()) dw = matmul_raw(transpose(dyb, 0, 1), sx);
              if (want_bias) db = sum(dy, {0});
              return std::vector<Tensor>{dx, dw, db};
            });

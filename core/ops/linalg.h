@@ -9,6 +9,28 @@
 
 namespace forge {
 
+/// The type that matmul and linear multiply f32 operands in. `bf16` rounds both operands to bf16
+/// and multiplies them with f32 sums into an f32 result, in backward too (the gradients are f32);
+/// it is what `train.precision: bf16` sets for a run (docs/core.md). A bf16 operand (a frozen
+/// weight kept in bf16) is multiplied so whatever the setting. Process-wide, like
+/// torch.set_float32_matmul_precision; f64 always computes in f64.
+enum class MatmulPrecision { fp32, bf16 };
+MatmulPrecision matmul_precision();
+void set_matmul_precision(MatmulPrecision precision);
+
+/// Sets the matmul precision for its scope and restores the previous one after.
+class MatmulPrecisionScope {
+ public:
+  explicit MatmulPrecisionScope(MatmulPrecision precision)
+      : previous_(matmul_precision()) { set_matmul_precision(precision); }
+  ~MatmulPrecisionScope() { set_matmul_precision(previous_); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  MatmulPrecision previous_;
+};
+
 /// a [..., M, K] @ b [..., K, N] -> [..., M, N]; batch dimensions broadcast. 1-D operands are
 /// treated as a row (a) or column (b) vector and that dimension is dropped from the result.
 Tensor matmul(const Tensor& a, const Tensor& b);

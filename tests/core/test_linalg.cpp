@@ -469,5 +469,144 @@ TEST(Linear, F32MatchesF64WithBias) {
       for (int64_t n = 0; n < 7; ++n) EXPECT_NEAR(got.at({i, t, n}), want.at({i, t, n}), 1e-4);
 }
 
+// ---- bf16 ----
+
+// kernels::matmul_bf16 against ref::matmul in f64 on the same bf16 values: products of bf16 values
+// are exact in f32, so the kernel may differ from the exact sum only by f32 rounding of the sums.
+void expect_bf16_parity(const ParityCase& c, kernels::Bf16Kernel kernel, uint32_t seed) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(seed);
+  auto a = make_operand<float>(c.batch, c.m, c.k, c.a, rng);
+  auto b = make_operand<float>(c.batch, c.k, c.n, c.b, rng);
+  std::vector<bf16> ab(a.data.size()), bb(b.data.size());
+  std::vector<double> ad(a.data.size()), bd(b.data.size());
+  for (size_t i = 0; i < ab.size(); ++i) ab[i] = f32_to_bf16(a.data[i]), ad[i] = bf16_to_f32(ab[i]);
+  for (size_t i = 0; i < bb.size(); ++i) bb[i] = f32_to_bf16(b.data[i]), bd[i] = bf16_to_f32(bb[i]);
+  kernels::MatmulGeometry g{c.batch, c.m, c.n, c.k, a.strides, b.strides};
+  std::normal_distribution<double> normal;
+  std::vector<float> bias(size_t(c.n));
+  for (float& v : bias) v = float(normal(rng));
+  std::vector<double> bias_d(bias.begin(), bias.end());
+  const size_t numel = size_t(shape_numel(c.batch) * c.m * c.n);
+  std::vector<float> c0(numel);
+  for (float& v : c0) v = float(normal(rng));
+  if (c.beta == 0.f) c0.assign(numel, NAN);
+  std::vector<float> fast = c0;
+  std::vector<double> ref(c0.begin(), c0.end());
+  kernels::matmul_bf16(g, ab.data(), bb.data(), c.bias ? bias.data() : nullptr, fast.data(),
+                       c.beta, kernel);
+  kernels::ref::matmul<double>(g, ad.data(), bd.data(), c.bias ? bias_d.data() : nullptr,
+                               ref.data(), c.beta);
+  for (double& v : ad) v = std::abs(v);
+  for (double& v : bd) v = std::abs(v);
+  for (double& v : bias_d) v = std::abs(v);
+  std::vector<double> bound(c0.begin(), c0.end());
+  for (double& v : bound) v = std::abs(v);
+  kernels::ref::matmul<double>(g, ad.data(), bd.data(), c.bias ? bias_d.data() : nullptr,
+                               bound.data(), std::abs(c.beta));
+  for (size_t i = 0; i < numel; ++i) {
+    ASSERT_FALSE(std::isnan(fast[i])) << "element " << i;
+    ASSERT_LE(std::abs(double(fast[i]) - ref[i]), 1e-5 * (bound[i] + 1e-30))
+        << "element " << i << ": kernel " << fast[i] << ", reference " << ref[i];
+  }
+}
+
+TEST(MatmulKernel, Bf16WidenedMatchesReferenceOnTheBf16Values) {
+  uint32_t seed = 1;
+  for (const ParityCase& c : parity_cases())
+    expect_bf16_parity(c, kernels::Bf16Kernel::widened, seed++);
+}
+
+TEST(MatmulKernel, Bf16NativeMatchesReferenceOnTheBf16Values) {
+  if (!kernels::bf16_native()) GTEST_SKIP() << "oneDNN has no bf16 GEMM on this CPU";
+  uint32_t seed = 1;
+  for (const ParityCase& c : parity_cases())
+    expect_bf16_parity(c, kernels::Bf16Kernel::native, seed++);
+}
+
+// The exact value of the bf16 computation: operands rounded to bf16, products and sums in f64.
+Tensor rounded(const Tensor& t) { return t.to(DType::bf16).to(DType::f64); }
+
+// Each element of got within rtol of the bound sum |a||b| that want's absolute-value twin gives.
+void expect_within(const Tensor& got, const Tensor& want, const Tensor& bound, double rtol) {
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), DType::f32);
+  std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>(),
+                      b = bound.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_LE(std::abs(g[i] - w[i]), rtol * b[i] + 1e-30)
+        << "element " << i << ": " << g[i] << " vs " << w[i];
+}
+
+TEST(Linear, Bf16PrecisionIsTheExactProductOfBf16OperandsForwardAndBackward) {
+  Tensor x = normal({3, 5, 33}, 0, 1).set_requires_grad(true);
+  Tensor w = normal({7, 33}, 0, 1).set_requires_grad(true);
+  Tensor b = normal({7}, 0, 1).set_requires_grad(true);
+  Tensor dy = normal({3, 5, 7}, 0, 1);
+  Tensor y;
+  {
+    MatmulPrecisionScope bf16_scope(MatmulPrecision::bf16);
+    y = linear(x, w, b);
+    y.backward(dy);
+  }
+  EXPECT_EQ(matmul_precision(), MatmulPrecision::fp32);  // the scope restored it
+  Tensor xr = rounded(x.detach()), wr = rounded(w.detach()), dyr = rounded(dy);
+  Tensor xa = abs(xr), wa = abs(wr), dya = abs(dyr);
+  Tensor bd = b.detach().to(DType::f64);
+  expect_within(y, linear(xr, wr, bd), linear(xa, wa, abs(bd)), 1e-5);
+  // dx = dy·w, dw = dyᵀ·x, each from the bf16-rounded gradient and operands.
+  expect_within(x.grad(), matmul(dyr, wr), matmul(dya, wa), 1e-5);
+  Tensor dyr2 = reshape(dyr, {15, 7}), dya2 = reshape(dya, {15, 7});
+  expect_within(w.grad(), matmul(transpose(dyr2, 0, 1), reshape(xr, {15, 33})),
+                matmul(transpose(dya2, 0, 1), reshape(xa, {15, 33})), 1e-5);
+  // The bias gradient is the row sum of the f32 gradient, not of its bf16 rounding.
+  std::vector<double> db = b.grad().to_vector<double>();
+  std::vector<double> want = sum(reshape(dy.to(DType::f64), {15, 7}), {0}).to_vector<double>();
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], want[i], 1e-5);
+}
+
+// Against f32 the bf16 result is within 2^-8 of the bound sum |a||b|: each operand is rounded by
+// at most 2^-9 of itself, so each product by about 2^-8 (docs/core.md).
+TEST(Matmul, Bf16PrecisionIsWithinItsDocumentedToleranceOfF32) {
+  Tensor a = normal({4, 9, 130}, 0, 1).set_requires_grad(true);
+  Tensor b = normal({130, 17}, 0, 1).set_requires_grad(true);
+  Tensor dy = normal({4, 9, 17}, 0, 1);
+  Tensor y = matmul(a, b);
+  y.backward(dy);
+  Tensor da = a.grad(), db = b.grad();
+  a.set_grad(Tensor()), b.set_grad(Tensor());
+  Tensor y16;
+  {
+    MatmulPrecisionScope bf16_scope(MatmulPrecision::bf16);
+    y16 = matmul(a, b);
+    y16.backward(dy);
+  }
+  Tensor aa = abs(a.detach()), ba = abs(b.detach()), dya = abs(dy);
+  expect_within(y16, y, matmul(aa, ba), std::ldexp(1.0, -8));
+  expect_within(a.grad(), da, matmul(dya, transpose(ba, 0, 1)), std::ldexp(1.0, -8));
+  expect_within(b.grad(), db,
+                matmul(transpose(reshape(aa, {36, 130}), 0, 1), reshape(dya, {36, 17})),
+                std::ldexp(1.0, -8));
+  // And bf16 is not f32: the rounding shows.
+  EXPECT_GT(max(abs(y16 - y)).item(), 1e-4);
+}
+
+TEST(Linear, AFrozenBf16WeightMultipliesAsBf16PrecisionDoes) {
+  Tensor x = normal({6, 33}, 0, 1), w = normal({7, 33}, 0, 1), b = normal({7}, 0, 1);
+  Tensor frozen = linear(x, w.to(DType::bf16), b);
+  Tensor scoped;
+  {
+    MatmulPrecisionScope bf16_scope(MatmulPrecision::bf16);
+    scoped = linear(x, w, b);
+  }
+  EXPECT_EQ(frozen.dtype(), DType::f32);
+  EXPECT_EQ(frozen.to_vector<float>(), scoped.to_vector<float>());
+  // Gradients reach x through the bf16 weight.
+  Tensor xg = x.clone().set_requires_grad(true);
+  sum(linear(xg, w.to(DType::bf16), b)).backward();
+  EXPECT_TRUE(xg.grad().defined());
+  EXPECT_EQ(xg.grad().dtype(), DType::f32);
+}
+
 }  // namespace
 }  // namespace forge
