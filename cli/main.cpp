@@ -277,6 +277,7 @@ int cmd_train(const std::vector<std::string>& args) {
   check_output_path("train: output_dir", config.output_dir, {named.begin(), named.end()},
                     OutputShape::directory);
   claim_output_dir(config.output_dir, use_existing_dir);
+  resolve_precision(config.train);  // refused before anything is built
   const RecipeSpec& recipe = find_recipe(config.recipe);
   std::optional<MemoryLimit> limit = machine_memory();
   // Ranks that share a machine share its memory.

@@ -18,6 +18,8 @@
 #include "core/durable_file.h"
 #include "core/file_io.h"
 #include "core/glob.h"
+#include "core/kernels/isa.h"
+#include "core/kernels/matmul.h"
 #include "optim/groups.h"
 #include "nn/lora.h"
 #include "runtime/bert_config.h"
@@ -139,6 +141,30 @@ MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
   e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
   e.state_bytes = 4.0 * double(parameters) + 12.0 * double(trainable_parameters);
   return e;
+}
+
+RunPrecision resolve_precision(const TrainConfig& train) {
+  const std::string onednn = kernels::onednn_description();
+  if (train.precision == "fp32") return {MatmulPrecision::fp32, "precision: fp32"};
+  if (kernels::bf16_native())
+    return {MatmulPrecision::bf16,
+            detail::concat("precision: bf16 matrix products with f32 sums, fp32 weights, gradients "
+                           "and optimizer state (train.precision ", train.precision, "; ", onednn,
+                           " multiplies bf16 natively)")};
+  if (train.precision == "auto")
+    return {MatmulPrecision::fp32,
+            detail::concat("precision: fp32 (train.precision auto: ", onednn,
+                           " has no bf16 matrix instructions)")};
+  const char* emulate = std::getenv("FORGE_BF16_EMULATION");
+  if (emulate && std::string(emulate) == "1")
+    return {MatmulPrecision::bf16,
+            detail::concat("precision: bf16, emulated (FORGE_BF16_EMULATION=1: ", onednn,
+                           " has no bf16 matrix instructions, so f32 GEMMs of bf16-rounded "
+                           "operands give bf16's numbers, slower than fp32)")};
+  throw Error(ExitCode::usage,
+              detail::concat("train.precision bf16: this CPU has no bf16 matrix instructions (",
+                             onednn, "; bf16 needs AVX512-BF16 or AMX-BF16); use train.precision "
+                             "fp32, or auto to take bf16 where it is native"));
 }
 
 double total_bytes(const MemoryEstimate& e) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/ops/linalg.h"
 #include "nn/bert.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
@@ -35,6 +36,17 @@ void check_model_family(ConfigChecker& checker);
 /// and the logits of `logit_rows` rows with their gradient.
 MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
                                int64_t trainable_parameters, double logit_rows);
+
+/// What train.precision means on this machine: the matmul precision of the run and the line the
+/// run starts with saying so and why. `bf16` on a CPU without bf16 matrix instructions is refused
+/// (Error(usage) naming the instructions it needs), unless FORGE_BF16_EMULATION=1 asks for its
+/// numbers from f32 GEMMs of bf16-rounded operands (for testing the bf16 path anywhere: slower
+/// than fp32).
+struct RunPrecision {
+  MatmulPrecision matmul = MatmulPrecision::fp32;
+  std::string line;
+};
+RunPrecision resolve_precision(const TrainConfig& train);
 
 /// Total bytes of an estimate.
 double total_bytes(const MemoryEstimate& e);

@@ -118,6 +118,7 @@ struct TrainConfig {
   double allreduce_bucket_mb{};
   bool allreduce_overlap{};
   bool shard_optimizer{};
+  std::string precision;  // fp32 | bf16 | auto
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -29,6 +29,7 @@
 #include "optim/schedule.h"
 #include "optim/sharded_adamw.h"
 #include "runtime/checkpoint.h"
+#include "runtime/components.h"
 #include "runtime/fault_injection.h"
 #include "runtime/rank_agreement.h"
 #include "runtime/report.h"
@@ -477,6 +478,7 @@ class TrainingRun {
 
   int64_t start() const { return start_; }
   bool complete() const { return complete_; }
+  void message(const std::string& line) { progress_.message(line); }
   int64_t last_saved() const { return last_save_; }
   // The agreed stop request: the signal, or 0.
   int stop() const { return stop_; }
@@ -729,8 +731,11 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
               "run_training: a recipe has either micro_batch or custom_step");
   if (world_comm().size() > 1) check_data_parallel(config, recipe, world_comm().size());
   const TrainConfig& tc = config.train;
+  const RunPrecision precision = resolve_precision(tc);
+  const MatmulPrecisionScope precision_scope(precision.matmul);
   TrainingRun run(config, model_list, optimizer, recipe);
   if (run.complete()) return 0;
+  run.message(precision.line);
 
   if (run.start() == 0 && recipe.eval_at_start && !run.evaluate(0, /*full=*/true))
     return run.stopped("during the evaluation before the first step (no step to save); the same "

@@ -29,7 +29,8 @@ DEFAULTS = {
     "optimizer": {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                   "weight_decay": 0.0, "decay_1d": False, "layer_lr_decay": 1.0},
     "schedule": {"name": "constant", "warmup_steps": 0, "min_lr": 0.0},
-    "train": {"batch_size": 8, "grad_accum": 1, "max_steps": 1000, "clip_grad_norm": 1.0},
+    "train": {"batch_size": 8, "grad_accum": 1, "max_steps": 1000, "clip_grad_norm": 1.0,
+              "precision": "fp32"},
 }
 SCHEDULES = ("constant", "warmup_cosine", "warmup_linear")
 
@@ -231,7 +232,14 @@ def training_bytes(config):
     return data
 
 
-def window_step_loss(model, data, B, T, accum):
+def autocast(config):
+    """train.precision bf16 as PyTorch users run it: CPU autocast to bfloat16 around the forward
+    and the loss (fp32 weights, gradients and optimizer state), backward outside it."""
+    bf16 = config is not None and config["train"]["precision"] == "bf16"
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+
+def window_step_loss(model, data, B, T, accum, config=None):
     """One step's loss over `accum` micro-batches of B random windows of T + 1 tokens of `data`
     (nanoGPT's get_batch), backpropagated; the function train_and_report times."""
     offsets = torch.arange(T + 1)
@@ -239,7 +247,8 @@ def window_step_loss(model, data, B, T, accum):
     def step_loss(step):
         for _ in range(accum):
             windows = data[torch.randint(len(data) - T, (B, 1)) + offsets]
-            loss = model(windows[:, :-1].contiguous(), windows[:, 1:].contiguous()) / accum
+            with autocast(config):
+                loss = model(windows[:, :-1].contiguous(), windows[:, 1:].contiguous()) / accum
             loss.backward()
         return loss.detach() * accum
 
@@ -263,8 +272,8 @@ def main():
     data = training_bytes(config)
     B, T, accum = tc["batch_size"], m["context"], tc["grad_accum"]
     model.train()
-    train_and_report(args, config, params, optimizer, window_step_loss(model, data, B, T, accum),
-                     B * T * accum)
+    train_and_report(args, config, params, optimizer,
+                     window_step_loss(model, data, B, T, accum, config), B * T * accum)
 
 
 if __name__ == "__main__":

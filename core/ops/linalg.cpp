@@ -161,8 +161,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined()) {
     FORGE_CHECK(bias.shape() == Shape{n}, "linear: bias ", shape_str(bias.shape()),
                 " does not match weight ", shape_str(weight.shape()), " (expected [", n, "])");
-    FORGE_CHECK(bias.dtype() == x.dtype() || (bf && bias.dtype() == DType::bf16), "linear: bias is ",
-                dtype_name(bias.dtype()), ", x is ", dtype_name(x.dtype()));
+    FORGE_CHECK(bias.dtype() == x.dtype() || (bf && bias.dtype() == DType::bf16),
+                "linear: bias is ", dtype_name(bias.dtype()), ", x is ", dtype_name(x.dtype()));
   }
   Tensor x2 = reshape(x.detach(), {-1, k});  // [M, K], a view unless x's layout forbids it
   Tensor w = weight.detach();
