@@ -276,8 +276,8 @@ int cmd_train(const std::vector<std::string>& args) {
   const std::vector<std::string> named = config_input_paths(config);
   check_output_path("train: output_dir", config.output_dir, {named.begin(), named.end()},
                     OutputShape::directory);
+  resolve_precision(config.train);  // refused before anything is written or built
   claim_output_dir(config.output_dir, use_existing_dir);
-  resolve_precision(config.train);  // refused before anything is built
   const RecipeSpec& recipe = find_recipe(config.recipe);
   std::optional<MemoryLimit> limit = machine_memory();
   // Ranks that share a machine share its memory.

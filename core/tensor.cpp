@@ -227,6 +227,18 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+Tensor& Tensor::retype_(DType target) {
+  FORGE_CHECK(!requires_grad() && is_leaf(), "retype_: only a tensor that is neither trained nor "
+              "the output of an op changes its dtype in place");
+  if (target == dtype()) return *this;
+  Tensor converted = to(target);
+  impl_->storage = converted.storage();
+  impl_->offset = 0;
+  impl_->strides = contiguous_strides(impl_->shape);
+  impl_->dtype = target;
+  return *this;
+}
+
 // ---- printing ----
 
 std::string Tensor::str() const {

@@ -91,6 +91,11 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);
   Tensor& zero_() { return fill_(0.0); }
+  /// Converts the values to `dtype` in new dense storage that this tensor's impl then holds, so
+  /// every handle to it (a module's member and its registry entry) sees the new type; views taken
+  /// before keep the old storage. For tensors that are neither trained nor part of a graph: a
+  /// frozen weight kept in bf16 (nn::keep_frozen_in_bf16).
+  Tensor& retype_(DType dtype);
 
   /// Multi-line, numpy-like rendering with shape and dtype; long tensors are summarised.
   std::string str() const;

@@ -140,8 +140,10 @@ BertOutputs Bert::forward(const Tensor& ids, const Tensor& segments,
               attention_mask.defined() ? shape_str(attention_mask.shape()) : "");
 
   // [B, T, C] + [T, C] + ([B, T, C] or the [1, C] row of segment 0), broadcasting.
-  Tensor x = embedding(tok_emb->weight, ids, config_.pad_id) + slice(pos_emb->weight, 0, 0, T);
-  x = x + (segments.defined() ? seg_emb->forward(segments) : slice(seg_emb->weight, 0, 0, 1));
+  Tensor x = embedding(tok_emb->weight, ids, config_.pad_id) +
+             widened(slice(pos_emb->weight, 0, 0, T));
+  x = x + (segments.defined() ? seg_emb->forward(segments)
+                              : widened(slice(seg_emb->weight, 0, 0, 1)));
   x = emb_drop->forward(emb_ln->forward(x));
   for (const std::shared_ptr<BertBlock>& block : *blocks) {
     if (checkpointing_ && grad_enabled()) {

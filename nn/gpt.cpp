@@ -299,7 +299,7 @@ Tensor GPT::hidden_states(const Tensor& ids, KVCache* cache, const PackedRows* p
   else if (pos_emb && cache && cache->padded())
     x = x + pos_emb->forward(cache->positions(T));  // [B, T, C]: each row's own positions
   else if (pos_emb)
-    x = x + slice(pos_emb->weight, 0, pos0, pos0 + T);  // [T, C] broadcasts over B
+    x = x + widened(slice(pos_emb->weight, 0, pos0, pos0 + T));  // [T, C] broadcasts over B
   x = drop->forward(x);
   for (size_t l = 0; l < blocks->size(); ++l) {
     const std::shared_ptr<Block>& block = (*blocks)[l];

@@ -34,6 +34,12 @@ class Linear : public UnaryModule {
   Tensor bias;  ///< undefined without bias
 };
 
+/// A weight as f32 ops read it: itself, or widened to f32 when kept in bf16 (a frozen table read
+/// by slicing rather than through embedding()).
+inline Tensor widened(const Tensor& weight) {
+  return weight.dtype() == DType::bf16 ? weight.to(DType::f32) : weight;
+}
+
 /// Rows of "weight" [num, dim] at i64 ids: ids [...] -> [..., dim].
 class Embedding : public UnaryModule {
  public:

@@ -156,6 +156,9 @@ Tensor LoRALinear::forward(const Tensor& x) const {
 
 void LoRALinear::merge() {
   if (merged_) throw Error(ExitCode::usage, "LoRALinear: merge() on a layer already merged");
+  if (weight.dtype() == DType::bf16)
+    throw Error(ExitCode::usage, "LoRALinear: merge() into a base weight kept in bf16 "
+                                 "(model.frozen_dtype: bf16); merge into an fp32 copy of the base");
   NoGradGuard no_grad;
   weight.copy_(weight + matmul(lora_B, lora_A) * scale_);
   merged_ = true;
@@ -207,6 +210,21 @@ void for_each_lora(Module& model, const char* what, F f) {
 }
 
 }  // namespace
+
+int64_t keep_frozen_in_bf16(Module& model) {
+  int64_t converted = 0;
+  auto narrow = [&](Tensor& weight) {
+    if (weight.requires_grad() || weight.dtype() != DType::f32) return;
+    weight.retype_(DType::bf16);
+    converted += weight.numel();
+  };
+  for (auto& [path, m] : model.named_modules()) {
+    if (auto* l = dynamic_cast<Linear*>(m)) narrow(l->weight);
+    else if (auto* l = dynamic_cast<LoRALinear*>(m)) narrow(l->weight);
+    else if (auto* e = dynamic_cast<Embedding*>(m)) narrow(e->weight);
+  }
+  return converted;
+}
 
 void merge_lora(Module& model) {
   for_each_lora(model, "merge_lora", [](LoRALinear& l) { l.merge(); });

@@ -108,4 +108,10 @@ NamedTensors select_trainable(const NamedTensors& params, const std::vector<std:
 /// config alone (no allocation). Same errors as inject_lora for the targets.
 int64_t lora_parameter_count(const GPTConfig& model, const LoRAConfig& config);
 
+/// Keeps in bf16 the weight of every Linear, LoRALinear base and Embedding of `model` that is not
+/// trained (requires_grad false), converted in place (Tensor::retype_): half the memory of a frozen
+/// model or a LoRA base. Biases, norms and other tensors stay f32 (small, and read by f32 kernels).
+/// The layers multiply such a weight in bf16 (core/ops/linalg.h). Returns the elements converted.
+int64_t keep_frozen_in_bf16(Module& model);
+
 }  // namespace forge::nn

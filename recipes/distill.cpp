@@ -121,6 +121,8 @@ Teacher load_teacher(const RunConfig& config) {
     t.gpt = std::move(load_gpt(t.file).model);
   else
     t.bert = std::move(load_bert(t.file).model);
+  if (t.gpt) store_frozen(config, *t.gpt);
+  if (t.bert) store_frozen(config, *t.bert);
   t.n_layers = stored.model.n_layers;
   t.width = stored.model.d_model;
   if (stored.model.context < config.model.context)

@@ -28,6 +28,7 @@ std::unique_ptr<nn::GPT> load_frozen_base(const RunConfig& config, const fs::pat
   auto copy = std::make_unique<nn::GPT>(gpt_config(config.model), unused);
   load_initial_weights(*copy, base);
   copy->eval();
+  store_frozen(config, *copy);
   return copy;
 }
 
@@ -43,6 +44,11 @@ Policy build_policy(const RunConfig& config, bool resuming) {
   if (p.lora) {
     Generator adapters(uint64_t(config.seed), rng_stream("lora"));
     nn::inject_lora(*p.model, lora, adapters);
+    // The base is frozen once the trained tensors are chosen.
+    if (config.model.frozen_dtype == "bf16") {
+      nn::select_trainable(p.model->named_parameters(), lora_trainable_patterns(config));
+      nn::keep_frozen_in_bf16(*p.model);
+    }
   }
   return p;
 }

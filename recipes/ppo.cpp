@@ -377,6 +377,7 @@ int train_ppo(const RunConfig& config) {
       make_tokenizer(config.data.tokenizer, config.data.special_tokens);
   const fs::path rm_file = resolve_checkpoint(s.reward_model);
   const LoadedRewardModel reward = load_reward_model(rm_file);
+  store_frozen(config, *reward.model);
   const std::unique_ptr<Tokenizer> reward_tokenizer =
       make_tokenizer(reward.config.data.tokenizer, reward.config.data.special_tokens);
   const PromptSplits prompts =

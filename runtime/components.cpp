@@ -139,8 +139,18 @@ MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
                                  per_block
                            : double(c.model.n_layers) * per_block;
   e.logits_bytes = 2.0 * logit_rows * double(c.model.vocab_size) * 4;
-  e.state_bytes = 4.0 * double(parameters) + 12.0 * double(trainable_parameters);
+  // Frozen weights take 2 bytes each under model.frozen_dtype bf16 (their norms and biases, a
+  // sliver, stay f32).
+  const double frozen_bytes = c.model.frozen_dtype == "bf16" ? 2.0 : 4.0;
+  e.state_bytes = frozen_bytes * double(parameters - trainable_parameters) +
+                  16.0 * double(trainable_parameters);
   return e;
+}
+
+void store_frozen(const RunConfig& config, nn::Module& frozen) {
+  if (config.model.frozen_dtype != "bf16") return;
+  for (Tensor& p : frozen.parameters()) p.set_requires_grad(false);
+  nn::keep_frozen_in_bf16(frozen);
 }
 
 RunPrecision resolve_precision(const TrainConfig& train) {

@@ -30,8 +30,8 @@ nn::BertConfig bert_config(const RunConfig& config);
 /// embeddings.
 void check_model_family(ConfigChecker& checker);
 
-/// Rough peak of a training step in f32: the weights (4 bytes a parameter), the gradient and AdamW
-/// moments of the trainable ones (12 bytes), the activations each block keeps for backward (from
+/// Rough peak of a training step in f32: the weights (4 bytes a parameter, 2 for a frozen one under
+/// model.frozen_dtype bf16), the gradient and AdamW moments of the trainable ones (12 bytes), the activations each block keeps for backward (from
 /// its width, query and key/value heads and feed-forward; one block's worth with checkpointing)
 /// and the logits of `logit_rows` rows with their gradient.
 MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
@@ -47,6 +47,11 @@ struct RunPrecision {
   std::string line;
 };
 RunPrecision resolve_precision(const TrainConfig& train);
+
+/// A model a run does not train, stored as model.frozen_dtype says: with bf16 every parameter
+/// stops requiring grad and its matrices and embedding tables go to bf16 (nn::keep_frozen_in_bf16);
+/// with fp32 nothing changes.
+void store_frozen(const RunConfig& config, nn::Module& frozen);
 
 /// Total bytes of an estimate.
 double total_bytes(const MemoryEstimate& e);

@@ -48,6 +48,7 @@ struct ModelConfig {
   double norm_eps{};
   std::string norm_placement;  // pre | post (resolved from "auto": gpt pre, bert post)
   std::string init_from;       // run directory or checkpoint file; empty = from scratch
+  std::string frozen_dtype;    // fp32 | bf16: storage of weights a run does not train
   // model.moe.* (nn::MoEConfig): a mixture-of-experts feed-forward in every moe_every-th block
   int64_t moe_every{};
   int64_t moe_experts{};

@@ -217,6 +217,10 @@ std::vector<ConfigKey> common_keys() {
       in(model, &M::init_from),
       "start from this model's weights: a run directory, a checkpoint file or a Hugging Face "
       "model directory (used at step 0 only)");
+  add("model.frozen_dtype", choice_key("fp32", {"fp32", "bf16"}).aka({"frozen_precision"}),
+      in(model, &M::frozen_dtype),
+      "bf16: keep the matrices and embedding tables of frozen models (a LoRA base, a reference, a "
+      "teacher, a reward model) in bf16, half their memory; they multiply in bf16");
 
   add("model.moe.every", integer_key(0, "[0, 1024]").fixes_architecture(), in(model, &M::moe_every),
       "mixture of experts: every N-th block (blocks N-1, 2N-1, ...) holds an MoE feed-forward "

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/dtype.h"
+
 namespace forge::kernels {
 namespace {
 // Work goes out dynamically in pieces (rows, fill blocks, column groups): on a shared machine a
@@ -79,5 +81,7 @@ void embedding_backward(const T* dout, const int64_t* ids, T* dweight, int64_t n
 FORGE_EMBEDDING_INSTANTIATE(float)
 FORGE_EMBEDDING_INSTANTIATE(double)
 #undef FORGE_EMBEDDING_INSTANTIATE
+// Frozen bf16 tables are gathered as they are (core/ops/nn.cpp widens the rows).
+template void embedding_forward<bf16>(const bf16*, const int64_t*, bf16*, int64_t, int64_t);
 
 }  // namespace forge::kernels

@@ -229,8 +229,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 // ---- embedding ----
 
 // out[..., :] = weight[ids[...], :]; weight [V, C], ids i64 of any shape -> ids.shape + [C].
+// A bf16 weight (frozen: model.frozen_dtype) gives its rows widened to f32.
 Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
-  check_float(weight, "embedding", "weight");
+  if (weight.dtype() != DType::bf16) check_float(weight, "embedding", "weight");
   FORGE_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ",
               shape_str(weight.shape()));
   FORGE_CHECK(ids.defined() && ids.dtype() == DType::i64, "embedding: ids must be i64, got ",
@@ -247,6 +248,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
   Tensor wc = dense(weight), out = empty(out_shape, weight.dtype());
+  if (weight.dtype() == DType::bf16) {
+    kernels::embedding_forward(wc.data<bf16>(), id, out.data<bf16>(), idc.numel(), C);
+    return out.to(DType::f32);
+  }
   FORGE_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
     kernels::embedding_forward(wc.data<scalar_t>(), id, out.data<scalar_t>(), idc.numel(), C);
   });

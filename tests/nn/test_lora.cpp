@@ -558,5 +558,43 @@ TEST(LoRATrainable, OnlySelectedParametersGetGradients) {
   EXPECT_NE(none.find("'*.lora_C' matches no parameter"), std::string::npos) << none;
 }
 
+// A LoRA base kept in bf16: every frozen Linear weight and the embedding tables convert in place
+// (norms, biases and the adapters stay f32), the model's output is the bf16 computation
+// of the same weights, and backward still reaches the adapters.
+TEST(KeepFrozenInBf16, ConvertsTheFrozenMatricesInPlaceAndTheModelStillTrains) {
+  Generator gen(4);
+  GPT m(tiny_gpt(), gen);
+  inject_lora(m, lora_config({"*.attn.qkv", "*.mlp.fc"}), gen);
+  randomize_lora_B(m, 7);
+  select_trainable(m.named_parameters(), {"*.lora_*"});
+  Tensor fp32_bf16_products;
+  {
+    MatmulPrecisionScope bf16(MatmulPrecision::bf16);
+    fp32_bf16_products = m.forward(some_ids());
+  }
+  const Tensor fp32 = m.forward(some_ids());
+  int64_t want = 0;
+  for (const NamedTensor& p : m.named_parameters())
+    if (!p.tensor.requires_grad() && p.tensor.dim() == 2) want += p.tensor.numel();
+  EXPECT_EQ(keep_frozen_in_bf16(m), want);
+  for (const NamedTensor& p : m.named_parameters()) {
+    const bool narrowed = !p.tensor.requires_grad() && p.tensor.dim() == 2;
+    EXPECT_EQ(p.tensor.dtype(), narrowed ? DType::bf16 : DType::f32) << p.name;
+  }
+  auto* qkv = dynamic_cast<LoRALinear*>(m.find_module("blocks.0.attn.qkv"));
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->weight.dtype(), DType::bf16);  // the member sees what the registry holds
+  // In fp32 mode the bf16 weights multiply in bf16 and the adapters in f32; against every product
+  // in bf16 that differs only in the adapters' rounding, against fp32 only by bf16's.
+  const Tensor narrowed = m.forward(some_ids());
+  EXPECT_LT(max_abs_diff(narrowed, fp32_bf16_products), 2e-2);
+  EXPECT_GT(max_abs_diff(narrowed, fp32), 1e-5);
+  EXPECT_LT(max_abs_diff(narrowed, fp32), 5e-2);
+  sum(narrowed).backward();
+  EXPECT_TRUE(qkv->lora_A.grad().defined());
+  EXPECT_FALSE(qkv->weight.grad().defined());
+  EXPECT_EQ(exit_code_of([&] { merge_lora(m); }), ExitCode::usage);  // no merge into bf16
+}
+
 }  // namespace
 }  // namespace forge::nn

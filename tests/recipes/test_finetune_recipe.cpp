@@ -25,6 +25,7 @@
 #include "recipes/finetune.h"
 #include "runtime/lora_config.h"
 #include "runtime/metrics.h"
+#include "runtime/registry.h"
 #include "tests/nn/tiny_gpt.h"
 #include "tests/recipes/recipe_test.h"
 #include "tests/recipes/section_test.h"
@@ -202,6 +203,33 @@ TEST_F(FinetuneRecipe, KilledAndRestartedLoRARunLogsTheSameLossesAndAdapters) {
   auto want = saved_tensors(dir_ / "straight"), got = saved_tensors(dir_ / "killed");
   ASSERT_EQ(want.size(), 16u);
   EXPECT_EQ(got, want);  // bitwise
+}
+
+// A bf16 base (model.frozen_dtype: bf16) starts at the base's loss up to bf16's rounding, trains
+// about as the fp32 base does, resumes exactly, and forge validate counts its weights at 2 bytes.
+TEST_F(FinetuneRecipe, LoRAOnABf16BaseTracksTheFp32BaseAndResumesExactly) {
+  const std::string bf16 = " model.frozen_dtype=bf16";
+  ASSERT_EQ(forge("train " + write_config("fp32_base", 8).string()), 0);
+  ASSERT_EQ(forge("train " + write_config("bf16_base", 8).string() + bf16), 0);
+  fs::path killed = write_config("bf16_killed", 8);
+  EXPECT_EQ(forge("train " + killed.string() + bf16, "FORGE_TEST_SIGKILL_AFTER_STEP=5"),
+            128 + SIGKILL);
+  ASSERT_EQ(forge("train " + killed.string() + bf16), 0);
+  EXPECT_EQ(lines(dir_ / "bf16_base"), lines(dir_ / "bf16_killed"));
+  EXPECT_EQ(saved_tensors(dir_ / "bf16_base"), saved_tensors(dir_ / "bf16_killed"));
+  EXPECT_NE(lines(dir_ / "fp32_base"), lines(dir_ / "bf16_base"));
+  std::map<int64_t, double> fp32 = losses(dir_ / "fp32_base", "val"),
+                            narrowed = losses(dir_ / "bf16_base", "val");
+  ASSERT_EQ(narrowed.size(), 3u);
+  for (const auto& [step, loss] : fp32) EXPECT_NEAR(narrowed.at(step), loss, 1e-2) << step;
+  // The weights a LoRA run keeps are nearly all the frozen base's: 2 bytes each instead of 4.
+  auto state_bytes = [&](std::vector<std::string> overrides) {
+    const RunConfig c = load_config(write_config("estimate", 8).string(), overrides);
+    const MemoryEstimate e = find_recipe(c.recipe).estimate(c);
+    return std::pair{e.state_bytes, e.parameters - e.trainable_parameters};
+  };
+  const auto [fp32_bytes, frozen] = state_bytes({});
+  EXPECT_DOUBLE_EQ(fp32_bytes - state_bytes({"model.frozen_dtype=bf16"}).first, 2.0 * frozen);
 }
 
 TEST_F(FinetuneRecipe, ResumingALoRARunRefusesAChangedBase) {
