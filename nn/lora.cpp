@@ -3,6 +3,8 @@
 // and the allocation-free count), and selecting trainable parameters.
 #include "nn/lora.h"
 
+#include "core/allocator.h"
+
 #include <cmath>
 #include <set>
 #include <utility>
@@ -223,6 +225,9 @@ int64_t keep_frozen_in_bf16(Module& model) {
     else if (auto* l = dynamic_cast<LoRALinear*>(m)) narrow(l->weight);
     else if (auto* e = dynamic_cast<Embedding*>(m)) narrow(e->weight);
   }
+  // The f32 blocks would otherwise wait in the allocator's cache for sizes a LoRA step never asks
+  // for, and the run would hold both copies.
+  allocator::empty_cache();
   return converted;
 }
 
