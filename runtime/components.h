@@ -30,10 +30,11 @@ nn::BertConfig bert_config(const RunConfig& config);
 /// embeddings.
 void check_model_family(ConfigChecker& checker);
 
-/// Rough peak of a training step in f32: the weights (4 bytes a parameter, 2 for a frozen one under
-/// model.frozen_dtype bf16), the gradient and AdamW moments of the trainable ones (12 bytes), the activations each block keeps for backward (from
-/// its width, query and key/value heads and feed-forward; one block's worth with checkpointing)
-/// and the logits of `logit_rows` rows with their gradient.
+/// Rough peak of a training step in f32: the weights (4 bytes a parameter, 2 for a frozen one
+/// under model.frozen_dtype bf16), the gradient and AdamW moments of the trainable ones (12
+/// bytes), the activations each block keeps for backward (from its width, query and key/value
+/// heads and feed-forward; one block's worth with checkpointing) and the logits of `logit_rows`
+/// rows with their gradient.
 MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
                                int64_t trainable_parameters, double logit_rows);
 

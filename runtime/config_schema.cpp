@@ -337,10 +337,12 @@ std::vector<ConfigKey> common_keys() {
   add("train.activation_checkpointing", boolean_key(false).aka({"gradient_checkpointing"}),
       in(train, &T::activation_checkpointing),
       "recompute each block's activations in backward instead of storing them");
-  add("train.precision", choice_key("fp32", {"fp32", "bf16", "auto"}).aka({"mixed_precision", "dtype"}),
+  add("train.precision",
+      choice_key("fp32", {"fp32", "bf16", "auto"}).aka({"mixed_precision", "dtype"}),
       in(train, &T::precision),
-      "matrix products in fp32, or in bf16 with f32 sums (weights, gradients and optimizer state stay "
-      "fp32); auto: bf16 where the CPU multiplies bf16 natively (AVX512-BF16, AMX), else fp32");
+      "matrix products in fp32, or in bf16 with f32 sums (weights, gradients and optimizer state "
+      "stay fp32); auto: bf16 where the CPU multiplies bf16 natively (AVX512-BF16, AMX), else "
+      "fp32");
   add("train.resume", choice_key("auto", {"auto", "never"}), in(train, &T::resume),
       "auto: continue from the run directory's latest checkpoint; never: start fresh");
   add("train.nan_policy", choice_key("abort", {"abort", "skip"}), in(train, &T::nan_policy),

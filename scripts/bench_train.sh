@@ -238,8 +238,8 @@ usage: scripts/bench $suite [--rounds N] [--steps N] [--warmup N] [--precision P
   --steps N     timed training steps; default 30, or $large_steps for a config of over $large_at
                 parameter-tokens per step $large_note
   --warmup N    untimed steps before them; default 5, or $large_warmup for those large configs
-  --precision P train.precision of both sides: fp32 (default), or bf16 (Forge's bf16 matrix
-                products; PyTorch's CPU autocast to bfloat16 around forward and loss)
+  --precision P train.precision of both sides: fp32 (default), or bf16 (gpt suite only: Forge's
+                bf16 matrix products; PyTorch's CPU autocast to bfloat16 around forward and loss)
 EOF
 }
 

@@ -3,6 +3,7 @@
 // vector loop for dense f32 <-> bf16).
 #include "core/kernels/copy.h"
 
+#include <bit>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -15,22 +16,18 @@ namespace {
 // The scalar conversions of core/dtype.h as integer arithmetic over a row, so that each target
 // clone vectorises them; bitwise the same results.
 FORGE_CLONES void narrow(const float* src, bf16* dst, int64_t n) {
-  const auto* in = reinterpret_cast<const uint32_t*>(src);
-  auto* out = reinterpret_cast<uint16_t*>(dst);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = in[i];
+    const auto u = std::bit_cast<uint32_t>(src[i]);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const uint32_t quiet = (u >> 16) | 0x40u;
-    out[i] = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    dst[i].bits = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
   }
 }
 
 FORGE_CLONES void widen(const bf16* src, float* dst, int64_t n) {
-  const auto* in = reinterpret_cast<const uint16_t*>(src);
-  auto* out = reinterpret_cast<uint32_t*>(dst);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = uint32_t(in[i]) << 16;
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t(src[i].bits) << 16);
 }
 
 template <class T>

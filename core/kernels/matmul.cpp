@@ -265,7 +265,7 @@ std::shared_ptr<const Primitive> get_primitive(const Problem& p, bool has_bias, 
   // A ragged dim is no part of the key: one primitive serves all its sizes.
   const int64_t m = p.ragged == Ragged::m ? DNNL_RUNTIME_DIM_VAL : p.m;
   const int64_t k = p.ragged == Ragged::k ? DNNL_RUNTIME_DIM_VAL : p.k;
-  std::vector<int64_t> key = {m,      p.n,    k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias),
+  std::vector<int64_t> key = {m, p.n, k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, int64_t(has_bias),
                               int64_t(ab)};
   uint32_t beta_bits;
   std::memcpy(&beta_bits, &beta, 4);

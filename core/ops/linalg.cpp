@@ -28,10 +28,10 @@ void check_operand(const Tensor& t, const char* op, const char* what) {
 
 // Whether a product of these operands computes in bf16: one of them is bf16, or both are f32
 // and the precision says bf16.
-bool in_bf16(const Tensor& a, const Tensor& b) {
+bool in_bf16(const Tensor& a, const Tensor& b, const char* op) {
   if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) {
-    FORGE_CHECK(a.dtype() != DType::f64 && b.dtype() != DType::f64,
-                "matmul: f64 and bf16 operands do not mix");
+    FORGE_CHECK(a.dtype() != DType::f64 && b.dtype() != DType::f64, op,
+                ": f64 and bf16 operands do not mix");
     return true;
   }
   return a.dtype() == DType::f32 && b.dtype() == DType::f32 &&
@@ -53,8 +53,7 @@ std::vector<int64_t> operand_strides(const Tensor& t, const Shape& batch) {
 }
 
 // out [batch..., M, N] = a [..., M, K] @ b [..., K, N] (+ bias [N], dense); a, b have rank >= 2.
-// No autograd: callers pass detached tensors.
-// bf16 operands give an f32 result (bias f32).
+// No autograd: callers pass detached tensors. bf16 operands give an f32 result (bias f32).
 Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
   FORGE_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ (", dtype_name(a.dtype()), " vs ",
               dtype_name(b.dtype()), ")");
@@ -72,9 +71,8 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
   out_shape.push_back(n);
   if (a.dtype() == DType::bf16) {
     Tensor out = empty(out_shape, DType::f32);
-    Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
     kernels::matmul_bf16(g, a.data<bf16>(), b.data<bf16>(),
-                         b32.defined() ? b32.data<float>() : nullptr, out.data<float>());
+                         bias.defined() ? bias.data<float>() : nullptr, out.data<float>());
     return out;
   }
   Tensor out = empty(out_shape, a.dtype());
@@ -108,7 +106,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operand(b, "matmul", "b");
   FORGE_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must be at least 1-D, got ",
               shape_str(a.shape()), " @ ", shape_str(b.shape()));
-  const bool bf = in_bf16(a, b);
+  const bool bf = in_bf16(a, b, "matmul");
   Tensor a2 = a.dim() == 1 ? unsqueeze(a.detach(), 0) : a.detach();
   Tensor b2 = b.dim() == 1 ? unsqueeze(b.detach(), 1) : b.detach();
   if (bf) a2 = as_bf16(a2), b2 = as_bf16(b2);
@@ -154,15 +152,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   FORGE_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1),
               "linear: x ", shape_str(x.shape()), " does not match weight ",
               shape_str(weight.shape()), " (expected x [..., K] and weight [N, K])");
-  const bool bf = in_bf16(x, weight);
+  const bool bf = in_bf16(x, weight, "linear");
   FORGE_CHECK(bf || x.dtype() == weight.dtype(), "linear: x is ", dtype_name(x.dtype()),
               ", weight is ", dtype_name(weight.dtype()));
   const int64_t k = weight.size(1), n = weight.size(0);
   if (bias.defined()) {
     FORGE_CHECK(bias.shape() == Shape{n}, "linear: bias ", shape_str(bias.shape()),
                 " does not match weight ", shape_str(weight.shape()), " (expected [", n, "])");
-    FORGE_CHECK(bias.dtype() == x.dtype() || (bf && bias.dtype() == DType::bf16),
-                "linear: bias is ", dtype_name(bias.dtype()), ", x is ", dtype_name(x.dtype()));
+    FORGE_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()),
+                ", x is ", dtype_name(x.dtype()));
   }
   Tensor x2 = reshape(x.detach(), {-1, k});  // [M, K], a view unless x's layout forbids it
   Tensor w = weight.detach();
