@@ -155,7 +155,7 @@ void store_frozen(const RunConfig& config, nn::Module& frozen) {
 
 RunPrecision resolve_precision(const TrainConfig& train) {
   const std::string onednn = kernels::onednn_description();
-  if (train.precision == "fp32") return {MatmulPrecision::fp32, "precision: fp32"};
+  if (train.precision == "fp32") return {MatmulPrecision::fp32, ""};
   if (kernels::bf16_native())
     return {MatmulPrecision::bf16,
             detail::concat("precision: bf16 matrix products with f32 sums, fp32 weights, gradients "

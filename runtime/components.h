@@ -39,7 +39,8 @@ MemoryEstimate estimate_memory(const RunConfig& config, int64_t parameters,
                                int64_t trainable_parameters, double logit_rows);
 
 /// What train.precision means on this machine: the matmul precision of the run and the line the
-/// run starts with saying so and why. `bf16` on a CPU without bf16 matrix instructions is refused
+/// run starts with saying so and why (none for fp32, the default: a failing run's stderr stays its
+/// one error line). `bf16` on a CPU without bf16 matrix instructions is refused
 /// (Error(usage) naming the instructions it needs), unless FORGE_BF16_EMULATION=1 asks for its
 /// numbers from f32 GEMMs of bf16-rounded operands (for testing the bf16 path anywhere: slower
 /// than fp32).

@@ -735,7 +735,7 @@ int run_training(const RunConfig& config, const std::vector<RunModel>& model_lis
   const MatmulPrecisionScope precision_scope(precision.matmul);
   TrainingRun run(config, model_list, optimizer, recipe);
   if (run.complete()) return 0;
-  run.message(precision.line);
+  if (!precision.line.empty()) run.message(precision.line);
 
   if (run.start() == 0 && recipe.eval_at_start && !run.evaluate(0, /*full=*/true))
     return run.stopped("during the evaluation before the first step (no step to save); the same "

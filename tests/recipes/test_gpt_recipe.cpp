@@ -196,6 +196,11 @@ TEST_F(GPTRecipe, Bf16IsRefusedWhereTheCpuHasNoBf16InstructionsAndAutoFallsBackT
   EXPECT_EQ(auto_code, 0) << auto_out;
   EXPECT_NE(auto_out.find("precision: fp32 (train.precision auto: oneDNN"), std::string::npos)
       << auto_out;
+  // fp32, the default, adds no line: a failing run's stderr stays its one error line.
+  auto [fp32_code, fp32_out] =
+      forge_output("train " + write_config("plain").string() + " train.max_steps=5");
+  EXPECT_EQ(fp32_code, 0) << fp32_out;
+  EXPECT_EQ(fp32_out.find("precision"), std::string::npos) << fp32_out;
 }
 
 TEST_F(GPTRecipe, SigtermWritesACheckpointAndExits143) {
