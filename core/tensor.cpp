@@ -227,15 +227,29 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+namespace {
+void require_frozen_leaf(const Tensor& t, const char* what) {
+  FORGE_CHECK(!t.requires_grad() && t.is_leaf(), what, ": only a tensor that is neither trained "
+              "nor the output of an op changes its dtype in place");
+}
+
+void hold_storage(TensorImpl& impl, const Tensor& dense) {
+  impl.storage = dense.storage();
+  impl.offset = 0;
+  impl.strides = contiguous_strides(impl.shape);
+  impl.dtype = dense.dtype();
+}
+}  // namespace
+
 Tensor& Tensor::retype_(DType target) {
-  FORGE_CHECK(!requires_grad() && is_leaf(), "retype_: only a tensor that is neither trained nor "
-              "the output of an op changes its dtype in place");
-  if (target == dtype()) return *this;
-  Tensor converted = to(target);
-  impl_->storage = converted.storage();
-  impl_->offset = 0;
-  impl_->strides = contiguous_strides(impl_->shape);
-  impl_->dtype = target;
+  require_frozen_leaf(*this, "retype_");
+  if (target != dtype()) hold_storage(*impl_, to(target));
+  return *this;
+}
+
+Tensor& Tensor::reset_storage_(DType target) {
+  require_frozen_leaf(*this, "reset_storage_");
+  hold_storage(*impl_, empty(shape(), target));
   return *this;
 }
 
@@ -336,11 +350,14 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
 }
 
 namespace {
+thread_local bool skip_init = false;
+
 template <class Fill>
 Tensor random_tensor(const Shape& shape, DType dtype, Generator& gen, uint64_t blocks, Fill fill) {
   FORGE_CHECK(dtype == DType::f32 || dtype == DType::f64,
               "random initialisers produce f32 or f64; convert with .to()");
   Tensor t = empty(shape, dtype);
+  if (skip_init) return t;
   GeneratorState state = gen.state();
   uint64_t first = gen.advance(blocks);
   FORGE_DISPATCH_FLOAT(dtype, "random", [&] { fill(t.data<scalar_t>(), state, first); });
@@ -371,5 +388,9 @@ Tensor trunc_normal(const Shape& shape, double mean, double std, double low, dou
     kernels::fill_trunc_normal(p, n, mean, std, low, high, s, f);
   });
 }
+
+SkipInitScope::SkipInitScope() : previous_(skip_init) { skip_init = true; }
+
+SkipInitScope::~SkipInitScope() { skip_init = previous_; }
 
 }  // namespace forge

@@ -96,6 +96,9 @@ class Tensor {
   /// before keep the old storage. For tensors that are neither trained nor part of a graph: a
   /// frozen weight kept in bf16 (nn::keep_frozen_in_bf16).
   Tensor& retype_(DType dtype);
+  /// As retype_, but the new storage is left uninitialised: for a frozen weight that a file is
+  /// about to fill, so that its values are never held in the type it was built in.
+  Tensor& reset_storage_(DType dtype);
 
   /// Multi-line, numpy-like rendering with shape and dtype; long tensors are summarised.
   std::string str() const;
@@ -148,5 +151,21 @@ Tensor normal(const Shape& shape, double mean, double std, Generator& gen = defa
 /// Normal(mean, std) restricted to [low, high] by inverse-CDF sampling (exact, no rejection).
 Tensor trunc_normal(const Shape& shape, double mean, double std, double low, double high,
                     Generator& gen = default_generator(), DType dtype = DType::f32);
+
+/// While one lives on this thread, the initialisers above return uninitialised tensors and draw
+/// nothing (like transformers' no_init_weights): for building a model whose every value a file
+/// then overwrites, so that building it neither spends the draws nor writes the memory. Pages never
+/// written are not resident, so a 1B-parameter model built this way and narrowed to bf16 before
+/// its file is read never occupies its f32 size.
+class SkipInitScope {
+ public:
+  SkipInitScope();
+  ~SkipInitScope();
+  SkipInitScope(const SkipInitScope&) = delete;
+  SkipInitScope& operator=(const SkipInitScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 }  // namespace forge

@@ -791,8 +791,14 @@ CheckpointData load_hf_model(const fs::path& dir, const std::vector<TensorSpec>&
       if (!wanted.count(s.name)) fail(file, "unexpected tensor for '" + s.name + "'");
   CheckpointData data;
   data.config_yaml = o.model.config_yaml;
-  for (const TensorSpec& e : expected)
-    data.model.push_back({e.name, read_mapped(*o.weights, *o.by_name.at(e.name), e.shape)});
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const TensorSpec& e = expected[i];
+    Tensor t = read_mapped(*o.weights, *o.by_name.at(e.name), e.shape);
+    if (options.take_model_tensor)
+      options.take_model_tensor(i, std::move(t));
+    else
+      data.model.push_back({e.name, t});
+  }
   return data;
 }
 

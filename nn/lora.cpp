@@ -213,11 +213,14 @@ void for_each_lora(Module& model, const char* what, F f) {
 
 }  // namespace
 
-int64_t keep_frozen_in_bf16(Module& model) {
+int64_t keep_frozen_in_bf16(Module& model, FrozenValues values) {
   int64_t converted = 0;
   auto narrow = [&](Tensor& weight) {
     if (weight.requires_grad() || weight.dtype() != DType::f32) return;
-    weight.retype_(DType::bf16);
+    if (values == FrozenValues::convert)
+      weight.retype_(DType::bf16);
+    else
+      weight.reset_storage_(DType::bf16);
     converted += weight.numel();
   };
   for (auto& [path, m] : model.named_modules()) {

@@ -112,6 +112,9 @@ int64_t lora_parameter_count(const GPTConfig& model, const LoRAConfig& config);
 /// trained (requires_grad false), converted in place (Tensor::retype_): half the memory of a frozen
 /// model or a LoRA base. Biases, norms and other tensors stay f32 (small, and read by f32 kernels).
 /// The layers multiply such a weight in bf16 (core/ops/linalg.h). Returns the elements converted.
-int64_t keep_frozen_in_bf16(Module& model);
+/// With FrozenValues::loaded_next the values are dropped instead (Tensor::reset_storage_): a file
+/// is about to fill them, and the model was built without writing its f32 ones (SkipInitScope).
+enum class FrozenValues { convert, loaded_next };
+int64_t keep_frozen_in_bf16(Module& model, FrozenValues values = FrozenValues::convert);
 
 }  // namespace forge::nn

@@ -23,33 +23,48 @@ namespace forge {
 
 namespace fs = std::filesystem;
 
+// The models below are built without initial values (SkipInitScope) when a file gives them all,
+// and a bf16 base is narrowed before its file is read: loading then never holds the f32 model, so
+// a bf16 base's peak is its bf16 size plus one tensor of the file.
+
 std::unique_ptr<nn::GPT> load_frozen_base(const RunConfig& config, const fs::path& base) {
-  Generator unused(uint64_t(config.seed), rng_stream("init"));
-  auto copy = std::make_unique<nn::GPT>(gpt_config(config.model), unused);
-  load_initial_weights(*copy, base);
+  std::unique_ptr<nn::GPT> copy;
+  {
+    const SkipInitScope from_file;
+    Generator unused(uint64_t(config.seed), rng_stream("init"));
+    copy = std::make_unique<nn::GPT>(gpt_config(config.model), unused);
+  }
   copy->eval();
-  store_frozen(config, *copy);
+  store_frozen(config, *copy, nn::FrozenValues::loaded_next);
+  load_initial_weights(*copy, base);
   return copy;
 }
 
 Policy build_policy(const RunConfig& config, bool resuming) {
   Policy p;
   p.base = resolve_checkpoint(config.model.init_from);
-  Generator init(uint64_t(config.seed), rng_stream("init"));
-  p.model = std::make_unique<nn::GPT>(gpt_config(config.model), init);
-  p.model->set_activation_checkpointing(config.train.activation_checkpointing);
   const nn::LoRAConfig lora = lora_settings(config);
   p.lora = lora.rank > 0;
-  if (p.lora || !resuming) load_initial_weights(*p.model, p.base);
-  if (p.lora) {
-    Generator adapters(uint64_t(config.seed), rng_stream("lora"));
-    nn::inject_lora(*p.model, lora, adapters);
-    // The base is frozen once the trained tensors are chosen.
-    if (config.model.frozen_dtype == "bf16") {
-      nn::select_trainable(p.model->named_parameters(), lora_trainable_patterns(config));
-      nn::keep_frozen_in_bf16(*p.model);
-    }
+  const bool from_base = p.lora || !resuming;  // else the run's own checkpoint fills it
+  {
+    std::optional<SkipInitScope> from_file;
+    if (from_base) from_file.emplace();
+    Generator init(uint64_t(config.seed), rng_stream("init"));
+    p.model = std::make_unique<nn::GPT>(gpt_config(config.model), init);
   }
+  p.model->set_activation_checkpointing(config.train.activation_checkpointing);
+  if (!p.lora) {
+    if (from_base) load_initial_weights(*p.model, p.base);
+    return p;
+  }
+  Generator adapters(uint64_t(config.seed), rng_stream("lora"));
+  nn::inject_lora(*p.model, lora, adapters);
+  // The base is frozen once the trained tensors are chosen.
+  if (config.model.frozen_dtype == "bf16") {
+    nn::select_trainable(p.model->named_parameters(), lora_trainable_patterns(config));
+    nn::keep_frozen_in_bf16(*p.model, nn::FrozenValues::loaded_next);
+  }
+  load_initial_weights(*p.model, p.base, {"*.lora_A", "*.lora_B"});
   return p;
 }
 

@@ -346,18 +346,23 @@ void check_specs(const H5File& f, const std::string& what, const std::vector<Sto
   f.fail(line);
 }
 
-/// Reads the tensors of `group` in the order of `specs` (already validated).
-NamedTensors read_tensors(const H5File& f, const std::string& group,
-                          const std::vector<StoredSpec>& stored,
-                          const std::vector<TensorSpec>& order) {
+/// Reads the tensors of `group` in the order of `specs` (already validated), each handed to `take`
+/// instead of kept when it is set.
+NamedTensors read_tensors(
+    const H5File& f, const std::string& group, const std::vector<StoredSpec>& stored,
+    const std::vector<TensorSpec>& order,
+    const std::function<void(size_t, Tensor)>& take = nullptr) {
   std::map<std::string, const StoredSpec*> by_name;
   for (const StoredSpec& s : stored) by_name[s.spec.name] = &s;
   NamedTensors out;
-  for (const TensorSpec& spec : order) {
-    const StoredSpec& s = *by_name.at(spec.name);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const StoredSpec& s = *by_name.at(order[i].name);
     Tensor t = empty(s.spec.shape, s.spec.dtype);
     read_dataset(f, group, s, t.raw_data());
-    out.push_back({spec.name, t});
+    if (take)
+      take(i, std::move(t));
+    else
+      out.push_back({order[i].name, t});
   }
   return out;
 }
@@ -754,7 +759,7 @@ CheckpointData load_checkpoint(const fs::path& file, const std::vector<TensorSpe
   data.counters = std::move(info.counters);
   data.references = std::move(info.references);
   data.auxiliary = std::move(info.auxiliary);
-  data.model = read_tensors(f, "/model", model, expected_model);
+  data.model = read_tensors(f, "/model", model, expected_model, options.take_model_tensor);
   data.optim = read_tensors(f, "/optim", optim, optim_order);
   return data;
 }

@@ -94,6 +94,10 @@ struct LoadOptions {
   /// The checkpoint may hold model tensors besides `expected_model` (initialising a model from part
   /// of another one); they are not read.
   bool model_subset = false;
+  /// When set, each model tensor goes to it as soon as it is read, with its index in
+  /// expected_model, and is not kept (CheckpointData::model stays empty): loading into a model then
+  /// holds one tensor of the file at a time, not a second copy of the model.
+  std::function<void(size_t index, Tensor tensor)> take_model_tensor;
 };
 
 /// A layout of another tool's models (a Hugging Face directory) that every checkpoint reader takes

@@ -147,10 +147,10 @@ MemoryEstimate estimate_memory(const RunConfig& c, int64_t parameters,
   return e;
 }
 
-void store_frozen(const RunConfig& config, nn::Module& frozen) {
+void store_frozen(const RunConfig& config, nn::Module& frozen, nn::FrozenValues values) {
   if (config.model.frozen_dtype != "bf16") return;
   for (Tensor& p : frozen.parameters()) p.set_requires_grad(false);
-  nn::keep_frozen_in_bf16(frozen);
+  nn::keep_frozen_in_bf16(frozen, values);
 }
 
 RunPrecision resolve_precision(const TrainConfig& train) {
@@ -341,6 +341,24 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   throw Error(ExitCode::checkpoint, path.string() + ": no such checkpoint file or run directory");
 }
 
+namespace {
+// load_checkpoint's model tensors `wanted` copied into `targets` (index for index) as they are
+// read: one tensor of the file at a time, never a second copy of the model.
+CheckpointData read_into(const std::filesystem::path& file, const std::vector<TensorSpec>& wanted,
+                         const NamedTensors& targets, LoadOptions options) {
+  NoGradGuard no_grad;
+  options.take_model_tensor = [&](size_t i, Tensor read) {
+    Tensor target = targets[i].tensor;
+    target.copy_(read);
+    // Cached, the file's tensor would wait in its size, which the next tensor or training seldom
+    // asks for: by the end a second copy of the model.
+    read = Tensor();
+    allocator::empty_cache();
+  };
+  return load_checkpoint(file, wanted, options);
+}
+}  // namespace
+
 InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& file,
                                 const InitOptions& options) {
   auto renamed = [&](const std::string& name) {
@@ -379,7 +397,9 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
       continue;
     }
     const TensorSpec& s = *it->second;
-    if (s.shape != t.tensor.shape() || s.dtype != t.tensor.dtype())
+    // A frozen weight kept in bf16 (store_frozen) takes the file's f32 values rounded.
+    const bool narrowed = s.dtype == DType::f32 && t.tensor.dtype() == DType::bf16;
+    if (s.shape != t.tensor.shape() || (s.dtype != t.tensor.dtype() && !narrowed))
       throw Error(ExitCode::checkpoint,
                   detail::concat(file.string(), ": tensor '", s.name, "' is ", dtype_name(s.dtype),
                                  " ", shape_str(s.shape), " but '", t.name, "' of the model is ",
@@ -400,14 +420,8 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
   LoadOptions load;
   load.load_optim = false;
   load.model_subset = true;
-  CheckpointData data = load_checkpoint(file, wanted, load);
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < targets.size(); ++i) targets[i].tensor.copy_(data.model[i].tensor);
+  read_into(file, wanted, targets, load);
   report.copied = int64_t(targets.size());
-  // The file's tensors, freed, would stay cached in the weights' sizes, which training seldom
-  // asks for: a second copy of the model for the whole run.
-  data = CheckpointData{};
-  allocator::empty_cache();
   return report;
 }
 
@@ -471,12 +485,16 @@ LoadedModel<Model> load_model(const std::filesystem::path& file, const std::stri
                 detail::concat(file.string(), ": its stored config describes ", expected,
                                " parameters but the file holds ", info.main_model_numel(),
                                " values of its model under /model"));
-  Generator gen(uint64_t(config.seed));
-  auto model = std::make_unique<Model>(model_config(config), gen);
+  std::unique_ptr<Model> model;
+  {
+    const SkipInitScope from_file;  // the file gives every value
+    Generator gen(uint64_t(config.seed));
+    model = std::make_unique<Model>(model_config(config), gen);
+  }
+  const NamedTensors state = model->named_state();
   LoadOptions options;
   options.load_optim = false;
-  CheckpointData data = load_checkpoint(file, specs_of(model->named_state()), options);
-  model->load_named(data.model);
+  const CheckpointData data = read_into(file, specs_of(state), state, options);
   model->eval();
   return {config, std::move(model), data.step};
 }
@@ -567,15 +585,21 @@ void export_merged(const std::filesystem::path& file, const std::filesystem::pat
   save_checkpoint_file(output, data);
 }
 
-void load_initial_weights(nn::GPT& model, const std::filesystem::path& file) {
+void load_initial_weights(nn::GPT& model, const std::filesystem::path& file,
+                          const std::vector<std::string>& absent) {
   if (!read_checkpoint_info(file).references.count("model")) {
-    init_from_checkpoint(model, file);
+    InitOptions options;
+    options.allow_missing = absent;
+    init_from_checkpoint(model, file, options);
     return;
   }
   std::map<std::string, Tensor> merged;
   for (const NamedTensor& t : load_merged_gpt(file).weights) merged[t.name] = t.tensor;
   NoGradGuard no_grad;
   for (NamedTensor t : model.named_state()) {
+    if (std::any_of(absent.begin(), absent.end(),
+                    [&](const std::string& p) { return glob_match(p, t.name); }))
+      continue;
     auto it = merged.find(t.name);
     if (it == merged.end() || it->second.shape() != t.tensor.shape())
       throw Error(ExitCode::checkpoint,

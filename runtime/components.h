@@ -14,6 +14,7 @@
 #include "nn/bert.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
+#include "nn/lora.h"
 #include "optim/optimizer.h"
 #include "runtime/config.h"
 #include "runtime/metrics.h"
@@ -53,7 +54,9 @@ RunPrecision resolve_precision(const TrainConfig& train);
 /// A model a run does not train, stored as model.frozen_dtype says: with bf16 every parameter
 /// stops requiring grad and its matrices and embedding tables go to bf16 (nn::keep_frozen_in_bf16);
 /// with fp32 nothing changes.
-void store_frozen(const RunConfig& config, nn::Module& frozen);
+/// nn::FrozenValues::loaded_next: `frozen` was built under SkipInitScope and its file is read next.
+void store_frozen(const RunConfig& config, nn::Module& frozen,
+                  nn::FrozenValues values = nn::FrozenValues::convert);
 
 /// Total bytes of an estimate.
 double total_bytes(const MemoryEstimate& e);
@@ -160,8 +163,12 @@ MergedGPT load_merged_gpt(const std::filesystem::path& file);
 void export_merged(const std::filesystem::path& file, const std::filesystem::path& output);
 
 /// `model`'s weights from `file`: a checkpoint of the same architecture, or an adapters-only one
-/// (a LoRA run), whose base and adapters are merged first. Error(checkpoint) naming the tensor.
-void load_initial_weights(nn::GPT& model, const std::filesystem::path& file);
+/// (a LoRA run), whose base and adapters are merged first. A bf16 weight of `model` (a frozen
+/// base, store_frozen) takes the f32 values rounded. `absent`: glob patterns of `model`'s tensors
+/// the file does not hold (adapters injected before the base is loaded). Error(checkpoint) naming
+/// the tensor.
+void load_initial_weights(nn::GPT& model, const std::filesystem::path& file,
+                          const std::vector<std::string>& absent = {});
 
 /// Loads model.init_from's weights into `model` (the same names and shapes); a no-op when it is
 /// empty. A resumed run then overwrites them with its own checkpoint. A GPT may also start from a

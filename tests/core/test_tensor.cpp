@@ -70,6 +70,36 @@ TEST(Tensor, Bf16RoundsToNearestEven) {
   EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
 }
 
+TEST(Tensor, SkipInitScopeDrawsNothingAndEndsWithItsLifetime) {
+  Generator a(9), b(9);
+  Tensor first = normal({8}, 0.0, 1.0, a);
+  {
+    const SkipInitScope skip;
+    {
+      const SkipInitScope nested;
+    }
+    Tensor skipped = normal({1000}, 0.0, 1.0, b);
+    uniform({1000}, -1.0, 1.0, b);
+    trunc_normal({1000}, 0.0, 1.0, -2.0, 2.0, b);
+    EXPECT_EQ(skipped.shape(), Shape({1000}));
+  }
+  // b drew nothing inside, so it continues where a did after its first draw.
+  EXPECT_EQ(normal({8}, 0.0, 1.0, b).to_vector<float>(), first.to_vector<float>());
+  EXPECT_NE(normal({8}, 0.0, 1.0, b).to_vector<float>(), first.to_vector<float>());
+}
+
+TEST(Tensor, ResetStorageChangesTheDtypeOfEveryHandleAndRefusesTrainedTensors) {
+  Tensor w = ones({3, 4});
+  Tensor handle = w;
+  w.reset_storage_(DType::bf16);
+  EXPECT_EQ(handle.dtype(), DType::bf16);
+  EXPECT_EQ(handle.shape(), Shape({3, 4}));
+  EXPECT_TRUE(handle.is_contiguous());
+  Tensor trained = ones({2});
+  trained.set_requires_grad(true);
+  EXPECT_THROW(trained.reset_storage_(DType::bf16), Error);
+}
+
 TEST(Tensor, PrintingShowsValuesShapeAndDtype) {
   Tensor t = from_vector(std::vector<double>{1, 2.5, -3, 4}, {2, 2});
   EXPECT_EQ(t.str(), "tensor([[1, 2.5],\n        [-3, 4]], shape=[2, 2], dtype=f32)");

@@ -347,6 +347,43 @@ TEST(InitFrom, KeepsNoCopyOfTheFilesTensorsInTheAllocatorsCache) {
   EXPECT_EQ(values(target.weight), values(source.weight));
 }
 
+TEST(InitFrom, HoldsOneTensorOfTheFileAtATime) {
+  // Each tensor is copied into the model as it is read: loading a 1B-parameter base costs its own
+  // size plus its largest tensor, not twice the model.
+  struct Stack : nn::Module {
+    explicit Stack(Generator& gen) {
+      blocks = register_module("blocks", std::make_shared<nn::ModuleList<nn::Linear>>());
+      for (int i = 0; i < 4; ++i)
+        blocks->push_back(std::make_shared<nn::Linear>(256, 512, false, gen));
+    }
+    std::shared_ptr<nn::ModuleList<nn::Linear>> blocks;
+  };
+  testing::TempDir dir;
+  Generator gen(4);
+  Stack source(gen), target(gen);
+  const fs::path file = save_source(dir.path(), source);
+  const size_t one = 256 * 512 * 4;
+  allocator::reset_peak();
+  const size_t before = allocator::stats().current_bytes;
+  init_from_checkpoint(target, file);
+  EXPECT_LE(allocator::stats().peak_bytes - before, one);
+  EXPECT_EQ(values((*target.blocks)[3]->weight), values((*source.blocks)[3]->weight));
+}
+
+TEST(InitFrom, ABf16WeightTakesTheFilesF32ValuesRounded) {
+  testing::TempDir dir;
+  Generator gen(4);
+  nn::Linear source(64, 32, true, gen), target(64, 32, true, gen);
+  const fs::path file = save_source(dir.path(), source);
+  target.weight.set_requires_grad(false);
+  target.weight.reset_storage_(DType::bf16);  // a frozen base narrowed before its file is read
+  init_from_checkpoint(target, file);
+  ASSERT_EQ(target.weight.dtype(), DType::bf16);
+  EXPECT_EQ(values(target.weight.to(DType::f32)),
+            values(source.weight.detach().to(DType::bf16).to(DType::f32)));
+  EXPECT_EQ(values(target.bias), values(source.bias));
+}
+
 // A one-weight model trained with plain SGD on loss = w * x; `evaluate` is the recipe's.
 int train_linear(const fs::path& dir, double lr, const std::function<Metrics(bool)>& evaluate,
                  int64_t save_every = 1) {
