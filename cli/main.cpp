@@ -42,6 +42,7 @@
 #include "recipes/catalog.h"
 #include "recipes/lm_objective.h"
 #include "runtime/registry.h"
+#include "runtime/report.h"
 #include "runtime/run_directory.h"
 
 namespace forge {
@@ -69,6 +70,7 @@ constexpr const char* kUsage =
     "  predict --checkpoint RUN --input FILE   a classifier's label and probability per line or\n"
     "                                      JSONL record of FILE\n"
     "  inspect CHECKPOINT                  print step, config and parameters; verify integrity\n"
+    "  report RUN-DIR... --output FILE.html   runs' curves overlaid on one page (bf16 beside fp32)\n"
     "  export --checkpoint RUN --merge --output FILE.h5   a LoRA run merged into a plain checkpoint\n"
     "  export --checkpoint RUN --format hf|peft --output DIR   Hugging Face model or PEFT adapters\n"
     "  export --checkpoint RUN --format gguf --output FILE.gguf   a GPT for llama.cpp\n"
@@ -201,6 +203,13 @@ const std::map<std::string, std::string> kCommandUsage = {
      "Runs a trained model of a recipe that predicts (classify) on FILE: one text per non-blank\n"
      "line, or a .jsonl file of {\"text\": ...} records (a \"label\" field is allowed and ignored).\n"
      "Prints one line per text: the predicted label, a tab, and its probability.\n"},
+    {"report",
+     "usage: forge report RUN-DIR [RUN-DIR ...] --output FILE.html\n"
+     "Writes one self-contained page comparing the runs: a summary row per run (recipe,\n"
+     "train.precision, steps, final and best losses, tokens/s, wall time), the train and the\n"
+     "validation loss of every run on shared axes, and every other metric with a line per run.\n"
+     "Reads each run's metrics.jsonl and config.yaml; FILE.html may not lie inside a run\n"
+     "directory. Each run's own report.html is written by forge train.\n"},
     {"inspect",
      "usage: forge inspect CHECKPOINT\n"
      "Prints the step, the resolved config and every parameter with its shape, and verifies the\n"
@@ -585,6 +594,17 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_report(const std::vector<std::string>& args) {
+  ParsedArgs p = parse_args("report", args, {"output"});
+  if (p.positional.empty()) usage_error("report: expected one or more RUN-DIRs (see forge report --help)");
+  if (!p.options.count("output")) usage_error("report: --output is required");
+  const std::vector<fs::path> runs(p.positional.begin(), p.positional.end());
+  check_output_path("report: --output", p.options.at("output"), runs, OutputShape::file);
+  write_comparison(runs, p.options.at("output"));
+  std::printf("%s\n", p.options.at("output").c_str());
+  return 0;
+}
+
 int cmd_export(const std::vector<std::string>& args) {
   std::vector<std::string> rest = args;
   const bool merge = take_flag(rest, "--merge");
@@ -767,7 +787,7 @@ int run(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"train", cmd_train},       {"validate", cmd_validate}, {"eval", cmd_eval},
       {"generate", cmd_generate}, {"inspect", cmd_inspect}, {"export", cmd_export},
-      {"tokenize", cmd_tokenize},  {"predict", cmd_predict},
+      {"tokenize", cmd_tokenize},  {"predict", cmd_predict},    {"report", cmd_report},
       {"prepare", cmd_prepare},   {"tokenizer", cmd_tokenizer},
   };
   auto it = commands.find(command);

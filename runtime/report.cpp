@@ -11,7 +11,10 @@
 #include <optional>
 #include <sstream>
 
+#include <yaml-cpp/yaml.h>
+
 #include "core/durable_file.h"
+#include "core/error.h"
 #include "runtime/checkpoint.h"
 #include "runtime/confusion.h"
 
@@ -218,40 +221,65 @@ svg .xl { text-anchor: middle; fill: #555; } svg .lg { fill: #333; }
 .none, .foot { color: #888; }
 )";
 
+struct Summary {
+  std::optional<int64_t> steps;
+  std::optional<double> final_train, final_val, best_val, wall, median_rate;
+  int64_t best_val_step = 0;
+};
+
+Summary summarize(const std::vector<MetricsRecord>& records) {
+  Summary s;
+  std::vector<double> rates;
+  for (const MetricsRecord& r : records) {
+    s.steps = std::max(s.steps.value_or(r.step), r.step);
+    std::optional<double> loss = r.number("loss");
+    if (loss && std::isfinite(*loss)) {
+      if (r.split == "train") s.final_train = loss;
+      if (r.split == "val") {
+        s.final_val = loss;
+        if (!s.best_val || *loss < *s.best_val) s.best_val = loss, s.best_val_step = r.step;
+      }
+    }
+    if (auto t = r.number("tokens_per_s"); t && std::isfinite(*t) && *t > 0) rates.push_back(*t);
+    if (auto e = r.number("elapsed_s"); e && std::isfinite(*e))
+      s.wall = std::max(s.wall.value_or(*e), *e);
+  }
+  if (!rates.empty()) {
+    std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+    s.median_rate = rates[rates.size() / 2];
+  }
+  return s;
+}
+
+std::string num(const std::optional<double>& v) { return v ? fmt("%.4f", *v) : std::string("–"); }
+
+std::string page_head(const std::string& title) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
+         html_escape(title) + " — forge report</title>\n<style>" + kStyle +
+         "</style>\n</head>\n<body>\n";
+}
+
+std::string page_foot(const char* sources) {
+  return std::string("<p class=\"foot\">written by forge ") + kForgeVersion + " from " + sources +
+         "</p>\n</body>\n</html>\n";
+}
+
+bool is_expert_load_key(const std::string& key) {
+  int layer = -1, expert = -1, end = 0;
+  return std::sscanf(key.c_str(), "expert_load_l%d_e%d%n", &layer, &expert, &end) == 2 &&
+         size_t(end) == key.size();
+}
+
 }  // namespace
 
 std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
                           const std::string& config_yaml, int64_t skipped_lines,
                           const std::string& sections_html) {
-  // Summary numbers.
-  std::optional<int64_t> steps;
-  std::optional<double> final_train, final_val, best_val, wall;
-  int64_t best_val_step = 0;
-  std::vector<double> rates;
-  for (const MetricsRecord& r : records) {
-    steps = std::max(steps.value_or(r.step), r.step);
-    std::optional<double> loss = r.number("loss");
-    if (loss && std::isfinite(*loss)) {
-      if (r.split == "train") final_train = loss;
-      if (r.split == "val") {
-        final_val = loss;
-        if (!best_val || *loss < *best_val) best_val = loss, best_val_step = r.step;
-      }
-    }
-    if (auto t = r.number("tokens_per_s"); t && std::isfinite(*t) && *t > 0) rates.push_back(*t);
-    if (auto e = r.number("elapsed_s"); e && std::isfinite(*e)) wall = std::max(wall.value_or(*e), *e);
-  }
-  std::optional<double> median_rate;
-  if (!rates.empty()) {
-    std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
-    median_rate = rates[rates.size() / 2];
-  }
-  auto num = [](const std::optional<double>& v) { return v ? fmt("%.4f", *v) : std::string("–"); };
+  const Summary summary = summarize(records);
+  const auto& [steps, final_train, final_val, best_val, wall, median_rate, best_val_step] = summary;
 
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
-    << html_escape(title) << " — forge report</title>\n<style>" << kStyle
-    << "</style>\n</head>\n<body>\n";
+  o << page_head(title);
   std::string recipe = config_value(config_yaml, "recipe");
   o << "<h1>" << html_escape(title) << "</h1>\n";
   if (!recipe.empty()) o << "<p>recipe <b>" << html_escape(recipe) << "</b></p>\n";
@@ -329,8 +357,7 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
   o << sections_html;
   o << "<h2>Config</h2>\n<pre>"
     << (config_yaml.empty() ? "(config.yaml not found)" : html_escape(config_yaml)) << "</pre>\n";
-  o << "<p class=\"foot\">written by forge " << kForgeVersion
-    << " from metrics.jsonl and config.yaml</p>\n</body>\n</html>\n";
+  o << page_foot("metrics.jsonl and config.yaml");
   return o.str();
 }
 
@@ -347,6 +374,103 @@ fs::path write_report(const fs::path& run_dir) {
   fs::path out = run_dir / "report.html";
   write_file_atomic(out, html, ExitCode::usage);
   return out;
+}
+
+namespace {
+
+// The value of a nested key ("train.precision") of a run's config.yaml, or "" when it has none.
+std::string nested_config_value(const std::string& yaml, const std::string& section,
+                                const std::string& key) {
+  try {
+    const YAML::Node node = YAML::Load(yaml)[section][key];
+    return node && node.IsScalar() ? node.Scalar() : "";
+  } catch (const YAML::Exception&) {
+    return "";
+  }
+}
+
+constexpr const char* kRunPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+// One series per run of `key` in `split`.
+std::vector<Series> run_series(const std::vector<ReportRun>& runs, const std::string& key,
+                               const std::string& split) {
+  std::vector<Series> out;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Series s{runs[i].label, kRunPalette[i % std::size(kRunPalette)], {}, split != "train"};
+    for (const MetricsRecord& r : runs[i].records)
+      if (auto v = r.number(key); v && r.split == split && std::isfinite(*v))
+        s.points.push_back({double(r.step), *v});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_comparison(const std::vector<ReportRun>& runs) {
+  std::ostringstream o;
+  o << page_head("comparison of " + std::to_string(runs.size()) + " runs");
+  o << "<h1>" << runs.size() << " runs side by side</h1>\n<table class=\"summary\">\n"
+    << "<tr><td>run</td><td>recipe</td><td>precision</td><td>steps</td><td>final train loss</td>"
+       "<td>final val loss</td><td>best val loss</td><td>tokens/s (median)</td><td>wall time</td>"
+       "</tr>\n";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ReportRun& run = runs[i];
+    const Summary s = summarize(run.records);
+    const std::string precision = nested_config_value(run.config_yaml, "train", "precision");
+    o << "<tr><td><span style=\"color:" << kRunPalette[i % std::size(kRunPalette)] << "\">&#9632;</span> "
+      << html_escape(run.label) << "</td><td>" << html_escape(config_value(run.config_yaml, "recipe"))
+      << "</td><td>" << html_escape(precision.empty() ? "–" : precision) << "</td><td>"
+      << (s.steps ? std::to_string(*s.steps) : "–") << "</td><td>" << num(s.final_train)
+      << "</td><td>" << num(s.final_val) << "</td><td>" << num(s.best_val)
+      << (s.best_val ? " (step " + std::to_string(s.best_val_step) + ")" : "") << "</td><td>"
+      << (s.median_rate ? format_rate(*s.median_rate) : "–") << "</td><td>"
+      << (s.wall ? format_duration(*s.wall) : "–") << "</td></tr>\n";
+  }
+  o << "</table>\n<h2>Loss</h2>\n";
+  o << svg_chart({"train loss", run_series(runs, "loss", "train"), 720, 300, true});
+  o << svg_chart({"validation loss", run_series(runs, "loss", "val"), 720, 300, true});
+  // Every other numeric metric, in order of first appearance, from the validation lines where a
+  // run has it there (task accuracies), else from the train lines.
+  std::vector<std::pair<std::string, std::string>> keys;  // (key, split)
+  for (const ReportRun& run : runs)
+    for (const MetricsRecord& r : run.records)
+      for (const Metric& m : r.values) {
+        if (!m.value.is_numeric() || m.key == "loss" || m.key == "elapsed_s" ||
+            is_expert_load_key(m.key))
+          continue;
+        auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == m.key; });
+        if (it == keys.end())
+          keys.push_back({m.key, r.split});
+        else if (r.split == "val")
+          it->second = "val";
+      }
+  if (!keys.empty()) {
+    o << "<h2>Other metrics</h2>\n<div class=\"grid\">\n";
+    for (const auto& [key, split] : keys)
+      o << svg_chart({key + " (" + split + ")", run_series(runs, key, split), 370, 220, false});
+    o << "</div>\n";
+  }
+  for (const ReportRun& run : runs)
+    o << "<h2>Config of " << html_escape(run.label) << "</h2>\n<pre>"
+      << (run.config_yaml.empty() ? "(config.yaml not found)" : html_escape(run.config_yaml))
+      << "</pre>\n";
+  o << page_foot("each run's metrics.jsonl and config.yaml");
+  return o.str();
+}
+
+void write_comparison(const std::vector<std::filesystem::path>& run_dirs,
+                      const std::filesystem::path& output) {
+  std::vector<ReportRun> runs;
+  for (const fs::path& dir : run_dirs) {
+    const fs::path metrics = dir / "metrics.jsonl";
+    std::error_code ec;
+    if (!fs::is_regular_file(metrics, ec))
+      throw Error(ExitCode::usage, dir.string() + ": not a run directory (no metrics.jsonl)");
+    runs.push_back({dir.string(), read_metrics(metrics), read_text(dir / "config.yaml")});
+  }
+  write_file_atomic(output, render_comparison(runs), ExitCode::usage);
 }
 
 }  // namespace forge

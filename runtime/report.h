@@ -28,4 +28,22 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
 /// returns its path. Missing or unreadable inputs give an emptier page, not an error.
 std::filesystem::path write_report(const std::filesystem::path& run_dir);
 
+/// One run of a comparison page: its label (the run directory as given), metrics and config.
+struct ReportRun {
+  std::string label;
+  std::vector<MetricsRecord> records;
+  std::string config_yaml;
+};
+
+/// A page overlaying runs (a bf16 run beside its fp32 twin, a sweep): a summary row per run with
+/// its recipe and train.precision, the train and the validation loss of every run on shared axes,
+/// then every other numeric metric, a line per run. Pure; write_comparison and the tests use it.
+std::string render_comparison(const std::vector<ReportRun>& runs);
+
+/// Reads each run directory's metrics.jsonl and config.yaml and atomically writes
+/// render_comparison's page to `output` (forge report). Error(usage) naming a directory without
+/// metrics.jsonl.
+void write_comparison(const std::vector<std::filesystem::path>& run_dirs,
+                      const std::filesystem::path& output);
+
 }  // namespace forge

@@ -318,5 +318,39 @@ TEST(Report, EmptyRunStillRenders) {
   EXPECT_EQ(html.find("<polyline"), std::string::npos);
 }
 
+TEST(Report, AComparisonOverlaysTheRunsCurvesWithASummaryRowEach) {
+  TempDir tmp;
+  auto run = [&](const std::string& name, const std::string& precision, double scale) {
+    fs::path dir = tmp.path() / name;
+    fs::create_directories(dir);
+    MetricsWriter w(dir / "metrics.jsonl", false);
+    for (int64_t step = 10; step <= 40; step += 10) {
+      w.write(step, "train", {{"loss", scale / double(step)}, {"lr", 1e-3},
+                              {"tokens_per_s", 100.0 * scale}, {"elapsed_s", double(step)}});
+      if (step % 20 == 0) w.write(step, "val", {{"loss", scale * 2 / double(step)}, {"mlm_acc", 0.5}});
+    }
+    std::ofstream(dir / "config.yaml") << "recipe: bert_pretrain\ntrain:\n  precision: " << precision
+                                       << "\n";
+    return dir;
+  };
+  const fs::path fp32 = run("fp32", "fp32", 1.0), bf16 = run("bf16", "bf16", 2.0);
+  const fs::path out = tmp.path() / "compare.html";
+  write_comparison({fp32, bf16}, out);
+  const std::string html = read_file(out);
+  // train loss, val loss, lr (train), tokens_per_s (train), mlm_acc (val): a line per run each.
+  EXPECT_EQ(count(html, "<svg"), 5u);
+  EXPECT_EQ(count(html, "<polyline"), 10u);
+  EXPECT_NE(html.find("aria-label=\"mlm_acc (val)\""), std::string::npos);
+  EXPECT_NE(html.find(fp32.string() + "</td><td>bert_pretrain</td><td>fp32</td><td>40</td>"
+                      "<td>0.0250</td><td>0.0500</td><td>0.0500 (step 40)</td>"),
+            std::string::npos) << html;
+  EXPECT_NE(html.find(bf16.string() + "</td><td>bert_pretrain</td><td>bf16</td>"), std::string::npos);
+  EXPECT_NE(html.find("<h2>Config of " + bf16.string() + "</h2>"), std::string::npos);
+  for (const char* external : {"http", "<script", "<link", "src=", "href=", "@import", "url("})
+    EXPECT_EQ(html.find(external), std::string::npos) << external;
+  testing::expect_error(ExitCode::usage, (tmp.path() / "nothing").string() + ": not a run directory",
+                        [&] { write_comparison({fp32, tmp.path() / "nothing"}, out); });
+}
+
 }  // namespace
 }  // namespace forge
