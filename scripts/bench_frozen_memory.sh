@@ -10,6 +10,7 @@
 # median step time and the last train loss of each.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/bench_metrics.sh"
 
 usage() {
   cat <<'EOF'
@@ -49,8 +50,8 @@ cd "$FORGE_ROOT"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/forge_bench_frozen_memory.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 head -c 1200 data/samples/tinyshakespeare.txt >"$tmp/val.txt"
-common=("data.val=$tmp/val.txt" "train.eval_every=0" "train.save_every=0" "train.resume=never"
-        "train.sample_tokens=1" "train.log_every=1" "train.max_steps=$steps"
+common=("data.val=$tmp/val.txt" "schedule.warmup_steps=0" "train.eval_every=0"
+        "train.save_every=0" "train.resume=never" "train.sample_tokens=1" "train.log_every=1" "train.max_steps=$steps"
         "train.batch_size=$batch" "train.activation_checkpointing=$checkpointing")
 finetune=("recipe=finetune" "model.init_from=$tmp/base" "lora.rank=16" "lora.alpha=32"
           'lora.targets=["*.attn.q","*.attn.k","*.attn.v","*.attn.proj","*.mlp.gate","*.mlp.up","*.mlp.proj"]')
@@ -61,20 +62,11 @@ forge_run() {  # name args...: forge under /usr/bin/time, its peak RSS in $tmp/n
   OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$tmp/$name.rss" "$FORGE_BUILD/forge" "$@" \
     >"$tmp/$name.log" 2>&1 || { log "forge $1 ($name) failed:"; tail -20 "$tmp/$name.log" >&2; exit 1; }
 }
-last_train() {  # name key: the key of the last train line of metrics.jsonl
-  grep '"split": "train"' "$tmp/$1/metrics.jsonl" | tail -1 |
-    sed -n "s/.*\"$2\": \\([0-9.e+-]*\\).*/\\1/p"
-}
-median_step_s() {  # name: median of the differences of elapsed_s over the train lines
-  grep '"split": "train"' "$tmp/$1/metrics.jsonl" | sed 's/.*"elapsed_s": \([0-9.e+-]*\).*/\1/' |
-    awk 'NR > 1 { print $1 - prev } { prev = $1 }' | sort -g |
-    awk '{ d[++n] = $1 } END { if (n == 0) print "nan"
-                               else printf "%.2f\n", n % 2 ? d[(n + 1) / 2] : (d[n / 2] + d[n / 2 + 1]) / 2 }'
-}
 
 log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $config, batch $batch, $steps steps"
 forge_run base train "$config" output_dir="$tmp/base" train.max_steps=1 train.batch_size=1 \
-  train.save_every=1 train.eval_every=0 train.sample_tokens=1 "data.val=$tmp/val.txt" \
+  train.save_every=1 train.eval_every=0 train.sample_tokens=1 schedule.warmup_steps=0 \
+  "data.val=$tmp/val.txt" \
   'optimizer.freeze=["blocks.*","tok_emb.weight"]' --ignore-memory-check
 declare -A settings=([fp32]="model.frozen_dtype=fp32 train.precision=fp32"
                      [bf16]="model.frozen_dtype=bf16 train.precision=auto")
@@ -90,8 +82,8 @@ echo "config=$config context=$(sed -n 's/^  context: *\([0-9]*\).*/\1/p' "$confi
      "bf16_precision=\"$(sed -n 's/^precision: \([a-z0-9]*\).*/\1/p' "$tmp/bf16.log" | head -1)\""
 for run in fp32 bf16; do
   echo "${run}_base_peak_rss_mb=$(awk '{ printf "%.1f", $1 / 1024 }' "$tmp/$run.rss")" \
-       "${run}_step_s=$(median_step_s "$run")" \
-       "${run}_last_loss=$(last_train "$run" loss)" \
+       "${run}_step_s=$(median_step_s "$tmp/$run/metrics.jsonl")" \
+       "${run}_last_loss=$(last_train_value "$tmp/$run/metrics.jsonl" loss)" \
        "${run}_estimate=\"$(sed -n 's/^# estimated peak training memory: \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$run.probe.yaml")\""
 done
 awk -v a="$(cat "$tmp/bf16.rss")" -v b="$(cat "$tmp/fp32.rss")" \

@@ -8,6 +8,7 @@
 # and `forge validate`'s parameter lines for the LoRA config.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/bench_metrics.sh"
 
 usage() {
   cat <<'EOF'
@@ -58,16 +59,6 @@ train() {  # name overrides...
     "$FORGE_BUILD/forge" train "$config" "${common[@]}" output_dir="$tmp/$name" "$@" \
     >"$tmp/$name.log" 2>&1 || { log "forge train ($name) failed:"; tail -20 "$tmp/$name.log" >&2; exit 1; }
 }
-last_train() {  # name key: the key of the last train line of metrics.jsonl
-  grep '"split": "train"' "$tmp/$1/metrics.jsonl" | tail -1 |
-    sed -n "s/.*\"$2\": \\([0-9.e+-]*\\).*/\\1/p"
-}
-median_step_s() {  # name: median of the differences of elapsed_s over the train lines
-  grep '"split": "train"' "$tmp/$1/metrics.jsonl" | sed 's/.*"elapsed_s": \([0-9.e+-]*\).*/\1/' |
-    awk 'NR > 1 { print $1 - prev } { prev = $1 }' | sort -g |
-    awk '{ d[++n] = $1 } END { if (n == 0) print "nan"
-                               else printf "%.2f\n", n % 2 ? d[(n + 1) / 2] : (d[n / 2] + d[n / 2 + 1]) / 2 }'
-}
 checkpoint_bytes() { stat -c %s "$tmp/$1/checkpoints/$(cat "$tmp/$1/checkpoints/LATEST")"; }
 
 log "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); context $context, $steps steps"
@@ -85,8 +76,8 @@ echo "config=gpt2_124m_shape context=$context batch=1 steps=$steps"
 echo "base_checkpoint_bytes=$(checkpoint_bytes base)"
 for run in full lora; do
   echo "${run}_peak_rss_mb=$(awk '{ printf "%.1f", $1 / 1024 }' "$tmp/$run.rss")" \
-       "${run}_peak_mem_mb=$(last_train "$run" peak_mem_mb)" \
-       "${run}_step_s=$(median_step_s "$run")" \
+       "${run}_peak_mem_mb=$(last_train_value "$tmp/$run/metrics.jsonl" peak_mem_mb)" \
+       "${run}_step_s=$(median_step_s "$tmp/$run/metrics.jsonl")" \
        "${run}_checkpoint_bytes=$(checkpoint_bytes "$run")" \
        "${run}_estimate=\"$(sed -n 's/^# estimated peak training memory: \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/$run.probe.yaml")\""
 done
