@@ -1,7 +1,7 @@
 // What recipe tests share: twelve SFT records, a fresh directory per test holding the first 40 KB
 // of Tiny Shakespeare as corpus.txt, the forge binary run as a user would run it (with or without
-// its output), the step-by-step numbers of a run's train lines and the tensors of its latest
-// checkpoint (for comparing an interrupted run with an uninterrupted one).
+// its output, in bf16 on any CPU), the step-by-step numbers of a run's train lines and the tensors
+// of its latest checkpoint (for comparing an interrupted run with an uninterrupted one).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,11 +21,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/kernels/matmul.h"
 #include "runtime/checkpoint.h"
 #include "runtime/components.h"
 #include "runtime/metrics.h"
 
 namespace forge::testing {
+
+// The environment of a train.precision bf16 run: it runs natively where the CPU multiplies bf16
+// and emulated elsewhere (the same products, f32 sums in another order), so CI checks the bf16
+// path on every CPU.
+inline std::string bf16_env() { return kernels::bf16_native() ? "" : "FORGE_BF16_EMULATION=1"; }
 
 // Twelve short instruction records (prompt + completion + "%\n" fit the context of 32 + 1).
 inline constexpr const char* kSFT =

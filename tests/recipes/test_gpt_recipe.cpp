@@ -156,17 +156,14 @@ TEST_F(GPTRecipe, KilledAndRestartedRunLogsTheSameLosses) {
   EXPECT_EQ(a, b);
 }
 
-// train.precision bf16 runs natively where the CPU multiplies bf16 and emulated elsewhere (the same
-// products, f32 sums in another order), so CI checks the bf16 path on every CPU.
-std::string bf16_env() { return kernels::bf16_native() ? "" : "FORGE_BF16_EMULATION=1"; }
-
 TEST_F(GPTRecipe, Bf16RunStaysNearFp32AndResumesExactly) {
+  const std::string env = testing::bf16_env();
   ASSERT_EQ(forge("train " + write_config("fp32").string()), 0);
-  ASSERT_EQ(forge("train " + write_config("bf16", "  precision: bf16\n").string(), bf16_env()), 0);
+  ASSERT_EQ(forge("train " + write_config("bf16", "  precision: bf16\n").string(), env), 0);
   fs::path killed_cfg = write_config("bf16_killed", "  precision: bf16\n");
-  EXPECT_EQ(forge("train " + killed_cfg.string(), bf16_env() + " FORGE_TEST_SIGKILL_AFTER_STEP=15"),
+  EXPECT_EQ(forge("train " + killed_cfg.string(), env + " FORGE_TEST_SIGKILL_AFTER_STEP=15"),
             128 + SIGKILL);
-  ASSERT_EQ(forge("train " + killed_cfg.string(), bf16_env()), 0);
+  ASSERT_EQ(forge("train " + killed_cfg.string(), env), 0);
   std::vector<std::string> fp32 = train_lines(dir_ / "fp32"), bf16 = train_lines(dir_ / "bf16");
   ASSERT_EQ(bf16.size(), 30u);
   EXPECT_NE(fp32, bf16);  // the products were rounded
