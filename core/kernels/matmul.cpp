@@ -419,10 +419,12 @@ void matmul(const MatmulGeometry& g, const T* a, const T* b, const T* bias, T* c
   solve(normalise(g), a, b, bias, c, beta);
 }
 
+namespace {
 // Each group is a plain 2-D problem at its offsets, marked ragged so that on oneDNN all groups, and
-// all later calls whatever their group sizes, share one primitive.
-template <class T>
-void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
+// all later calls whatever their group sizes, share one primitive; `solve_group` multiplies one.
+template <class In, class Out, class Solve>
+void for_each_group(const GroupedMatmulGeometry& g, const In* a, const In* b, const Out* bias,
+                    Out* c, Solve solve_group) {
   assert(!(g.ragged_k && bias));
   const int64_t groups = int64_t(g.offsets.size()) - 1;
   auto group = [&](int64_t i) {
@@ -432,10 +434,10 @@ void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, cons
     (g.ragged_k ? one.k : one.m) = len;
     Problem p = normalise(one);
     p.ragged = g.ragged_k ? Ragged::k : Ragged::m;
-    const T* ga = a + r0 * g.a_strides[g.ragged_k ? 1 : 0];
-    const T* gb = g.ragged_k ? b + r0 * g.b_strides[0] : b + i * g.b_group_stride;
-    T* gc = c + (g.ragged_k ? i * g.m * g.n : r0 * g.n);
-    solve(p, ga, gb, bias ? bias + i * g.n : nullptr, gc, 0.f);
+    const In* ga = a + r0 * g.a_strides[g.ragged_k ? 1 : 0];
+    const In* gb = g.ragged_k ? b + r0 * g.b_strides[0] : b + i * g.b_group_stride;
+    Out* gc = c + (g.ragged_k ? i * g.m * g.n : r0 * g.n);
+    solve_group(p, ga, gb, bias ? bias + i * g.n : nullptr, gc);
   };
   // With several groups per thread, the groups run side by side, each GEMM on one thread (oneDNN
   // runs a primitive single-threaded inside a parallel region; each thread has its own stream and
@@ -448,6 +450,28 @@ void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, cons
   } else {
     for (int64_t i = 0; i < groups; ++i) group(i);
   }
+}
+}  // namespace
+
+template <class T>
+void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c) {
+  for_each_group(g, a, b, bias, c,
+                 [](const Problem& p, const T* ga, const T* gb, const T* gbias, T* gc) {
+                   solve(p, ga, gb, gbias, gc, 0.f);
+                 });
+}
+
+void grouped_matmul_bf16(const GroupedMatmulGeometry& g, const bf16* a, const bf16* b,
+                         const float* bias, float* c, Bf16Kernel kernel) {
+  const bool native = kernel == Bf16Kernel::native || (kernel == Bf16Kernel::best && bf16_native());
+  for_each_group(g, a, b, bias, c,
+                 [&](const Problem& p, const bf16* ga, const bf16* gb, const float* gbias,
+                     float* gc) {
+                   if (p.m == 0 || p.n == 0) return;
+                   if (p.k == 0) return init_rows(gc, p.m, p.n, gbias, 0.f);
+                   if (native) matmul_onednn(p, ga, gb, DType::bf16, gbias, gc, 0.f);
+                   else matmul_bf16_widened(p, ga, gb, gbias, gc, 0.f);
+                 });
 }
 
 bool bf16_native() {

@@ -60,6 +60,9 @@ struct GroupedMatmulGeometry {
 /// dimension), so group sizes that change every step create no primitives.
 template <class T>
 void grouped_matmul(const GroupedMatmulGeometry& g, const T* a, const T* b, const T* bias, T* c);
+/// grouped_matmul of bf16 operands with f32 sums, bias and result, computed as matmul_bf16 does.
+void grouped_matmul_bf16(const GroupedMatmulGeometry& g, const bf16* a, const bf16* b,
+                         const float* bias, float* c, Bf16Kernel kernel = Bf16Kernel::best);
 
 /// Primitive cache counters (f32 path): distinct geometries cached, and lookups that found one.
 struct MatmulCacheStats {

@@ -226,49 +226,63 @@ int64_t check_grouped(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 // y[r0:r1] = x[r0:r1] · w[g]ᵀ + b[g] for each group g = [r0, r1): one GEMM per non-empty group,
 // reading its rows of x and its weight in place (w[g]ᵀ through swapped strides).
+namespace {
+// c = the grouped product of a and b as `g` lays them out: bf16 operands (f32 c) or both f32/f64.
+void grouped_product(const kernels::GroupedMatmulGeometry& g, const Tensor& a, const Tensor& b,
+                     const Tensor& bias, const Tensor& c) {
+  if (a.dtype() == DType::bf16) {
+    kernels::grouped_matmul_bf16(g, a.data<bf16>(), b.data<bf16>(),
+                                 bias.defined() ? bias.data<float>() : nullptr, c.data<float>());
+    return;
+  }
+  FORGE_DISPATCH_FLOAT(a.dtype(), "grouped_linear", [&] {
+    kernels::grouped_matmul<scalar_t>(g, a.data<scalar_t>(), b.data<scalar_t>(),
+                                      bias.defined() ? bias.data<scalar_t>() : nullptr,
+                                      c.data<scalar_t>());
+  });
+}
+}  // namespace
+
+// In bf16 (as linear) x and the experts' weights are converted once and saved so, the incoming
+// gradient is rounded to bf16 in backward, and results, gradients and the bias stay f32.
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const std::vector<int64_t>& offsets) {
   const int64_t groups = check_grouped(x, weight, bias, offsets);
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(1);
   Tensor xd = x.detach(), w = weight.detach();
+  const bool bf = in_bf16(xd, w, "grouped_linear");
+  if (bf) xd = as_bf16(xd), w = as_bf16(w);
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   const Shape& xs = xd.strides();
   const Shape& ws = w.strides();
   Tensor out = empty({m, n}, x.dtype());
-  kernels::GroupedMatmulGeometry g{offsets, false, m, n, k, {xs[0], xs[1]}, {ws[2], ws[1]}, ws[0]};
-  FORGE_DISPATCH_FLOAT(x.dtype(), "grouped_linear", [&] {
-    kernels::grouped_matmul<scalar_t>(g, xd.data<scalar_t>(), w.data<scalar_t>(),
-                                      b.defined() ? b.data<scalar_t>() : nullptr,
-                                      out.data<scalar_t>());
-  });
+  grouped_product({offsets, false, m, n, k, {xs[0], xs[1]}, {ws[2], ws[1]}, ws[0]}, xd, w, b, out);
   if (needs_grad(x, weight, bias)) {
     Tensor sx = weight.requires_grad() ? xd : Tensor(), sw = x.requires_grad() ? w : Tensor();
     bool want_bias = bias.defined() && bias.requires_grad();
     record(Op::grouped_linear, out, {x, weight, bias},
-           [sx, sw, want_bias, offsets, groups, m, n, k](const Tensor& dout) {
+           [sx, sw, bf, want_bias, offsets, groups, m, n, k](const Tensor& dout) {
              Tensor dy = dout.contiguous();  // [M, N]
+             Tensor dyb = bf ? as_bf16(dy) : dy;
              Tensor dx, dw, db;
              // y_g = x_g·w_gᵀ + b_g  =>  dx_g = dy_g·w_g [m_g, N]·[N, K], dw_g = dy_gᵀ·x_g
              // [N, m_g]·[m_g, K] (zero for an empty group), db_g = Σ_rows dy_g.
-             FORGE_DISPATCH_FLOAT(dy.dtype(), "grouped_linear backward", [&] {
-               const scalar_t* pdy = dy.data<scalar_t>();
-               if (sw.defined()) {
-                 const Shape& ws = sw.strides();
-                 dx = empty({m, k}, dy.dtype());
-                 kernels::GroupedMatmulGeometry gx{
-                     offsets, false, m, k, n, {n, 1}, {ws[1], ws[2]}, ws[0]};
-                 kernels::grouped_matmul<scalar_t>(gx, pdy, sw.data<scalar_t>(), nullptr,
-                                                   dx.data<scalar_t>());
-               }
-               if (sx.defined()) {
-                 const Shape& xs = sx.strides();
-                 dw = empty({groups, n, k}, dy.dtype());
-                 kernels::GroupedMatmulGeometry gw{offsets, true, n, k, m, {1, n}, {xs[0], xs[1]}};
-                 kernels::grouped_matmul<scalar_t>(gw, pdy, sx.data<scalar_t>(), nullptr,
-                                                   dw.data<scalar_t>());
-               }
-               if (want_bias) {
-                 db = empty({groups, n}, dy.dtype());
+             if (sw.defined()) {
+               const Shape& ws = sw.strides();
+               dx = empty({m, k}, dy.dtype());
+               grouped_product({offsets, false, m, k, n, {n, 1}, {ws[1], ws[2]}, ws[0]}, dyb, sw,
+                               Tensor(), dx);
+             }
+             if (sx.defined()) {
+               const Shape& xs = sx.strides();
+               dw = empty({groups, n, k}, dy.dtype());
+               grouped_product({offsets, true, n, k, m, {1, n}, {xs[0], xs[1]}}, dyb, sx, Tensor(),
+                               dw);
+             }
+             if (want_bias) {
+               db = empty({groups, n}, dy.dtype());
+               FORGE_DISPATCH_FLOAT(dy.dtype(), "grouped_linear backward", [&] {
+                 const scalar_t* pdy = dy.data<scalar_t>();
                  const bool reduce_rows[2] = {true, false};
                  for (int64_t i = 0; i < groups; ++i) {
                    const int64_t r0 = offsets[size_t(i)];
@@ -276,8 +290,8 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    kernels::sum_dims(pdy + r0 * n, block, reduce_rows, 2,
                                      db.data<scalar_t>() + i * n);
                  }
-               }
-             });
+               });
+             }
              return std::vector<Tensor>{dx, dw, db};
            });
   }

@@ -41,7 +41,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 /// x [M, K], weight [G, N, K], bias [G, N] or undefined, offsets G + 1 non-decreasing host values
 /// with offsets[0] = 0 and offsets[G] = M -> [M, N]. Empty groups are allowed (their weight
 /// gets a zero gradient). One GEMM per non-empty group on oneDNN; backward the same way
-/// (dx per group, dweight[g] = dy_g^T x_g, dbias[g] = row sums of dy_g).
+/// (dx per group, dweight[g] = dy_g^T x_g, dbias[g] = row sums of dy_g). Under
+/// MatmulPrecision::bf16 it multiplies as linear does.
 Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const std::vector<int64_t>& offsets);
 

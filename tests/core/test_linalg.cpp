@@ -565,6 +565,38 @@ TEST(Linear, Bf16PrecisionIsTheExactProductOfBf16OperandsForwardAndBackward) {
   for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], want[i], 1e-5);
 }
 
+// The experts of a mixture of experts multiply as linear does, with an empty group and a one-row one.
+TEST(GroupedLinear, Bf16PrecisionIsTheExactProductOfBf16OperandsForwardAndBackward) {
+  const std::vector<int64_t> offsets = {0, 13, 13, 14, 43, 50};
+  Tensor x = normal({50, 37}, 0, 1).set_requires_grad(true);
+  Tensor w = normal({5, 21, 37}, 0, 1).set_requires_grad(true);
+  Tensor b = normal({5, 21}, 0, 1).set_requires_grad(true);
+  Tensor dy = normal({50, 21}, 0, 1);
+  Tensor y;
+  {
+    MatmulPrecisionScope bf16_scope(MatmulPrecision::bf16);
+    y = grouped_linear(x, w, b, offsets);
+    y.backward(dy);
+  }
+  Tensor xr = rounded(x.detach()), wr = rounded(w.detach()), dyr = rounded(dy);
+  Tensor xa = abs(xr), wa = abs(wr), dya = abs(dyr);
+  Tensor bd = b.detach().to(DType::f64);
+  expect_within(y, grouped_linear(xr, wr, bd, offsets), grouped_linear(xa, wa, abs(bd), offsets),
+                1e-5);
+  // dx and dw from the f64 op's own backward on the rounded operands and gradient.
+  Tensor xg = xr.detach().set_requires_grad(true), wg = wr.detach().set_requires_grad(true);
+  grouped_linear(xg, wg, Tensor(), offsets).backward(dyr);
+  Tensor xb = xa.detach().set_requires_grad(true), wb = wa.detach().set_requires_grad(true);
+  grouped_linear(xb, wb, Tensor(), offsets).backward(dya);
+  expect_within(x.grad(), xg.grad(), xb.grad(), 1e-5);
+  expect_within(w.grad(), wg.grad(), wb.grad(), 1e-5);
+  EXPECT_EQ(sum(abs(slice(w.grad(), 0, 1, 2))).item(), 0.0);  // the empty group
+  // The bias gradient is the row sum of the f32 gradient, not of its bf16 rounding.
+  std::vector<double> db = b.grad().to_vector<double>();
+  std::vector<double> want = sum(slice(dy.to(DType::f64), 0, 14, 43), {0}).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(db[3 * 21 + i], want[i], 1e-5);
+}
+
 // Against f32 the bf16 result is within 2^-8 of the bound sum |a||b|: each operand is rounded by
 // at most 2^-9 of itself, so each product by about 2^-8 (docs/core.md).
 TEST(Matmul, Bf16PrecisionIsWithinItsDocumentedToleranceOfF32) {
