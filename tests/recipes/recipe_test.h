@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -188,6 +190,28 @@ class RecipeTest : public ::testing::Test {
       lines.push_back(out);
     }
     return lines;
+  }
+
+  // The bf16 half of a recipe's kill-and-resume test: `train(name)` is the forge command line
+  // (without the env) that trains run `name` under dir_; it runs as "fp32", then with the `bf16`
+  // overrides as "bf16" and as "bf16_killed", killed after step `kill_after` and resumed. The bf16
+  // run's `steps` train lines (`keys`) must differ from fp32's (its products were rounded) and the
+  // resumed run's lines and checkpoint tensors equal the uninterrupted one's, bitwise.
+  void expect_bf16_differs_and_resumes_exactly(
+      const std::function<std::string(const std::string&)>& train, const std::string& bf16,
+      const std::vector<std::string>& keys, size_t steps, int kill_after) {
+    const std::string env = bf16_env();
+    ASSERT_EQ(forge(train("fp32")), 0);
+    ASSERT_EQ(forge(train("bf16") + bf16, env), 0);
+    const std::string killed = train("bf16_killed") + bf16;
+    EXPECT_EQ(forge(killed, env + " FORGE_TEST_SIGKILL_AFTER_STEP=" + std::to_string(kill_after)),
+              128 + SIGKILL);
+    ASSERT_EQ(forge(killed, env), 0);
+    const std::vector<std::string> narrow = train_lines(dir_ / "bf16", keys);
+    ASSERT_EQ(narrow.size(), steps);
+    EXPECT_NE(train_lines(dir_ / "fp32", keys), narrow);  // the products were rounded
+    EXPECT_EQ(train_lines(dir_ / "bf16_killed", keys), narrow);
+    EXPECT_EQ(saved_tensors(dir_ / "bf16_killed"), saved_tensors(dir_ / "bf16"));  // bitwise
   }
 
   std::filesystem::path dir_;

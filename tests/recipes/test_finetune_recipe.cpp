@@ -346,19 +346,10 @@ TEST_F(FinetuneRecipe, SFTRunTrainsResumesAndRejectsChangedOrBadData) {
 // adapters bitwise.
 TEST_F(FinetuneRecipe, SFTRunInBf16OnABf16BaseStaysNearFp32AndResumesExactly) {
   const std::string jsonl = write_sft("sft").string();
-  const std::string bf16 = " train.precision=bf16 model.frozen_dtype=bf16";
-  const std::string env = testing::bf16_env();
-  ASSERT_EQ(forge("train " + write_config("fp32", 8, "", jsonl).string()), 0);
-  ASSERT_EQ(forge("train " + write_config("bf16", 8, "", jsonl).string() + bf16, env), 0);
-  const fs::path killed = write_config("bf16_killed", 8, "", jsonl);
-  EXPECT_EQ(forge("train " + killed.string() + bf16, env + " FORGE_TEST_SIGKILL_AFTER_STEP=5"),
-            128 + SIGKILL);
-  ASSERT_EQ(forge("train " + killed.string() + bf16, env), 0);
-  const std::vector<std::string> narrow = lines(dir_ / "bf16");
-  ASSERT_EQ(narrow.size(), 12u);
-  EXPECT_NE(lines(dir_ / "fp32"), narrow);  // the products were rounded
-  EXPECT_EQ(lines(dir_ / "bf16_killed"), narrow);
-  EXPECT_EQ(saved_tensors(dir_ / "bf16_killed"), saved_tensors(dir_ / "bf16"));  // bitwise
+  expect_bf16_differs_and_resumes_exactly(
+      [&](const std::string& name) { return "train " + write_config(name, 8, "", jsonl).string(); },
+      " train.precision=bf16 model.frozen_dtype=bf16", {"loss", "grad_norm", "lr"}, 12, 5);
+  if (HasFatalFailure()) return;
   // Measured: 3.84893 in fp32, 3.84898 in bf16 native, 3.84895 emulated.
   EXPECT_NEAR(losses(dir_ / "bf16", "val").at(12), losses(dir_ / "fp32", "val").at(12), 5e-4);
 }

@@ -288,19 +288,12 @@ TEST_F(PPORecipe, KilledAndRestartedIsExactWithTheAdaptiveKLController) {
 TEST_F(PPORecipe, Bf16RunWithBf16FrozenModelsStaysNearFp32AndResumesExactly) {
   const std::string adaptive = ", adaptive_kl: true, target_kl: 0.5, kl_horizon: 20";
   const std::string train = "{batch_size: 4, max_steps: 5, save_every: 2, log_every: 1}";
-  const std::string bf16 = " train.precision=bf16 model.frozen_dtype=bf16";
-  const std::string env = testing::bf16_env();
-  ASSERT_EQ(forge("train " + write_config("fp32", adaptive, train).string()), 0);
-  ASSERT_EQ(forge("train " + write_config("bf16", adaptive, train).string() + bf16, env), 0);
-  const fs::path killed = write_config("bf16_killed", adaptive, train);
-  EXPECT_EQ(forge("train " + killed.string() + bf16, env + " FORGE_TEST_SIGKILL_AFTER_STEP=3"),
-            128 + SIGKILL);
-  ASSERT_EQ(forge("train " + killed.string() + bf16, env), 0);
-  const std::vector<std::string> narrow = train_lines(dir_ / "bf16", keys_);
-  ASSERT_EQ(narrow.size(), 5u);
-  EXPECT_NE(train_lines(dir_ / "fp32", keys_), narrow);  // the products were rounded
-  EXPECT_EQ(train_lines(dir_ / "bf16_killed", keys_), narrow);
-  EXPECT_EQ(saved_tensors(dir_ / "bf16_killed"), saved_tensors(dir_ / "bf16"));  // bitwise
+  expect_bf16_differs_and_resumes_exactly(
+      [&](const std::string& name) {
+        return "train " + write_config(name, adaptive, train).string();
+      },
+      " train.precision=bf16 model.frozen_dtype=bf16", keys_, 5, 3);
+  if (HasFatalFailure()) return;
   // The policy's entropy over the first rollout. Measured: 4.295741 in fp32, 4.295847 in bf16
   // (native and emulated).
   EXPECT_NEAR(losses(dir_ / "bf16", "train", "entropy").at(1),

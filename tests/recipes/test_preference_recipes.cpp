@@ -80,18 +80,12 @@ class PreferenceRecipes : public testing::RecipeTest {
                                               const std::vector<std::string>& keys,
                                               const std::string& bf16, double tolerance) {
     const std::string train = "{batch_size: 8, max_steps: 9, save_every: 4, log_every: 1}";
-    const std::string env = testing::bf16_env();
-    ASSERT_EQ(forge("train " + write_config("fp32", recipe, extra, train).string()), 0);
-    ASSERT_EQ(forge("train " + write_config("bf16", recipe, extra, train).string() + bf16, env), 0);
-    const fs::path killed = write_config("bf16_killed", recipe, extra, train);
-    EXPECT_EQ(forge("train " + killed.string() + bf16, env + " FORGE_TEST_SIGKILL_AFTER_STEP=7"),
-              128 + SIGKILL);
-    ASSERT_EQ(forge("train " + killed.string() + bf16, env), 0);
-    const std::vector<std::string> narrow = train_lines(dir_ / "bf16", keys);
-    ASSERT_EQ(narrow.size(), 9u);
-    EXPECT_NE(train_lines(dir_ / "fp32", keys), narrow);  // the products were rounded
-    EXPECT_EQ(train_lines(dir_ / "bf16_killed", keys), narrow);
-    EXPECT_EQ(saved_tensors(dir_ / "bf16_killed"), saved_tensors(dir_ / "bf16"));  // bitwise
+    expect_bf16_differs_and_resumes_exactly(
+        [&](const std::string& name) {
+          return "train " + write_config(name, recipe, extra, train).string();
+        },
+        bf16, keys, 9, 7);
+    if (HasFatalFailure()) return;
     EXPECT_NEAR(losses(dir_ / "bf16", "val").at(9), losses(dir_ / "fp32", "val").at(9), tolerance);
   }
 };
