@@ -21,4 +21,10 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
+bool glob_match_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns)
+    if (glob_match(p, name)) return true;
+  return false;
+}
+
 }  // namespace forge

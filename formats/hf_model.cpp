@@ -667,9 +667,7 @@ OpenedDirectory open_directory(const fs::path& dir) {
   for (const auto& f : w.files())
     for (const SafetensorsEntry& e : f->entries()) {
       if (used.count(e.name)) continue;
-      bool ignored = std::any_of(o.model.layout.ignored.begin(), o.model.layout.ignored.end(),
-                                 [&](const std::string& p) { return glob_match(p, e.name); });
-      if (!ignored)
+      if (!glob_match_any(o.model.layout.ignored, e.name))
         fail(f->path(), "tensor '" + e.name + "' is not part of a " + o.model.model_type +
                             " model Forge can build");
     }

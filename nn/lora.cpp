@@ -3,12 +3,11 @@
 // and the allocation-free count), and selecting trainable parameters.
 #include "nn/lora.h"
 
-#include "core/allocator.h"
-
 #include <cmath>
 #include <set>
 #include <utility>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/glob.h"

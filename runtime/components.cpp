@@ -366,10 +366,6 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
       if (name.rfind(from, 0) == 0) return to + name.substr(from.size());
     return name;
   };
-  auto any_match = [](const std::vector<std::string>& patterns, const std::string& name) {
-    return std::any_of(patterns.begin(), patterns.end(),
-                       [&](const std::string& p) { return glob_match(p, name); });
-  };
   CheckpointInfo info = read_checkpoint_info(file);
   // The tensors of the source's auxiliary models (a distillation's cos_projection) are not part of
   // the model it holds.
@@ -389,7 +385,7 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
   for (const NamedTensor& t : state) {
     auto it = source.find(t.name);
     if (it == source.end()) {
-      if (!any_match(options.allow_missing, t.name))
+      if (!glob_match_any(options.allow_missing, t.name))
         throw Error(ExitCode::checkpoint,
                     detail::concat(file.string(), ": has no tensor for '", t.name,
                                    "' of the model being initialised"));
@@ -411,7 +407,7 @@ InitReport init_from_checkpoint(nn::Module& model, const std::filesystem::path& 
   for (const TensorSpec& spec : source_model) {  // in the file's order
     const std::string target = renamed(spec.name);
     if (used.count(target)) continue;
-    if (!any_match(options.allow_unexpected, target))
+    if (!glob_match_any(options.allow_unexpected, target))
       throw Error(ExitCode::checkpoint,
                   detail::concat(file.string(), ": tensor '", spec.name,
                                  "' has no place in the model being initialised"));
@@ -597,9 +593,7 @@ void load_initial_weights(nn::GPT& model, const std::filesystem::path& file,
   for (const NamedTensor& t : load_merged_gpt(file).weights) merged[t.name] = t.tensor;
   NoGradGuard no_grad;
   for (NamedTensor t : model.named_state()) {
-    if (std::any_of(absent.begin(), absent.end(),
-                    [&](const std::string& p) { return glob_match(p, t.name); }))
-      continue;
+    if (glob_match_any(absent, t.name)) continue;
     auto it = merged.find(t.name);
     if (it == merged.end() || it->second.shape() != t.tensor.shape())
       throw Error(ExitCode::checkpoint,

@@ -264,19 +264,27 @@ std::string page_foot(const char* sources) {
          "</p>\n</body>\n</html>\n";
 }
 
-bool is_expert_load_key(const std::string& key) {
-  int layer = -1, expert = -1, end = 0;
+// A mixture of experts' load of expert `expert` in block `layer`: expert_load_l<L>_e<i>.
+bool parse_expert_load_key(const std::string& key, int& layer, int& expert) {
+  int end = 0;
   return std::sscanf(key.c_str(), "expert_load_l%d_e%d%n", &layer, &expert, &end) == 2 &&
          size_t(end) == key.size();
 }
+
+bool is_expert_load_key(const std::string& key) {
+  int layer = -1, expert = -1;
+  return parse_expert_load_key(key, layer, expert);
+}
+
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
 }  // namespace
 
 std::string render_report(const std::string& title, const std::vector<MetricsRecord>& records,
                           const std::string& config_yaml, int64_t skipped_lines,
                           const std::string& sections_html) {
-  const Summary summary = summarize(records);
-  const auto& [steps, final_train, final_val, best_val, wall, median_rate, best_val_step] = summary;
+  const Summary s = summarize(records);
 
   std::ostringstream o;
   o << page_head(title);
@@ -284,14 +292,14 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
   o << "<h1>" << html_escape(title) << "</h1>\n";
   if (!recipe.empty()) o << "<p>recipe <b>" << html_escape(recipe) << "</b></p>\n";
   o << "<table class=\"summary\">\n"
-    << "<tr><td>steps</td><td>" << (steps ? std::to_string(*steps) : "–") << "</td></tr>\n"
-    << "<tr><td>final train loss</td><td>" << num(final_train) << "</td></tr>\n"
-    << "<tr><td>final val loss</td><td>" << num(final_val) << "</td></tr>\n"
-    << "<tr><td>best val loss</td><td>" << num(best_val)
-    << (best_val ? " (step " + std::to_string(best_val_step) + ")" : "") << "</td></tr>\n"
-    << "<tr><td>tokens/s (median)</td><td>" << (median_rate ? format_rate(*median_rate) : "–")
+    << "<tr><td>steps</td><td>" << (s.steps ? std::to_string(*s.steps) : "–") << "</td></tr>\n"
+    << "<tr><td>final train loss</td><td>" << num(s.final_train) << "</td></tr>\n"
+    << "<tr><td>final val loss</td><td>" << num(s.final_val) << "</td></tr>\n"
+    << "<tr><td>best val loss</td><td>" << num(s.best_val)
+    << (s.best_val ? " (step " + std::to_string(s.best_val_step) + ")" : "") << "</td></tr>\n"
+    << "<tr><td>tokens/s (median)</td><td>" << (s.median_rate ? format_rate(*s.median_rate) : "–")
     << "</td></tr>\n"
-    << "<tr><td>wall time</td><td>" << (wall ? format_duration(*wall) : "–") << "</td></tr>\n"
+    << "<tr><td>wall time</td><td>" << (s.wall ? format_duration(*s.wall) : "–") << "</td></tr>\n"
     << "</table>\n";
   if (skipped_lines > 0)
     o << "<p class=\"none\">" << skipped_lines
@@ -306,30 +314,20 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
   std::map<int, std::vector<std::pair<int, std::string>>> expert_keys;  // layer -> (expert, key)
   for (const MetricsRecord& r : records)
     for (const Metric& m : r.values) {
-      int layer = -1, expert = -1, end = 0;
-      if (std::sscanf(m.key.c_str(), "expert_load_l%d_e%d%n", &layer, &expert, &end) != 2 ||
-          size_t(end) != m.key.size())
-        continue;
+      int layer = -1, expert = -1;
+      if (!parse_expert_load_key(m.key, layer, expert)) continue;
       auto& keys = expert_keys[layer];
       if (std::find(keys.begin(), keys.end(), std::pair{expert, m.key}) == keys.end())
         keys.push_back({expert, m.key});
     }
-  auto is_expert_key = [&](const std::string& key) {
-    for (const auto& [layer, keys] : expert_keys)
-      for (const auto& entry : keys)
-        if (entry.second == key) return true;
-    return false;
-  };
   if (!expert_keys.empty()) {
     o << "<h2>Expert load</h2>\n<p>Share of each layer's token assignments routed to each "
          "expert (train steps; balanced is 1 / n_experts).</p>\n<div class=\"grid\">\n";
-    static const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
     for (auto& [layer, keys] : expert_keys) {
       std::sort(keys.begin(), keys.end());
       std::vector<Series> lines;
       for (const auto& [expert, key] : keys) {
-        Series line{std::string("e").append(std::to_string(expert)), kPalette[size_t(expert) % 10],
+        Series line{std::string("e").append(std::to_string(expert)), kPalette[size_t(expert) % std::size(kPalette)],
                     {}, false};
         for (const MetricsRecord& r : records)
           if (auto v = r.number(key); v && r.split == "train" && std::isfinite(*v))
@@ -346,7 +344,7 @@ std::string render_report(const std::string& title, const std::vector<MetricsRec
   for (const MetricsRecord& r : records)
     for (const Metric& m : r.values)
       if (m.value.is_numeric() && m.key != "loss" && m.key != "lr" && m.key != "elapsed_s" &&
-          !is_expert_key(m.key) && std::find(keys.begin(), keys.end(), m.key) == keys.end())
+          !is_expert_load_key(m.key) && std::find(keys.begin(), keys.end(), m.key) == keys.end())
         keys.push_back(m.key);
   if (!keys.empty()) {
     o << "<h2>Other metrics</h2>\n<div class=\"grid\">\n";
@@ -389,15 +387,12 @@ std::string nested_config_value(const std::string& yaml, const std::string& sect
   }
 }
 
-constexpr const char* kRunPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-
 // One series per run of `key` in `split`.
 std::vector<Series> run_series(const std::vector<ReportRun>& runs, const std::string& key,
                                const std::string& split) {
   std::vector<Series> out;
   for (size_t i = 0; i < runs.size(); ++i) {
-    Series s{runs[i].label, kRunPalette[i % std::size(kRunPalette)], {}, split != "train"};
+    Series s{runs[i].label, kPalette[i % std::size(kPalette)], {}, split != "train"};
     for (const MetricsRecord& r : runs[i].records)
       if (auto v = r.number(key); v && r.split == split && std::isfinite(*v))
         s.points.push_back({double(r.step), *v});
@@ -419,7 +414,7 @@ std::string render_comparison(const std::vector<ReportRun>& runs) {
     const ReportRun& run = runs[i];
     const Summary s = summarize(run.records);
     const std::string precision = nested_config_value(run.config_yaml, "train", "precision");
-    o << "<tr><td><span style=\"color:" << kRunPalette[i % std::size(kRunPalette)] << "\">&#9632;</span> "
+    o << "<tr><td><span style=\"color:" << kPalette[i % std::size(kPalette)] << "\">&#9632;</span> "
       << html_escape(run.label) << "</td><td>" << html_escape(config_value(run.config_yaml, "recipe"))
       << "</td><td>" << html_escape(precision.empty() ? "–" : precision) << "</td><td>"
       << (s.steps ? std::to_string(*s.steps) : "–") << "</td><td>" << num(s.final_train)
@@ -467,7 +462,8 @@ void write_comparison(const std::vector<std::filesystem::path>& run_dirs,
     const fs::path metrics = dir / "metrics.jsonl";
     std::error_code ec;
     if (!fs::is_regular_file(metrics, ec))
-      throw Error(ExitCode::usage, dir.string() + ": not a run directory (no metrics.jsonl)");
+      throw Error(ExitCode::usage,
+                  "report: " + dir.string() + ": not a run directory (no metrics.jsonl)");
     runs.push_back({dir.string(), read_metrics(metrics), read_text(dir / "config.yaml")});
   }
   write_file_atomic(output, render_comparison(runs), ExitCode::usage);

@@ -423,6 +423,9 @@ TEST(Groups, BlockIndexAndGlob) {
   EXPECT_FALSE(glob_match("*a*b*c", "xaxxbxbxcd"));
   EXPECT_TRUE(glob_match("*", ""));
   EXPECT_FALSE(glob_match("ln_f.weight", "ln_f.weigh"));
+  EXPECT_TRUE(glob_match_any({"*.lora_A", "*.lora_B"}, "blocks.0.attn.q.lora_B"));
+  EXPECT_FALSE(glob_match_any({"*.lora_A", "*.lora_B"}, "blocks.0.attn.q.weight"));
+  EXPECT_FALSE(glob_match_any({}, "anything"));
 }
 
 TEST(Groups, DecayOnlyOnMatricesUnlessDecay1d) {
